@@ -1,0 +1,44 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Each installs what it needs.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+DEB_PACKAGES := kcat haproxy prometheus
+
+.PHONY: test demo lint typecheck unit integration deps clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $(STAMP)
+
+deps: $(STAMP)
+	@missing=""; for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+lint: $(STAMP)
+	$(BIN)/ruff check protocol proxy metrics tests bench
+
+typecheck: $(STAMP)
+	$(BIN)/mypy protocol metrics proxy
+
+unit: $(STAMP)
+	$(BIN)/pytest -q -m "not integration"
+
+integration: deps
+	$(BIN)/pytest -q -m integration
+
+test: deps lint typecheck
+	$(BIN)/pytest -q -p no:cacheprovider
+
+demo: deps
+	$(BIN)/fetchlat demo
+
+clean:
+	rm -rf $(VENV) build *.egg-info

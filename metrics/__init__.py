@@ -1,0 +1,1 @@
+"""fetchlat.metrics: the latency model (pure) and thin Prometheus / trace adapters."""

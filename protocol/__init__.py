@@ -1,0 +1,6 @@
+"""fetchlat.protocol: the sans-I/O Kafka codec.
+
+Owns: framing, headers, request/response correlation, spec-driven walkers and the address
+rewriters. Must never: touch sockets, asyncio, clocks or metrics libraries. Bytes and
+timestamps come in, events and output segments go out.
+"""

@@ -1,0 +1,78 @@
+"""The table of Kafka APIs: key -> name, request/response specs, flexible versions.
+
+Built once from the bundled specs. Owns the header-version rules (PROTOCOL-NOTES §1.2):
+request header 2 if the request version is flexible else 1 (0 for ControlledShutdown v0);
+response header 1 if flexible else 0, except ApiVersions which always uses 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from typing import Final
+
+from .schema import MessageSpec, Versions, all_specs, load
+
+PRODUCE: Final = 0
+FETCH: Final = 1
+LIST_OFFSETS: Final = 2
+METADATA: Final = 3
+CONTROLLED_SHUTDOWN: Final = 7
+FIND_COORDINATOR: Final = 10
+SASL_HANDSHAKE: Final = 17
+API_VERSIONS: Final = 18
+SASL_AUTHENTICATE: Final = 36
+DESCRIBE_CLUSTER: Final = 60
+
+
+@dataclass(frozen=True, slots=True)
+class Api:
+    key: int
+    name: str
+    valid: Versions
+    request_flexible: Versions
+    response_flexible: Versions
+
+    def request(self) -> MessageSpec:
+        return load(self.name + "Request")
+
+    def response(self) -> MessageSpec:
+        return load(self.name + "Response")
+
+
+@cache
+def table() -> dict[int, Api]:
+    specs = all_specs()
+    out: dict[int, Api] = {}
+    for spec in specs.values():
+        if spec.kind != "request" or spec.api_key is None:
+            continue
+        name = spec.name[: -len("Request")]
+        resp = specs.get(name + "Response")
+        out[spec.api_key] = Api(
+            key=spec.api_key,
+            name=name,
+            valid=spec.valid,
+            request_flexible=spec.flexible,
+            response_flexible=resp.flexible if resp else spec.flexible,
+        )
+    return out
+
+
+def api_name(key: int) -> str:
+    api = table().get(key)
+    return api.name if api else f"Unknown{key}"
+
+
+def request_header_version(key: int, version: int) -> int:
+    api = table().get(key)
+    if key == CONTROLLED_SHUTDOWN and version == 0:
+        return 0
+    return 2 if api is not None and version in api.request_flexible else 1
+
+
+def response_header_version(key: int, version: int) -> int:
+    if key == API_VERSIONS:
+        return 0
+    api = table().get(key)
+    return 1 if api is not None and version in api.response_flexible else 0

@@ -1,0 +1,289 @@
+"""One client<->broker connection, both directions, as a sans-I/O state machine.
+
+Owns: framing (with a maximum frame size), request/response correlation (responses come
+back in request order; Produce with acks=0 gets none), raw SASL token frames after
+SaslHandshake v0, and the hold-or-stream decision for each response.
+
+Requests are forwarded by the caller *before* they are observed here (same bytes object).
+Responses are returned as output segments: a streamed response is forwarded chunk by chunk
+as the very objects received (or memoryview slices where a chunk holds a frame boundary);
+a response a rewriter wants is held whole, then forwarded untouched or rewritten.
+Must never: do I/O, read clocks, or copy a payload it does not rewrite.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Final
+
+from . import apis
+from .errors import DecodeError, FramingError, ProtocolError
+from .events import (
+    BrokersLearned,
+    DecodeFailed,
+    Event,
+    RequestSeen,
+    ResponseSeen,
+    SaslPassthroughStarted,
+)
+from .headers import parse_request_header
+from .primitives import I16, I32, read_fixed, read_string
+from .rewrite import ResponseRewriter
+
+DEFAULT_MAX_FRAME_BYTES: Final = 100 * 1024 * 1024
+REQUEST_PEEK_BYTES: Final = 512  # header + what we read of a body; the rest is skipped
+SASL_TOKEN: Final = -1  # pseudo api key of a raw SASL token exchange
+SASL_ROUNDS: Final[dict[str, int]] = {"PLAIN": 1, "SCRAM-SHA-256": 2, "SCRAM-SHA-512": 2}
+
+Segment = bytes | memoryview
+
+
+@dataclass(slots=True)
+class InFlight:
+    correlation_id: int
+    api_key: int
+    api_version: int
+    client_id: str | None
+    t_request_ns: int
+    sasl_mechanism: str | None = None
+
+
+def _frame_size(raw: bytes, max_frame_bytes: int, side: str) -> int:
+    size = int.from_bytes(raw, "big", signed=True)
+    if size <= 0:
+        raise FramingError(f"{side} frame size {size} is not positive")
+    if size > max_frame_bytes:
+        raise FramingError(
+            f"{side} frame of {size} bytes exceeds the limit of {max_frame_bytes} "
+            "(raise max_frame_bytes if this is legitimate)"
+        )
+    return size
+
+
+def _produce_acks(api_version: int, buf: bytes, pos: int) -> int:
+    flexible = api_version >= 9
+    _, pos = read_string(buf, pos, flexible)  # TransactionalId
+    acks, _ = read_fixed(I16, buf, pos)
+    return acks
+
+
+def _sasl_mechanism(api_version: int, buf: bytes, pos: int) -> str | None:
+    mech, _ = read_string(buf, pos, flexible=False)
+    return mech
+
+
+class KafkaConnection:
+    """Decodes one client<->broker connection. Never does I/O."""
+
+    def __init__(
+        self,
+        *,
+        rewriter: ResponseRewriter | None = None,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+    ) -> None:
+        self.rewriter = rewriter
+        self.max_frame_bytes = max_frame_bytes
+        self.in_flight: deque[InFlight] = deque()
+        self.passthrough = False  # set after raw SASL of unknown shape: forward blindly
+        self._sasl_raw_rounds = 0
+        self._sasl_pending_mech: str | None = None
+        # client side
+        self._c_size_buf = b""
+        self._c_left = 0
+        self._c_peek = bytearray()
+        self._c_peek_want = 0
+        self._c_size = 0
+        # broker side
+        self._b_prefix = bytearray()
+        self._b_prefix_pieces: list[Segment] = []
+        self._b_left = 0
+        self._b_size = 0
+        self._b_hold: list[Segment] | None = None
+        self._b_current: InFlight | None = None
+        self._b_t_first = 0
+
+    # ------------------------------------------------------------------ client -> broker
+    def receive_from_client(self, data: bytes, t_ns: int) -> list[Event]:
+        if self.passthrough:
+            return []
+        events: list[Event] = []
+        pos, n = 0, len(data)
+        while pos < n:
+            if self._c_left == 0:
+                take = min(4 - len(self._c_size_buf), n - pos)
+                self._c_size_buf += data[pos : pos + take]
+                pos += take
+                if len(self._c_size_buf) == 4:
+                    self._c_size = self._c_left = _frame_size(self._c_size_buf, self.max_frame_bytes, "request")
+                    self._c_size_buf = b""
+                    self._c_peek = bytearray()
+                    self._c_peek_want = min(self._c_size, REQUEST_PEEK_BYTES)
+                continue
+            if len(self._c_peek) < self._c_peek_want:
+                take = min(self._c_peek_want - len(self._c_peek), n - pos)
+                self._c_peek += data[pos : pos + take]
+            else:
+                take = min(self._c_left, n - pos)
+            pos += take
+            self._c_left -= take
+            if self._c_left == 0:
+                self._request_complete(t_ns, events)
+        return events
+
+    def _request_complete(self, t_ns: int, events: list[Event]) -> None:
+        peek = bytes(self._c_peek)
+        if self._sasl_raw_rounds > 0:
+            self._sasl_raw_rounds -= 1
+            self.in_flight.append(InFlight(-1, SASL_TOKEN, 0, None, t_ns))
+            return
+        try:
+            header = parse_request_header(peek)
+        except DecodeError:
+            # The first 8 bytes always hold key, version and correlation id; only an
+            # oversized client id can push the rest of the header past the peek window.
+            if len(peek) < 8:
+                raise FramingError(f"request of {len(peek)} bytes is too short for a header") from None
+            key, _ = read_fixed(I16, peek, 0)
+            ver, _ = read_fixed(I16, peek, 2)
+            corr, _ = read_fixed(I32, peek, 4)
+            events.append(DecodeFailed(api_key=key, api_version=ver, direction="request",
+                                       reason="request header longer than the peek window"))
+            self.in_flight.append(InFlight(corr, key, ver, None, t_ns))
+            events.append(RequestSeen(correlation_id=corr, api_key=key, api_version=ver, client_id=None,
+                                      size_bytes=self._c_size, expects_response=True, t_ns=t_ns))
+            return
+        expects = True
+        mech = None
+        try:
+            if header.api_key == apis.PRODUCE and header.api_version >= 3:
+                expects = _produce_acks(header.api_version, peek, header.body_start) != 0
+            elif header.api_key == apis.SASL_HANDSHAKE and header.api_version == 0:
+                mech = _sasl_mechanism(header.api_version, peek, header.body_start)
+        except DecodeError as exc:
+            events.append(DecodeFailed(api_key=header.api_key, api_version=header.api_version,
+                                       direction="request", reason=str(exc)))
+        if expects:
+            self.in_flight.append(InFlight(header.correlation_id, header.api_key, header.api_version,
+                                           header.client_id, t_ns, mech))
+        events.append(RequestSeen(
+            correlation_id=header.correlation_id, api_key=header.api_key, api_version=header.api_version,
+            client_id=header.client_id, size_bytes=self._c_size, expects_response=expects, t_ns=t_ns,
+        ))
+
+    # ------------------------------------------------------------------ broker -> client
+    def receive_from_broker(self, data: bytes, t_ns: int) -> tuple[list[Segment], list[Event]]:
+        if self.passthrough:
+            return [data], []
+        out: list[Segment] = []
+        events: list[Event] = []
+        view: memoryview | None = None
+        pos, n = 0, len(data)
+        while pos < n:
+            if self._b_current is None:
+                # collect the 4-byte size and (for Kafka frames) the 4-byte correlation id
+                want = 8 if not (self.in_flight and self.in_flight[0].api_key == SASL_TOKEN) else 4
+                take = min(want - len(self._b_prefix), n - pos)
+                if view is None:
+                    view = memoryview(data)
+                self._b_prefix += view[pos : pos + take]
+                self._b_prefix_pieces.append(data if (pos == 0 and take == n) else view[pos : pos + take])
+                pos += take
+                if len(self._b_prefix) == want:
+                    self._start_response(t_ns, out)
+                    if self._b_left == 0:
+                        self._finish_response(t_ns, out, events)
+                continue
+            take = min(self._b_left, n - pos)
+            if pos == 0 and take == n:
+                piece: Segment = data  # the common case: forward the very object received
+            else:
+                if view is None:
+                    view = memoryview(data)
+                piece = view[pos : pos + take]
+            if self._b_hold is not None:
+                self._b_hold.append(piece)
+            else:
+                out.append(piece)
+            pos += take
+            self._b_left -= take
+            if self._b_left == 0:
+                self._finish_response(t_ns, out, events)
+        return out, events
+
+    def _start_response(self, t_ns: int, out: list[Segment]) -> None:
+        size = _frame_size(bytes(self._b_prefix[:4]), self.max_frame_bytes, "response")
+        if not self.in_flight:
+            raise FramingError("response from the broker matches no request")
+        head = self.in_flight[0]
+        if head.api_key != SASL_TOKEN:
+            if size < 4:
+                raise FramingError(f"response frame of {size} bytes has no correlation id")
+            corr = int.from_bytes(self._b_prefix[4:8], "big", signed=True)
+            if corr != head.correlation_id:
+                raise FramingError(
+                    f"response correlation id {corr} does not match the oldest request's {head.correlation_id}"
+                )
+        self.in_flight.popleft()
+        self._b_current = head
+        self._b_size = size
+        self._b_left = size - (len(self._b_prefix) - 4)
+        self._b_t_first = t_ns
+        if head.sasl_mechanism is not None or (
+            self.rewriter is not None and head.api_key >= 0 and self.rewriter.wants(head.api_key, head.api_version)
+        ):
+            self._b_hold = list(self._b_prefix_pieces)
+        else:
+            out.extend(self._b_prefix_pieces)
+            self._b_hold = None
+        self._b_prefix = bytearray()
+        self._b_prefix_pieces = []
+
+    def _finish_response(self, t_ns: int, out: list[Segment], events: list[Event]) -> None:
+        cur = self._b_current
+        assert cur is not None  # set by _start_response, which always precedes
+        rewritten = False
+        if self._b_hold is not None:
+            pieces = self._b_hold
+            frame = b"".join(pieces)  # held frames are small, or must be rewritten whole
+            body = memoryview(frame)[4:]
+            new = None
+            if self.rewriter is not None and self.rewriter.wants(cur.api_key, cur.api_version):
+                try:
+                    result = self.rewriter.rewrite(cur.api_key, cur.api_version, body)
+                except ProtocolError as exc:
+                    events.append(DecodeFailed(api_key=cur.api_key, api_version=cur.api_version,
+                                               direction="response", reason=str(exc)))
+                else:
+                    new = result.body
+                    if result.learned:
+                        events.append(BrokersLearned(api_key=cur.api_key, brokers=tuple(result.learned)))
+            if cur.sasl_mechanism is not None:
+                self._after_sasl_handshake_v0(cur.sasl_mechanism, body, events)
+            if new is not None:
+                out.append(len(new).to_bytes(4, "big") + new)
+                rewritten = True
+            else:
+                out.extend(pieces)
+            self._b_hold = None
+        events.append(ResponseSeen(
+            correlation_id=cur.correlation_id, api_key=cur.api_key, api_version=cur.api_version,
+            client_id=cur.client_id, size_bytes=self._b_size, t_request_ns=cur.t_request_ns,
+            t_first_ns=self._b_t_first, t_last_ns=t_ns, rewritten=rewritten,
+        ))
+        self._b_current = None
+
+    def _after_sasl_handshake_v0(self, mechanism: str, body: memoryview, events: list[Event]) -> None:
+        try:
+            code, _ = read_fixed(I16, body, 4)
+        except DecodeError:
+            return
+        if code != 0:
+            return
+        rounds = SASL_ROUNDS.get(mechanism.upper())
+        if rounds is None:
+            self.passthrough = True
+            events.append(SaslPassthroughStarted(mechanism=mechanism))
+        else:
+            self._sasl_raw_rounds = rounds
+

@@ -1,0 +1,65 @@
+"""Events the codec emits. Frozen, slotted, keyword-only; scalars only (never memoryviews,
+which would pin the connection's buffers)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BrokerAddress:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestSeen:
+    correlation_id: int
+    api_key: int
+    api_version: int
+    client_id: str | None
+    size_bytes: int
+    expects_response: bool
+    t_ns: int  # when the request's last byte arrived from the client (and was forwarded)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResponseSeen:
+    correlation_id: int
+    api_key: int
+    api_version: int
+    client_id: str | None
+    size_bytes: int
+    t_request_ns: int
+    t_first_ns: int
+    t_last_ns: int
+    rewritten: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BrokersLearned:
+    api_key: int
+    brokers: tuple[BrokerAddress, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DecodeFailed:
+    """A frame could not be decoded; it was forwarded untouched."""
+
+    api_key: int
+    api_version: int
+    direction: str  # "request" | "response"
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SaslPassthroughStarted:
+    """Raw SASL tokens (SaslHandshake v0) with a mechanism whose rounds are unknown: the
+    connection is forwarded without observation from here on."""
+
+    mechanism: str
+
+
+Event = RequestSeen | ResponseSeen | BrokersLearned | DecodeFailed | SaslPassthroughStarted

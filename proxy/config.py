@@ -1,0 +1,197 @@
+"""Proxy configuration: defaults < YAML file < environment (FETCHLAT_*) < CLI flags.
+
+A wrong setting raises ``ConfigError`` at start-up with the fix in the message.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+DEFAULT_METRICS_LISTEN = "127.0.0.1:9464"
+DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024
+
+
+class ConfigError(Exception):
+    """A setting is wrong; raised at start-up with the fix in the message."""
+
+
+HostPort = tuple[str, int]
+
+
+def parse_hostport(text: str, what: str) -> HostPort:
+    text = str(text).strip()
+    if text.startswith("["):  # [::1]:9092
+        host, _, rest = text[1:].partition("]")
+        port_text = rest.lstrip(":")
+    else:
+        host, sep, port_text = text.rpartition(":")
+        if not sep:
+            raise ConfigError(f"{what}: '{text}' has no port; write it as HOST:PORT, e.g. 127.0.0.1:9092")
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise ConfigError(f"{what}: port '{port_text}' in '{text}' is not a number; write HOST:PORT") from None
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"{what}: port {port} in '{text}' is outside 0-65535")
+    if not host:
+        raise ConfigError(f"{what}: '{text}' has no host; write HOST:PORT, e.g. 0.0.0.0:{port} to listen everywhere")
+    return host, port
+
+
+def format_hostport(hp: HostPort) -> str:
+    host, port = hp
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+@dataclass(frozen=True)
+class NodeOverride:
+    listen: HostPort | None = None  # local listener for this node (None: default port, or none if remote)
+    advertise: HostPort | None = None  # what clients are told to connect to for this node
+    remote: bool = False  # served by another proxy (sidecar elsewhere): no local listener
+
+
+@dataclass(frozen=True)
+class Config:
+    upstreams: tuple[HostPort, ...]
+    listen: HostPort
+    advertise_host: str
+    metrics_listen: HostPort = ("127.0.0.1", 9464)
+    trace_dir: str | None = None
+    nodes: dict[int, NodeOverride] = field(default_factory=dict)
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    connect_timeout_s: float = 10.0
+    metadata_refresh_s: float = 30.0
+    log_level: str = "INFO"
+
+    def node_listen(self, node_id: int) -> HostPort | None:
+        o = self.nodes.get(node_id)
+        if o is not None and o.remote:
+            return None
+        if o is not None and o.listen is not None:
+            return o.listen
+        return (self.listen[0], self.listen[1] + 1 + node_id)
+
+    def node_advertise(self, node_id: int) -> HostPort:
+        o = self.nodes.get(node_id)
+        if o is not None and o.advertise is not None:
+            return o.advertise
+        listen = self.node_listen(node_id)
+        if listen is None:  # validated at load: a remote node always has an advertise address
+            raise ConfigError(f"node {node_id} is remote but has no advertise address")
+        return (self.advertise_host, listen[1])
+
+
+ENV_KEYS = {
+    "upstream": "FETCHLAT_UPSTREAM",
+    "listen": "FETCHLAT_LISTEN",
+    "advertise_host": "FETCHLAT_ADVERTISE_HOST",
+    "metrics_listen": "FETCHLAT_METRICS_LISTEN",
+    "trace_dir": "FETCHLAT_TRACE_DIR",
+    "max_frame_bytes": "FETCHLAT_MAX_FRAME_BYTES",
+    "log_level": "FETCHLAT_LOG_LEVEL",
+}
+KNOWN_KEYS = {*ENV_KEYS, "nodes", "connect_timeout_s", "metadata_refresh_s"}
+
+
+def _read_yaml(path: str) -> dict[str, Any]:
+    try:
+        with open(path) as fh:
+            data = yaml.safe_load(fh) or {}
+    except OSError as exc:
+        raise ConfigError(f"--config {path}: cannot read it ({exc.strerror})") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--config {path}: not valid YAML ({exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"--config {path}: the top level must be a mapping of settings")
+    unknown = set(data) - KNOWN_KEYS
+    if unknown:
+        raise ConfigError(
+            f"--config {path}: unknown setting(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(KNOWN_KEYS))}"
+        )
+    return {k.replace("-", "_"): v for k, v in data.items()}
+
+
+def _positive_int(value: Any, what: str) -> int:
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{what}: '{value}' is not a whole number") from None
+    if n <= 0:
+        raise ConfigError(f"{what}: must be positive, got {n}")
+    return n
+
+
+def _nodes(raw: Any) -> dict[int, NodeOverride]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError("nodes: must map node ids to {listen: HOST:PORT, advertise: HOST:PORT, remote: bool}")
+    out: dict[int, NodeOverride] = {}
+    for key, spec in raw.items():
+        try:
+            node_id = int(key)
+        except ValueError:
+            raise ConfigError(f"nodes: key '{key}' is not a node id (a whole number)") from None
+        if not isinstance(spec, dict) or set(spec) - {"listen", "advertise", "remote"}:
+            raise ConfigError(f"nodes.{node_id}: use only listen: HOST:PORT, advertise: HOST:PORT, remote: true|false")
+        listen = parse_hostport(spec["listen"], f"nodes.{node_id}.listen") if spec.get("listen") else None
+        adv = parse_hostport(spec["advertise"], f"nodes.{node_id}.advertise") if spec.get("advertise") else None
+        remote = bool(spec.get("remote", False))
+        if remote and adv is None:
+            raise ConfigError(f"nodes.{node_id}: a remote node needs 'advertise: HOST:PORT' (its sidecar's address)")
+        if remote and listen is not None:
+            raise ConfigError(f"nodes.{node_id}: a remote node has no local listener; drop 'listen' or 'remote'")
+        out[node_id] = NodeOverride(listen=listen, advertise=adv, remote=remote)
+    return out
+
+
+def load_config(cli: dict[str, Any], env: dict[str, str] | None = None) -> Config:
+    """Merge the sources. ``cli`` holds flag values (None when not given), and ``config``."""
+    env = dict(os.environ) if env is None else env
+    merged: dict[str, Any] = {}
+    if cli.get("config"):
+        merged.update(_read_yaml(cli["config"]))
+    for key, var in ENV_KEYS.items():
+        if env.get(var):
+            merged[key] = env[var]
+    for key, value in cli.items():
+        if key != "config" and value is not None:
+            merged[key] = value
+
+    raw_up = merged.get("upstream")
+    if not raw_up:
+        raise ConfigError("no upstream brokers: pass --upstream HOST:PORT[,HOST:PORT] (or FETCHLAT_UPSTREAM)")
+    items = raw_up if isinstance(raw_up, list) else str(raw_up).split(",")
+    upstreams = tuple(parse_hostport(u, "--upstream") for u in items if str(u).strip())
+    if not merged.get("listen"):
+        raise ConfigError("no listen address: pass --listen HOST:PORT, e.g. --listen 0.0.0.0:19092")
+    listen = parse_hostport(merged["listen"], "--listen")
+    metrics_listen = parse_hostport(merged.get("metrics_listen") or DEFAULT_METRICS_LISTEN, "--metrics-listen")
+    adv = merged.get("advertise_host")
+    if not adv:
+        adv = listen[0] if listen[0] not in ("0.0.0.0", "::", "") else socket.getfqdn()
+    level = str(merged.get("log_level", "INFO")).upper()
+    if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        raise ConfigError(f"log_level: '{level}' is not one of DEBUG, INFO, WARNING, ERROR")
+    cfg = Config(
+        upstreams=upstreams,
+        listen=listen,
+        advertise_host=str(adv),
+        metrics_listen=metrics_listen,
+        trace_dir=merged.get("trace_dir"),
+        nodes=_nodes(merged.get("nodes")),
+        max_frame_bytes=_positive_int(merged.get("max_frame_bytes", DEFAULT_MAX_FRAME_BYTES), "max_frame_bytes"),
+        connect_timeout_s=float(merged.get("connect_timeout_s", 10.0)),
+        metadata_refresh_s=float(merged.get("metadata_refresh_s", 30.0)),
+        log_level=level,
+    )
+    for node_id in cfg.nodes:
+        lp = cfg.node_listen(node_id)
+        if lp is not None and not 0 < lp[1] <= 65535:
+            raise ConfigError(f"node {node_id}: listener port {lp[1]} is out of range; set nodes.{node_id}.listen")
+    return cfg

@@ -1,0 +1,204 @@
+"""The proxy: a bootstrap listener, one listener per upstream broker, and the registry of
+brokers learned from metadata (ours at start-up and every response clients receive).
+
+Listeners are bound synchronously when a broker is learned, before the response naming it
+reaches the client, so a client never sees an address nobody listens on. The proxy only
+connects to the configured bootstrap brokers and to brokers they advertise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import socket
+import struct
+
+from fetchlat.metrics.prom import ProxyMetrics
+from fetchlat.protocol import apis
+from fetchlat.protocol.encoder import encode
+from fetchlat.protocol.events import BrokerAddress
+from fetchlat.protocol.primitives import encode_string
+from fetchlat.protocol.rewrite import ResponseRewriter
+from fetchlat.protocol.schema import load
+from fetchlat.protocol.walker import walk
+
+from . import clock
+from .config import Config, HostPort, format_hostport
+from .session import ClientSide
+
+log = logging.getLogger("fetchlat.proxy")
+
+METADATA_VERSION = 1  # our own broker discovery: Topics=[] asks for brokers only
+
+
+def bind_listener(addr: HostPort) -> socket.socket:
+    host, port = addr
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, _, _, _, sockaddr = infos[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(sockaddr)
+        sock.listen(1024)
+    except OSError:
+        sock.close()
+        raise
+    sock.setblocking(False)
+    return sock
+
+
+class Proxy:
+    def __init__(self, cfg: Config, metrics: ProxyMetrics) -> None:
+        self.cfg = cfg
+        self.metrics = metrics
+        self.nodes: dict[int, BrokerAddress] = {}
+        self.node_servers: dict[int, asyncio.Server] = {}
+        self.node_sockets: dict[int, socket.socket] = {}
+        self.servers: list[asyncio.Server] = []
+        self.sessions: set[ClientSide] = set()
+        self.rewriter = ResponseRewriter(self.advertise)
+        self.metadata_ok = False
+        self.last_beat_ns = clock.now_ns()
+        self._rr = itertools.count()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.bootstrap_port = 0
+
+    # routing -------------------------------------------------------------------------
+    def advertise(self, node_id: int, host: str, port: int) -> tuple[str, int]:
+        return self.cfg.node_advertise(node_id)
+
+    def broker_label(self, upstream: HostPort, default: str) -> str:
+        for b in self.nodes.values():
+            if (b.host, b.port) == upstream:
+                return str(b.node_id)
+        return default
+
+    def learn(self, brokers: tuple[BrokerAddress, ...]) -> None:
+        for b in brokers:
+            old = self.nodes.get(b.node_id)
+            if old is not None and (old.host, old.port) == (b.host, b.port):
+                continue
+            if old is not None:
+                log.info("broker %d moved from %s:%d to %s:%d", b.node_id, old.host, old.port, b.host, b.port)
+            else:
+                log.info("learned broker %d at %s:%d", b.node_id, b.host, b.port)
+            self.nodes[b.node_id] = b
+            self._ensure_listener(b.node_id)
+        self.metrics.brokers_known.set(len(self.nodes))
+
+    def _ensure_listener(self, node_id: int) -> None:
+        if node_id in self.node_sockets:
+            return
+        addr = self.cfg.node_listen(node_id)
+        if addr is None:
+            return  # served by another sidecar
+        try:
+            sock = bind_listener(addr)
+        except OSError as exc:
+            log.error("cannot listen for broker %d on %s (%s): clients told to use it will fail; "
+                      "set nodes.%d.listen in the config", node_id, format_hostport(addr), exc.strerror, node_id)
+            self.metrics.connection_errors.labels("listener_bind_failed").inc()
+            return
+        self.node_sockets[node_id] = sock
+        label = str(node_id)
+
+        def factory() -> ClientSide:
+            b = self.nodes[node_id]
+            return ClientSide(self, label, [(b.host, b.port)], label)
+
+        async def serve() -> None:
+            server = await asyncio.get_running_loop().create_server(factory, sock=sock)
+            self.node_servers[node_id] = server
+            self.metrics.listeners.set(len(self.node_servers))
+
+        self._tasks.append(asyncio.get_running_loop().create_task(serve()))
+        log.info("listening for broker %d on %s (advertised as %s)", node_id, format_hostport(addr),
+                 format_hostport(self.cfg.node_advertise(node_id)))
+
+    def bootstrap_upstreams(self) -> list[HostPort]:
+        ups = list(self.cfg.upstreams)
+        k = next(self._rr) % len(ups)
+        return ups[k:] + ups[:k]
+
+    # lifecycle -----------------------------------------------------------------------
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        sock = bind_listener(self.cfg.listen)
+        self.bootstrap_port = sock.getsockname()[1]
+        server = await loop.create_server(
+            lambda: ClientSide(self, "bootstrap", self.bootstrap_upstreams(), "bootstrap"), sock=sock
+        )
+        self.servers.append(server)
+        log.info("bootstrap listener on %s -> %s", format_hostport(self.cfg.listen),
+                 ", ".join(format_hostport(u) for u in self.cfg.upstreams))
+        self._tasks.append(loop.create_task(self._heartbeat()))
+        self._tasks.append(loop.create_task(self._metadata_loop()))
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for s in [*self.servers, *self.node_servers.values()]:
+            s.close()
+        for sess in list(self.sessions):
+            sess.close()
+
+    async def _heartbeat(self) -> None:
+        while True:
+            self.last_beat_ns = clock.now_ns()
+            await asyncio.sleep(0.5)
+
+    async def _metadata_loop(self) -> None:
+        delay = 0.2
+        while True:
+            for host, port in self.cfg.upstreams:
+                try:
+                    brokers = await asyncio.wait_for(fetch_brokers(host, port), self.cfg.connect_timeout_s)
+                except (TimeoutError, OSError, ValueError) as exc:
+                    log.warning("metadata from %s:%d failed: %s", host, port, exc or "timeout")
+                    continue
+                self.learn(tuple(brokers))
+                self.metadata_ok = True
+                break
+            else:
+                self.metadata_ok = False
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            delay = 0.2
+            await asyncio.sleep(self.cfg.metadata_refresh_s)
+
+    def health(self) -> dict[str, object]:
+        lag_s = (clock.now_ns() - self.last_beat_ns) / 1e9
+        live = lag_s < 5.0
+        ready = live and self.metadata_ok and all(n in self.node_servers for n in self.node_sockets)
+        return {
+            "live": live,
+            "ready": ready,
+            "loop_heartbeat_age_s": round(lag_s, 3),
+            "brokers": {str(k): f"{v.host}:{v.port}" for k, v in sorted(self.nodes.items())},
+            "listeners": {str(k): format_hostport(self.cfg.node_advertise(k)) for k in sorted(self.node_servers)},
+            "connections": len(self.sessions),
+        }
+
+
+async def fetch_brokers(host: str, port: int) -> list[BrokerAddress]:
+    """Ask one broker for the broker list (Metadata v1, no topics)."""
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        body = encode(load("MetadataRequest"), METADATA_VERSION, {"Topics": []})
+        header = struct.pack(">hhi", apis.METADATA, METADATA_VERSION, 1) + encode_string("fetchlat-proxy", False)
+        frame = header + body
+        writer.write(len(frame).to_bytes(4, "big") + frame)
+        size = int.from_bytes(await reader.readexactly(4), "big")
+        resp = await reader.readexactly(size)
+    except asyncio.IncompleteReadError as exc:
+        raise ValueError("broker closed the connection mid-response") from exc
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+    msg = walk(load("MetadataResponse"), METADATA_VERSION, resp, 4)
+    return [BrokerAddress(node_id=b["NodeId"], host=b["Host"], port=b["Port"], rack=b.get("Rack"))
+            for b in msg["Brokers"]]

@@ -1,0 +1,236 @@
+"""One proxied connection: the client-facing and broker-facing asyncio protocols.
+
+Moves bytes and records time, nothing else: requests are written upstream as the very
+object received, then observed; responses go through the codec, which returns the
+segments to forward. Backpressure both ways (pause_writing on one side pauses reading on
+the other); a close on either side closes the other after its buffered writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, cast
+
+from fetchlat.protocol.apis import api_name
+from fetchlat.protocol.connection import KafkaConnection
+from fetchlat.protocol.errors import FramingError
+from fetchlat.protocol.events import (
+    BrokersLearned,
+    DecodeFailed,
+    Event,
+    RequestSeen,
+    ResponseSeen,
+    SaslPassthroughStarted,
+)
+
+from . import clock
+
+if TYPE_CHECKING:
+    from .server import Proxy
+
+log = logging.getLogger("fetchlat.proxy")
+
+MAX_PENDING_BYTES = 8 * 1024 * 1024  # client bytes held while the upstream connects
+
+
+class ClientSide(asyncio.Protocol):
+    def __init__(self, proxy: Proxy, listener: str, upstreams: list[tuple[str, int]], broker_label: str) -> None:
+        self.proxy = proxy
+        self.listener = listener
+        self.upstreams = upstreams
+        self.upstream_addr = upstreams[0]
+        self.broker_label = broker_label
+        self.transport: asyncio.Transport | None = None
+        self.broker: BrokerSide | None = None
+        self.pending: list[bytes] = []
+        self.pending_bytes = 0
+        self.closed = False
+        self.peer = "?"
+        self.codec = KafkaConnection(rewriter=proxy.rewriter, max_frame_bytes=proxy.cfg.max_frame_bytes)
+        m = proxy.metrics
+        self._bytes_in = m.bytes.labels("client_to_broker", listener)
+        self._bytes_out = m.bytes.labels("broker_to_client", listener)
+        self._req_children: dict[int, tuple[object, object]] = {}
+
+    # asyncio.Protocol -------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.proxy.metrics.connections.labels(self.listener).inc()
+        self.proxy.metrics.connections_active.labels(self.listener).inc()
+        self.proxy.sessions.add(self)
+        asyncio.get_running_loop().create_task(self._connect_upstream())
+
+    async def _connect_upstream(self) -> None:
+        loop = asyncio.get_running_loop()
+        broker = None
+        for host, port in self.upstreams:  # the bootstrap listener may try several brokers
+            try:
+                _, broker = await asyncio.wait_for(
+                    loop.create_connection(lambda: BrokerSide(self), host, port),
+                    timeout=self.proxy.cfg.connect_timeout_s,
+                )
+            except (TimeoutError, OSError) as exc:
+                log.warning("client %s: cannot reach broker %s:%s (%s)", self.peer, host, port, exc or "timeout")
+                continue
+            self.upstream_addr = (host, port)
+            break
+        if broker is None:
+            self.proxy.metrics.connection_errors.labels("upstream_unreachable").inc()
+            self.close()
+            return
+        if self.closed:
+            broker.close()
+            return
+        self.broker = broker
+        if self.pending:
+            assert broker.transport is not None
+            broker.transport.writelines(self.pending)
+            self.pending.clear()
+            self.pending_bytes = 0
+            if self.transport is not None:
+                self.transport.resume_reading()
+
+    def data_received(self, data: bytes) -> None:
+        t_ns = clock.now_ns()
+        broker = self.broker
+        if broker is not None and broker.transport is not None:
+            broker.transport.write(data)  # forward first: the same object, no copy
+        else:
+            self.pending.append(data)
+            self.pending_bytes += len(data)
+            if self.pending_bytes > MAX_PENDING_BYTES and self.transport is not None:
+                self.transport.pause_reading()
+        self._bytes_in.inc(len(data))
+        try:
+            events = self.codec.receive_from_client(data, t_ns)
+        except FramingError as exc:
+            self.protocol_failure("request", exc)
+            return
+        if events:
+            self.handle(events)
+
+    def eof_received(self) -> bool | None:
+        # half-close: pass it on, keep reading responses
+        if self.broker is not None and self.broker.transport is not None and self.broker.transport.can_write_eof():
+            self.broker.transport.write_eof()
+            return True
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.proxy.metrics.connections_active.labels(self.listener).dec()
+        self.proxy.sessions.discard(self)
+        if self.broker is not None:
+            self.broker.close()
+
+    def pause_writing(self) -> None:
+        if self.broker is not None and self.broker.transport is not None:
+            self.broker.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.broker is not None and self.broker.transport is not None:
+            self.broker.transport.resume_reading()
+
+    # -------------------------------------------------------------------------------
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def protocol_failure(self, side: str, exc: Exception) -> None:
+        log.warning("client %s via %s: %s framing lost (%s); closing this connection only",
+                    self.peer, self.listener, side, exc)
+        self.proxy.metrics.connection_errors.labels(f"{side}_framing").inc()
+        if self.transport is not None:
+            self.transport.abort()
+        if self.broker is not None:
+            self.broker.abort()
+
+    def write_to_client(self, segments: list[bytes | memoryview]) -> None:
+        if self.transport is None or self.closed:
+            return
+        if len(segments) == 1:
+            self.transport.write(segments[0])
+        elif segments:
+            self.transport.writelines(segments)
+        n = 0
+        for s in segments:
+            n += len(s)
+        self._bytes_out.inc(n)
+
+    def handle(self, events: list[Event]) -> None:
+        m = self.proxy.metrics
+        for ev in events:
+            if isinstance(ev, ResponseSeen):
+                children = self._children(ev.api_key)
+                children[1].observe((ev.t_last_ns - ev.t_request_ns) / 1e9)  # type: ignore[attr-defined]
+                if ev.rewritten:
+                    m.rewrites.labels(api_name(ev.api_key)).inc()
+            elif isinstance(ev, RequestSeen):
+                self._children(ev.api_key)[0].inc()  # type: ignore[attr-defined]
+            elif isinstance(ev, BrokersLearned):
+                self.proxy.learn(ev.brokers)
+            elif isinstance(ev, DecodeFailed):
+                m.decode_errors.labels(api_name(ev.api_key)).inc()
+                log.info("client %s: %s v%d %s not decoded (%s); forwarded untouched",
+                         self.peer, api_name(ev.api_key), ev.api_version, ev.direction, ev.reason)
+            elif isinstance(ev, SaslPassthroughStarted):
+                log.info("client %s: SASL mechanism %s over raw frames; forwarding without observation",
+                         self.peer, ev.mechanism)
+
+    def _children(self, api_key: int) -> tuple[object, object]:
+        c = self._req_children.get(api_key)
+        if c is None:
+            name = api_name(api_key)
+            m = self.proxy.metrics
+            label = self.proxy.broker_label(self.upstream_addr, self.broker_label)
+            c = (m.requests.labels(name, label), m.request_duration.labels(name, label))
+            self._req_children[api_key] = c
+        return c
+
+
+class BrokerSide(asyncio.Protocol):
+    def __init__(self, client: ClientSide) -> None:
+        self.client = client
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+
+    def data_received(self, data: bytes) -> None:
+        t_ns = clock.now_ns()
+        client = self.client
+        try:
+            segments, events = client.codec.receive_from_broker(data, t_ns)
+        except FramingError as exc:
+            client.protocol_failure("response", exc)
+            return
+        if events:
+            client.handle(events)  # learn brokers (bind listeners) before clients see them
+        if segments:
+            client.write_to_client(segments)
+
+    def eof_received(self) -> bool | None:
+        return None  # close fully; connection_lost closes the client after its writes
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.client.close()
+
+    def pause_writing(self) -> None:
+        if self.client.transport is not None:
+            self.client.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.client.transport is not None:
+            self.client.transport.resume_reading()
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
