@@ -123,18 +123,19 @@ class ResponseRewriter:
         flexible = api_version in api.response_flexible
         learned: list[BrokerAddress] = []
         adv = self.advertise
-        assert adv is not None  # wants() holds only when set
+        if adv is None:
+            return RewriteResult(None)
         splices: list[Splice] = []
         if api_key == apis.METADATA:
-            splices = _broker_splices(msg["Brokers"], "NodeId", flexible, adv, learned)
+            splices = _broker_splices(msg["Brokers"] or [], "NodeId", flexible, adv, learned)
         elif api_key == apis.FIND_COORDINATOR:
             if api_version >= 4:
-                splices = _broker_splices(msg["Coordinators"], "NodeId", flexible, adv, learned)
+                splices = _broker_splices(msg["Coordinators"] or [], "NodeId", flexible, adv, learned)
             else:
                 splices = _broker_splices([msg], "NodeId", flexible, adv, learned)
         elif api_key == apis.DESCRIBE_CLUSTER:
             if msg.get("EndpointType", 1) != ENDPOINT_TYPE_CONTROLLER:
-                splices = _broker_splices(msg["Brokers"], "BrokerId", flexible, adv, learned)
+                splices = _broker_splices(msg["Brokers"] or [], "BrokerId", flexible, adv, learned)
         else:  # Fetch v16+ / Produce v10+: the top-level NodeEndpoints tag
             endpoints = msg.get("NodeEndpoints") or []
             inner = _broker_splices(endpoints, "NodeId", True, adv, learned)

@@ -1,0 +1,181 @@
+"""Scripted conversations through the connection state machine: Kafka's correlation rules,
+acks=0, raw SASL after SaslHandshake v0, framing errors, and hypothesis properties."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from fetchlat.protocol import apis
+from fetchlat.protocol.connection import KafkaConnection
+from fetchlat.protocol.encoder import encode
+from fetchlat.protocol.errors import FramingError, ProtocolError
+from fetchlat.protocol.events import BrokersLearned, RequestSeen, ResponseSeen
+from fetchlat.protocol.primitives import encode_string
+from fetchlat.protocol.rewrite import ResponseRewriter
+from fetchlat.protocol.schema import load
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from .captures import conversations
+
+
+def request(api_key: int, version: int, corr: int, body: bytes, client_id: str = "t") -> bytes:
+    header = struct.pack(">hhi", api_key, version, corr) + encode_string(client_id, False)
+    if apis.request_header_version(api_key, version) >= 2:
+        header += b"\x00"
+    frame = header + body
+    return len(frame).to_bytes(4, "big") + frame
+
+
+def response(api_key: int, version: int, corr: int, body: bytes) -> bytes:
+    header = corr.to_bytes(4, "big", signed=True)
+    if apis.response_header_version(api_key, version) >= 1:
+        header += b"\x00"
+    frame = header + body
+    return len(frame).to_bytes(4, "big") + frame
+
+
+def produce_body(version: int, acks: int) -> bytes:
+    return encode(load("ProduceRequest"), version, {"TransactionalId": None, "Acks": acks, "TimeoutMs": 1000,
+                                                    "TopicData": []})
+
+
+def test_responses_come_back_in_request_order_and_pipelined() -> None:
+    c = KafkaConnection()
+    stream = b"".join(request(apis.METADATA, 1, i, encode(load("MetadataRequest"), 1, {"Topics": []}))
+                      for i in range(1, 4))
+    events = c.receive_from_client(stream, 10)
+    assert [e.correlation_id for e in events if isinstance(e, RequestSeen)] == [1, 2, 3]
+    body = encode(load("MetadataResponse"), 1, {"Brokers": [], "Topics": []})
+    out, events = c.receive_from_broker(b"".join(response(apis.METADATA, 1, i, body) for i in (1, 2)), 20)
+    assert [(e.correlation_id, e.t_request_ns, e.t_last_ns) for e in events if isinstance(e, ResponseSeen)] == [
+        (1, 10, 20), (2, 10, 20)]
+    with pytest.raises(FramingError, match="does not match"):
+        c.receive_from_broker(response(apis.METADATA, 1, 9, body), 30)
+
+
+def test_produce_with_acks_0_expects_no_response() -> None:
+    c = KafkaConnection()
+    events = c.receive_from_client(request(apis.PRODUCE, 9, 1, produce_body(9, 0)) +
+                                   request(apis.PRODUCE, 7, 2, produce_body(7, 1)), 5)
+    assert [(e.correlation_id, e.expects_response) for e in events if isinstance(e, RequestSeen)] == [
+        (1, False), (2, True)]
+    body = encode(load("ProduceResponse"), 7, {"Responses": []})
+    _, events = c.receive_from_broker(response(apis.PRODUCE, 7, 2, body), 6)
+    assert [e.correlation_id for e in events if isinstance(e, ResponseSeen)] == [2]
+
+
+def test_raw_sasl_tokens_after_handshake_v0() -> None:
+    c = KafkaConnection()
+    hs = encode(load("SaslHandshakeRequest"), 0, {"Mechanism": "SCRAM-SHA-256"})
+    c.receive_from_client(request(apis.SASL_HANDSHAKE, 0, 1, hs), 1)
+    ok = encode(load("SaslHandshakeResponse"), 0, {"ErrorCode": 0, "Mechanisms": ["SCRAM-SHA-256"]})
+    c.receive_from_broker(response(apis.SASL_HANDSHAKE, 0, 1, ok), 2)
+    for token, answer in ((b"n,,n=u,r=abc", b"r=abcdef,s=xx,i=4096"), (b"c=biws,r=abcdef,p=zz", b"v=qq")):
+        events = c.receive_from_client(len(token).to_bytes(4, "big") + token, 3)
+        assert events == []  # tokens are not Kafka requests, and never decoded
+        out, events = c.receive_from_broker(len(answer).to_bytes(4, "big") + answer, 4)
+        assert b"".join(bytes(s) for s in out)[4:] == answer
+    # after two SCRAM rounds the connection speaks Kafka again
+    events = c.receive_from_client(request(apis.API_VERSIONS, 0, 2, b""), 5)
+    assert [e.api_key for e in events if isinstance(e, RequestSeen)] == [apis.API_VERSIONS]
+
+
+def test_oversized_and_non_positive_frames_are_framing_errors() -> None:
+    c = KafkaConnection(max_frame_bytes=1000)
+    with pytest.raises(FramingError, match="exceeds the limit"):
+        c.receive_from_client((5000).to_bytes(4, "big"), 1)
+    with pytest.raises(FramingError, match="not positive"):
+        KafkaConnection().receive_from_client((-3).to_bytes(4, "big", signed=True), 1)
+
+
+def test_response_matching_no_request_is_a_framing_error() -> None:
+    with pytest.raises(FramingError, match="matches no request"):
+        KafkaConnection().receive_from_broker(response(apis.METADATA, 1, 1, b"\x00" * 8), 1)
+
+
+def test_metadata_rewrite_learns_brokers_and_streams_fetches() -> None:
+    adv = {1: ("proxy", 9001)}
+    c = KafkaConnection(rewriter=ResponseRewriter(lambda n, h, p: adv.get(n)))
+    c.receive_from_client(request(apis.METADATA, 12, 1, encode(load("MetadataRequest"), 12, {"Topics": []})), 1)
+    body = encode(load("MetadataResponse"), 12, {"Brokers": [{"NodeId": 1, "Host": "kafka-1", "Port": 9092}],
+                                                 "Topics": []})
+    out, events = c.receive_from_broker(response(apis.METADATA, 12, 1, body), 2)
+    learned = [e for e in events if isinstance(e, BrokersLearned)]
+    assert [(b.node_id, b.host, b.port) for b in learned[0].brokers] == [(1, "kafka-1", 9092)]
+    assert b"proxy" in b"".join(bytes(s) for s in out) and b"kafka-1" not in b"".join(bytes(s) for s in out)
+    # a v11 fetch response is streamed: the very object received is forwarded
+    c.receive_from_client(request(apis.FETCH, 11, 2, b"\x00" * 40), 3)
+    chunk = response(apis.FETCH, 11, 2, b"\x00" * 100)
+    out, _ = c.receive_from_broker(chunk[:50], 4)
+    assert b"".join(bytes(s) for s in out) == chunk[:50]
+    rest = chunk[50:]
+    out, _ = c.receive_from_broker(rest, 5)
+    assert out[0] is rest
+
+
+def _streams(run: str) -> list[tuple[bytes, bytes]]:
+    out = []
+    for conv in conversations(run).values():
+        if any(f.api_key == apis.SASL_HANDSHAKE for f in conv):
+            continue
+        out.append((b"".join(f.wire for f in conv if f.direction == "req"),
+                    b"".join(f.wire for f in conv if f.direction == "resp")))
+    return out
+
+
+STREAMS = [s for run in ("confluent", "kafkapython", "aiokafka", "kcat") for s in _streams(run)]
+
+
+def _run(req: bytes, resp: bytes, req_cuts: list[int], resp_cuts: list[int]) -> tuple[list[object], bytes]:
+    c = KafkaConnection(rewriter=ResponseRewriter(lambda n, h, p: ("proxy", 1000 + n)))
+    events: list[object] = []
+    for a, b in zip([0, *req_cuts], [*req_cuts, len(req)], strict=True):
+        events += c.receive_from_client(req[a:b], 0)
+    forwarded = []
+    for a, b in zip([0, *resp_cuts], [*resp_cuts, len(resp)], strict=True):
+        out, ev = c.receive_from_broker(resp[a:b], 0)
+        events += ev
+        forwarded += [bytes(s) for s in out]
+    return events, b"".join(forwarded)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_any_split_of_a_captured_stream_decodes_identically(data: st.DataObject) -> None:
+    req, resp = data.draw(st.sampled_from(STREAMS))
+    cuts = st.lists(st.integers(1, max(1, len(req) - 1)), max_size=12, unique=True).map(sorted)
+    rcuts = st.lists(st.integers(1, max(1, len(resp) - 1)), max_size=12, unique=True).map(sorted)
+    whole = _run(req, resp, [], [])
+    split = _run(req, resp, data.draw(cuts), data.draw(rcuts))
+    assert split == whole
+
+
+@settings(max_examples=300, deadline=None)
+@given(client=st.binary(max_size=300), broker=st.binary(max_size=300))
+def test_random_bytes_raise_only_protocol_errors(client: bytes, broker: bytes) -> None:
+    c = KafkaConnection(rewriter=ResponseRewriter(lambda n, h, p: ("proxy", 1)), max_frame_bytes=1 << 20)
+    try:
+        c.receive_from_client(client, 0)
+    except ProtocolError:
+        pass
+    try:
+        c.receive_from_broker(broker, 0)
+    except ProtocolError:
+        pass
+
+
+@settings(max_examples=300, deadline=None)
+@given(junk=st.binary(min_size=1, max_size=200), api=st.sampled_from(sorted(
+    [apis.API_VERSIONS, apis.METADATA, apis.FIND_COORDINATOR, apis.DESCRIBE_CLUSTER])), version=st.integers(0, 4))
+def test_garbage_responses_to_rewritten_apis_are_forwarded_untouched(junk: bytes, api: int, version: int) -> None:
+    c = KafkaConnection(rewriter=ResponseRewriter(lambda n, h, p: ("proxy", 1)))
+    c.receive_from_client(request(api, version, 1, b""), 0)
+    wire = response(api, version, 1, junk)
+    out, events = c.receive_from_broker(wire, 0)
+    forwarded = b"".join(bytes(s) for s in out)
+    done = [e for e in events if isinstance(e, ResponseSeen)]
+    assert len(done) == 1
+    if not done[0].rewritten:
+        assert forwarded == wire
