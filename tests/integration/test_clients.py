@@ -1,0 +1,194 @@
+"""Every real client works through the real proxy exactly as it does directly (kcat: works
+at all, which it cannot against Tansu directly), and no client connection bypasses it.
+
+Each scenario creates a topic, produces 5 records, consumes them in a consumer group and
+commits, lists topics and describes the cluster. The broker advertises its own address, so a
+client that escaped the proxy would connect to the broker port; a sampler watching every
+TCP socket on the machine shows only the proxy process ever does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from .conftest import TANSU_NODE_ID, Broker, ConnectionSampler, ProxyProc
+
+pytestmark = pytest.mark.integration
+
+RECORDS = [(f"k{i}".encode(), f"v{i}".encode()) for i in range(5)]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    consumed: tuple[tuple[bytes, bytes], ...]
+    committed: int
+    topic_listed: bool
+    partitions: int
+    node_ids: tuple[int, ...]
+
+
+def names() -> tuple[str, str]:
+    u = uuid.uuid4().hex[:8]
+    return f"t-{u}", f"g-{u}"
+
+
+# --------------------------------------------------------------------- confluent-kafka
+def confluent_scenario(bootstrap: str) -> Outcome:
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic, group = names()
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.create_topics([NewTopic(topic, num_partitions=3, replication_factor=1)]).values():
+        f.result(timeout=20)
+    md = admin.list_topics(timeout=20)
+    cluster = admin.describe_cluster(request_timeout=20).result(timeout=20)
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for k, v in RECORDS:
+        p.produce(topic, key=k, value=v, partition=int(k[1:]) % 3)
+    assert p.flush(20) == 0
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False})
+    c.subscribe([topic])
+    got: list[tuple[bytes, bytes]] = []
+    deadline = time.monotonic() + 40
+    while len(got) < len(RECORDS) and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and m.error() is None:
+            got.append((m.key(), m.value()))
+    c.commit(asynchronous=False)
+    committed = c.committed([TopicPartition(topic, i) for i in range(3)], timeout=20)
+    c.close()
+    return Outcome(tuple(sorted(got)), sum(max(tp.offset, 0) for tp in committed), topic in md.topics,
+                   len(md.topics[topic].partitions), tuple(sorted(n.id for n in cluster.nodes)))
+
+
+# --------------------------------------------------------------------- kafka-python
+def kafkapython_scenario(bootstrap: str) -> Outcome:
+    from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+    from kafka.admin import NewTopic
+
+    topic, group = names()
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=20000)
+    admin.create_topics([NewTopic(topic, 3, 1)])
+    listed = topic in admin.list_topics()
+    cluster = admin.describe_cluster()
+    admin.close()
+    p = KafkaProducer(bootstrap_servers=bootstrap)
+    for k, v in RECORDS:
+        p.send(topic, key=k, value=v, partition=int(k[1:]) % 3)
+    p.flush(20)
+    p.close()
+    c = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
+                      enable_auto_commit=False)
+    got: list[tuple[bytes, bytes]] = []
+    deadline = time.monotonic() + 40
+    while len(got) < len(RECORDS) and time.monotonic() < deadline:
+        for recs in c.poll(500).values():
+            got += [(r.key, r.value) for r in recs]
+    c.commit()
+    committed = sum(c.committed(TopicPartition(topic, i)) or 0 for i in range(3))
+    parts = len(c.partitions_for_topic(topic) or ())
+    c.close()
+    return Outcome(tuple(sorted(got)), committed, listed, parts,
+                   tuple(sorted(b.get("broker_id", b.get("node_id")) for b in cluster["brokers"])))
+
+
+# --------------------------------------------------------------------- aiokafka
+def aiokafka_scenario(bootstrap: str) -> Outcome:
+    async def run() -> Outcome:
+        from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+        from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+        topic, group = names()
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        await admin.create_topics([NewTopic(topic, 3, 1)])
+        listed = topic in await admin.list_topics()
+        cluster = await admin.describe_cluster()
+        await admin.close()
+        p = AIOKafkaProducer(bootstrap_servers=bootstrap)
+        await p.start()
+        for k, v in RECORDS:
+            await p.send_and_wait(topic, key=k, value=v, partition=int(k[1:]) % 3)
+        await p.stop()
+        c = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
+                             enable_auto_commit=False)
+        await c.start()
+        got: list[tuple[bytes, bytes]] = []
+        deadline = time.monotonic() + 40
+        while len(got) < len(RECORDS) and time.monotonic() < deadline:
+            for recs in (await c.getmany(timeout_ms=500)).values():
+                got += [(r.key, r.value) for r in recs]
+        await c.commit()
+        committed = 0
+        for i in range(3):
+            committed += await c.committed(TopicPartition(topic, i)) or 0
+        parts = len(c.partitions_for_topic(topic) or ())
+        await c.stop()
+        return Outcome(tuple(sorted(got)), committed, listed, parts,
+                       tuple(sorted(b["node_id"] for b in cluster["brokers"])))
+
+    return asyncio.run(run())
+
+
+SCENARIOS = {"confluent-kafka": confluent_scenario, "kafka-python": kafkapython_scenario,
+             "aiokafka": aiokafka_scenario}
+
+
+@pytest.mark.parametrize("client", sorted(SCENARIOS))
+def test_client_behaves_through_the_proxy_as_directly(client: str, tansu: Broker, proxy: ProxyProc) -> None:
+    scenario = SCENARIOS[client]
+    direct = scenario(tansu.bootstrap)
+    assert direct.consumed == tuple(sorted(RECORDS))  # the scenario itself is sound
+    with ConnectionSampler(tansu.port, proxy.ports) as sampler:
+        proxied = scenario(proxy.bootstrap)
+    assert proxied == direct
+    assert sampler.samples > 10
+    assert sampler.to_broker == {proxy.proc.pid}, "a client connection bypassed the proxy"
+    assert os.getpid() in sampler.to_proxy
+    metrics = proxy.metrics()
+    for api in ("Produce", "Fetch", "Metadata", "FindCoordinator", "JoinGroup", "OffsetCommit"):
+        assert f'fetchlat_requests_total{{api="{api}",broker="{TANSU_NODE_ID}"}}' in metrics, api
+    assert "fetchlat_request_duration_seconds_bucket" in metrics
+    assert 'fetchlat_connection_errors_total' not in metrics or 'reason="request_framing"' not in metrics
+
+
+# --------------------------------------------------------------------- kcat (librdkafka 2.0.2)
+def kcat(*args: str, data: bytes | None = None, timeout: float = 40) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(["kcat", *args], input=data, capture_output=True, timeout=timeout)
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="Debian kcat not installed (make test installs it)")
+def test_kcat_works_through_the_proxy_but_not_directly(tansu: Broker, proxy: ProxyProc, tmp_path: Path) -> None:
+    topic, group = names()
+    # directly, librdkafka 2.0.2 cannot parse Tansu's ApiVersions tags (PROTOCOL-NOTES §3.4)
+    direct = kcat("-L", "-b", tansu.bootstrap, "-m", "3", timeout=20)
+    assert direct.returncode != 0
+    with ConnectionSampler(tansu.port, proxy.ports) as sampler:
+        lines = b"".join(k + b":" + v + b"\n" for k, v in RECORDS)
+        produced = kcat("-P", "-b", proxy.bootstrap, "-t", topic, "-K:", data=lines)
+        assert produced.returncode == 0, produced.stderr
+        md = json.loads(kcat("-L", "-J", "-b", proxy.bootstrap, "-t", topic).stdout)
+        consumed = kcat("-C", "-b", proxy.bootstrap, "-t", topic, "-o", "beginning", "-e", "-f", "%k:%s\n")
+        assert consumed.returncode == 0, consumed.stderr
+        grouped = kcat("-b", proxy.bootstrap, "-G", group, topic, "-o", "beginning", "-e", "-f", "%k:%s\n",
+                       "-X", "enable.auto.commit=true", "-X", "auto.commit.interval.ms=100")
+        assert grouped.returncode == 0, grouped.stderr
+    got = sorted(tuple(line.split(b":", 1)) for line in consumed.stdout.splitlines() if line)
+    assert got == sorted(RECORDS)
+    assert sorted(tuple(line.split(b":", 1)) for line in grouped.stdout.splitlines() if line) == sorted(RECORDS)
+    assert [b["id"] for b in md["brokers"]] == [TANSU_NODE_ID]
+    assert md["brokers"][0]["name"] == f"127.0.0.1:{proxy.listen_port + 1 + TANSU_NODE_ID}"
+    assert sampler.to_broker == {proxy.proc.pid}, "a kcat connection bypassed the proxy"
+    assert 'fetchlat_rewritten_responses_total{api="ApiVersions"}' in proxy.metrics()
