@@ -23,7 +23,7 @@ deps: $(STAMP)
 	fi
 
 lint: $(STAMP)
-	$(BIN)/ruff check protocol proxy metrics tests bench
+	$(BIN)/ruff check protocol proxy metrics tests
 
 typecheck: $(STAMP)
 	$(BIN)/mypy protocol metrics proxy

