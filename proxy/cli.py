@@ -74,13 +74,24 @@ def run_proxy(args: argparse.Namespace) -> int:
     return uvloop.run(main())
 
 
+def _demo_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("demo", help="run an embedded broker, the proxy and load; show what it measures")
+    p.add_argument("--seconds", type=float, default=60.0, help="how long to run the load (default 60)")
+    p.add_argument("--rate", type=int, default=200, help="records per second produced (default 200)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fetchlat", description="True Kafka fetch latency, measured by a proxy.")
     sub = parser.add_subparsers(dest="command", required=True)
     _proxy_parser(sub)
+    _demo_parser(sub)
     args = parser.parse_args(argv)
     if args.command == "proxy":
         return run_proxy(args)
+    if args.command == "demo":
+        from .demo import run_demo
+
+        return run_demo(args)
     parser.error(f"unknown command {args.command}")
     return 2
 
