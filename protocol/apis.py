@@ -60,8 +60,10 @@ def table() -> dict[int, Api]:
 
 
 def api_name(key: int) -> str:
+    """The spec name, or ``unknown`` for keys no spec names: a bounded label set, whatever
+    a client sends."""
     api = table().get(key)
-    return api.name if api else f"Unknown{key}"
+    return api.name if api else "unknown"
 
 
 def request_header_version(key: int, version: int) -> int:

@@ -45,6 +45,7 @@ class ClientSide(asyncio.Protocol):
         self.broker: BrokerSide | None = None
         self.pending: list[bytes] = []
         self.pending_bytes = 0
+        self.upstream_ready_ns = 0  # requests buffered before this were forwarded only then
         self.closed = False
         self.peer = "?"
         self.codec = KafkaConnection(rewriter=proxy.rewriter, max_frame_bytes=proxy.cfg.max_frame_bytes)
@@ -85,6 +86,7 @@ class ClientSide(asyncio.Protocol):
             broker.close()
             return
         self.broker = broker
+        self.upstream_ready_ns = clock.now_ns()
         if self.pending:
             assert broker.transport is not None
             broker.transport.writelines(self.pending)
@@ -166,7 +168,8 @@ class ClientSide(asyncio.Protocol):
         for ev in events:
             if isinstance(ev, ResponseSeen):
                 children = self._children(ev.api_key)
-                children[1].observe((ev.t_last_ns - ev.t_request_ns) / 1e9)  # type: ignore[attr-defined]
+                forwarded_ns = max(ev.t_request_ns, self.upstream_ready_ns)
+                children[1].observe((ev.t_last_ns - forwarded_ns) / 1e9)  # type: ignore[attr-defined]
                 if ev.rewritten:
                     m.rewrites.labels(api_name(ev.api_key)).inc()
             elif isinstance(ev, RequestSeen):

@@ -91,3 +91,8 @@ def test_client_id_is_a_classic_string_even_in_header_v2() -> None:
     body = bytes.fromhex("0012000300000001000772646b61666b6100")  # ApiVersions v3, client "rdkafka"
     h = parse_request_header(body)
     assert (h.client_id, h.body_start) == ("rdkafka", len(body))
+
+
+def test_unknown_api_keys_share_one_label() -> None:
+    assert apis.api_name(apis.FETCH) == "Fetch"
+    assert apis.api_name(31337) == apis.api_name(-7) == "unknown"
