@@ -1,0 +1,189 @@
+"""Fetch (api key 1) v4-v18: what the latency model needs and nothing more.
+
+Layouts follow FetchRequest.json / FetchResponse.json (Kafka 4.1-era specs, versions 4-18,
+flexible from 12); tests check these decoders against the spec-driven walker on generated
+messages and on the golden captures. Records are never decoded: batch headers only.
+"""
+
+from __future__ import annotations
+
+import uuid as _uuid
+from dataclasses import dataclass
+
+from . import stream as s
+from .primitives import I32, I64
+from .stream import BatchStats, Parser, Reader
+
+MIN_VERSION = 4
+MAX_VERSION = 18
+CONSUMER_REPLICA_ID = -1
+FUTURE_LOCAL_REPLICA_ID = -3
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FetchPartitionRequest:
+    topic: str | None  # v4-12
+    topic_id: _uuid.UUID | None  # v13+
+    partition: int
+    fetch_offset: int
+    log_start_offset: int
+    partition_max_bytes: int
+    current_leader_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FetchRequestInfo:
+    replica_id: int  # effective id: ReplicaId (v4-14) or ReplicaState.ReplicaId (v15+)
+    replica_epoch: int
+    max_wait_ms: int
+    min_bytes: int
+    max_bytes: int
+    isolation_level: int
+    session_id: int
+    session_epoch: int
+    partitions: tuple[FetchPartitionRequest, ...]
+    forgotten: tuple[tuple[str | None, _uuid.UUID | None, int], ...]
+    rack_id: str | None
+
+    @property
+    def is_follower(self) -> bool:
+        return self.replica_id >= 0
+
+    @property
+    def kind(self) -> str:
+        return "follower" if self.replica_id >= 0 else "consumer"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FetchPartitionResponse:
+    topic: str | None
+    topic_id: _uuid.UUID | None
+    partition: int
+    error_code: int
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+    preferred_read_replica: int
+    batches: BatchStats | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FetchResponseInfo:
+    throttle_time_ms: int
+    error_code: int
+    session_id: int
+    partitions: tuple[FetchPartitionResponse, ...]
+    wait_time_ms: int | None  # a broker-reported WaitTimeMs (KIP-736), if the tag is present
+
+    @property
+    def records_bytes(self) -> int:
+        return sum(p.batches.size_bytes for p in self.partitions if p.batches is not None)
+
+
+def parse_request(version: int) -> Parser[FetchRequestInfo]:
+    r = Reader()
+    flex = version >= 12
+    replica_id = CONSUMER_REPLICA_ID
+    replica_epoch = -1
+    if version <= 14:
+        replica_id = yield from s.i32(r)
+    max_wait = yield from s.i32(r)
+    min_bytes = yield from s.i32(r)
+    max_bytes = yield from s.i32(r)
+    isolation = yield from s.i8(r)
+    session_id = session_epoch = -1
+    if version >= 7:
+        session_id = yield from s.i32(r)
+        session_epoch = yield from s.i32(r)
+    parts: list[FetchPartitionRequest] = []
+    for _ in range((yield from s.array_len(r, flex))):
+        topic = topic_id = None
+        if version >= 13:
+            topic_id = yield from s.uuid(r)
+        else:
+            topic = yield from s.string(r, flex)
+        for _ in range((yield from s.array_len(r, flex))):
+            partition = yield from s.i32(r)
+            leader_epoch = (yield from s.i32(r)) if version >= 9 else -1
+            fetch_offset = yield from s.i64(r)
+            if version >= 12:
+                yield from s.i32(r)  # LastFetchedEpoch
+            log_start = (yield from s.i64(r)) if version >= 5 else -1
+            pmax = yield from s.i32(r)
+            if flex:
+                yield from s.tags(r)
+            parts.append(FetchPartitionRequest(topic=topic, topic_id=topic_id, partition=partition,
+                                               fetch_offset=fetch_offset, log_start_offset=log_start,
+                                               partition_max_bytes=pmax, current_leader_epoch=leader_epoch))
+        if flex:
+            yield from s.tags(r)
+    forgotten: list[tuple[str | None, _uuid.UUID | None, int]] = []
+    if version >= 7:
+        for _ in range((yield from s.array_len(r, flex))):
+            ftopic = ftopic_id = None
+            if version >= 13:
+                ftopic_id = yield from s.uuid(r)
+            else:
+                ftopic = yield from s.string(r, flex)
+            for _ in range((yield from s.array_len(r, flex))):
+                forgotten.append((ftopic, ftopic_id, (yield from s.i32(r))))
+            if flex:
+                yield from s.tags(r)
+    rack = (yield from s.string(r, flex)) if version >= 11 else None
+    if flex:
+        found = yield from s.tags(r, {1: "ReplicaState"})
+        if "ReplicaState" in found:
+            raw = found["ReplicaState"][1]
+            replica_id = I32.unpack_from(raw, 0)[0]
+            replica_epoch = I64.unpack_from(raw, 4)[0]
+    return FetchRequestInfo(replica_id=replica_id, replica_epoch=replica_epoch, max_wait_ms=max_wait,
+                            min_bytes=min_bytes, max_bytes=max_bytes, isolation_level=isolation,
+                            session_id=session_id, session_epoch=session_epoch, partitions=tuple(parts),
+                            forgotten=tuple(forgotten), rack_id=rack)
+
+
+def parse_response(version: int, wait_time_tag: int | None = None) -> Parser[FetchResponseInfo]:
+    """The body after the response header. ``wait_time_tag``: the top-level tag number a
+    broker uses for WaitTimeMs (KIP-736 was never merged, so it is configurable)."""
+    r = Reader()
+    flex = version >= 12
+    throttle = (yield from s.i32(r)) if version >= 1 else 0
+    error = session_id = 0
+    if version >= 7:
+        error = yield from s.i16(r)
+        session_id = yield from s.i32(r)
+    parts: list[FetchPartitionResponse] = []
+    for _ in range((yield from s.array_len(r, flex))):
+        topic = topic_id = None
+        if version >= 13:
+            topic_id = yield from s.uuid(r)
+        else:
+            topic = yield from s.string(r, flex)
+        for _ in range((yield from s.array_len(r, flex))):
+            index = yield from s.i32(r)
+            perr = yield from s.i16(r)
+            hw = yield from s.i64(r)
+            lso = yield from s.i64(r)
+            lstart = (yield from s.i64(r)) if version >= 5 else -1
+            for _ in range(max(0, (yield from s.array_len(r, flex)))):  # AbortedTransactions
+                yield from s.skip(r, 16)
+                if flex:
+                    yield from s.tags(r)
+            prr = (yield from s.i32(r)) if version >= 11 else -1
+            batches = yield from s.records(r, flex)
+            if flex:
+                yield from s.tags(r)
+            parts.append(FetchPartitionResponse(topic=topic, topic_id=topic_id, partition=index, error_code=perr,
+                                                high_watermark=hw, last_stable_offset=lso, log_start_offset=lstart,
+                                                preferred_read_replica=prr, batches=batches))
+        if flex:
+            yield from s.tags(r)
+    wait_ms = None
+    if flex:
+        wanted = {wait_time_tag: "WaitTimeMs"} if wait_time_tag is not None else None
+        found = yield from s.tags(r, wanted)
+        if "WaitTimeMs" in found:
+            raw = found["WaitTimeMs"][1]
+            wait_ms = I32.unpack_from(raw, 0)[0] if len(raw) == 4 else None
+    return FetchResponseInfo(throttle_time_ms=throttle, error_code=error, session_id=session_id,
+                             partitions=tuple(parts), wait_time_ms=wait_ms)

@@ -1,0 +1,112 @@
+"""Produce (api key 0) v3-v13: acks, per-partition batch headers; responses' base offsets,
+LogAppendTime and errors. Layouts follow ProduceRequest.json / ProduceResponse.json
+(versions 3-13, flexible from 9; v13 names topics by id). Records are never decoded."""
+
+from __future__ import annotations
+
+import uuid as _uuid
+from dataclasses import dataclass
+
+from . import stream as s
+from .stream import BatchStats, Parser, Reader
+
+MIN_VERSION = 3
+MAX_VERSION = 13
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProducePartitionRequest:
+    topic: str | None
+    topic_id: _uuid.UUID | None
+    partition: int
+    batches: BatchStats | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProduceRequestInfo:
+    transactional: bool
+    acks: int
+    timeout_ms: int
+    partitions: tuple[ProducePartitionRequest, ...]
+
+    @property
+    def records(self) -> int:
+        return sum(p.batches.records for p in self.partitions if p.batches is not None)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProducePartitionResponse:
+    topic: str | None
+    topic_id: _uuid.UUID | None
+    partition: int
+    error_code: int
+    base_offset: int
+    log_append_time_ms: int
+    log_start_offset: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProduceResponseInfo:
+    throttle_time_ms: int
+    partitions: tuple[ProducePartitionResponse, ...]
+
+
+def parse_request(version: int) -> Parser[ProduceRequestInfo]:
+    r = Reader()
+    flex = version >= 9
+    txn = yield from s.string(r, flex)
+    acks = yield from s.i16(r)
+    timeout = yield from s.i32(r)
+    parts: list[ProducePartitionRequest] = []
+    for _ in range((yield from s.array_len(r, flex))):
+        topic = topic_id = None
+        if version >= 13:
+            topic_id = yield from s.uuid(r)
+        else:
+            topic = yield from s.string(r, flex)
+        for _ in range((yield from s.array_len(r, flex))):
+            index = yield from s.i32(r)
+            batches = yield from s.records(r, flex)
+            if flex:
+                yield from s.tags(r)
+            parts.append(ProducePartitionRequest(topic=topic, topic_id=topic_id, partition=index, batches=batches))
+        if flex:
+            yield from s.tags(r)
+    if flex:
+        yield from s.tags(r)
+    return ProduceRequestInfo(transactional=txn is not None, acks=acks, timeout_ms=timeout, partitions=tuple(parts))
+
+
+def parse_response(version: int) -> Parser[ProduceResponseInfo]:
+    r = Reader()
+    flex = version >= 9
+    parts: list[ProducePartitionResponse] = []
+    for _ in range((yield from s.array_len(r, flex))):
+        topic = topic_id = None
+        if version >= 13:
+            topic_id = yield from s.uuid(r)
+        else:
+            topic = yield from s.string(r, flex)
+        for _ in range((yield from s.array_len(r, flex))):
+            index = yield from s.i32(r)
+            err = yield from s.i16(r)
+            base = yield from s.i64(r)
+            lat = (yield from s.i64(r)) if version >= 2 else -1
+            lstart = (yield from s.i64(r)) if version >= 5 else -1
+            if version >= 8:
+                for _ in range(max(0, (yield from s.array_len(r, flex)))):  # RecordErrors
+                    yield from s.i32(r)
+                    yield from s.string(r, flex)
+                    if flex:
+                        yield from s.tags(r)
+                yield from s.string(r, flex)  # ErrorMessage
+            if flex:
+                yield from s.tags(r)
+            parts.append(ProducePartitionResponse(topic=topic, topic_id=topic_id, partition=index, error_code=err,
+                                                  base_offset=base, log_append_time_ms=lat, log_start_offset=lstart))
+        if flex:
+            yield from s.tags(r)
+    throttle = (yield from s.i32(r)) if version >= 1 else 0
+    if flex:
+        yield from s.tags(r)
+    return ProduceResponseInfo(throttle_time_ms=throttle, partitions=tuple(parts))

@@ -1,0 +1,244 @@
+"""Push-parser primitives for messages that carry records (Fetch responses, Produce
+requests): fed chunk by chunk as they are forwarded, they keep memory constant whatever the
+frame size. Record batches are skipped by length; only their 61-byte headers are read.
+
+A parser is a generator: it receives chunks with ``send`` and returns its result. Helpers
+suspend only when a field is not yet complete in the current chunk; a field that straddles
+two chunks is the only thing joined. Must never: keep a memoryview in a result, or do I/O.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid as _uuid
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar
+
+from .errors import DecodeError
+from .primitives import I8, I16, I32, I64, Buf
+
+T = TypeVar("T")
+Parser = Generator[None, Buf, T]
+
+BATCH_HEADER: Final = struct.Struct(">qiibIhiqqqhii")  # RecordBatch v2, 61 bytes
+BATCH_HEADER_BYTES: Final = 61
+TIMESTAMP_TYPE_LOG_APPEND: Final = 0x08
+CONTROL_BATCH: Final = 0x20
+MAX_ARRAY: Final = 1 << 24  # a sanity bound: arrays longer than this are corrupt
+
+
+class Reader:
+    """The parser's window: the current chunk and a position in it."""
+
+    __slots__ = ("buf", "pos")
+
+    def __init__(self, buf: Buf = b"") -> None:
+        self.buf: Buf = buf
+        self.pos = 0
+
+
+def need(r: Reader, n: int) -> Parser[int]:
+    """Make ``n`` bytes contiguous at the read position; return their offset and advance."""
+    avail = len(r.buf) - r.pos
+    while avail < n:
+        chunk = yield
+        if avail == 0:
+            r.buf, r.pos = chunk, 0
+        else:  # a field straddles two chunks: join just that
+            r.buf, r.pos = bytes(r.buf[r.pos :]) + bytes(chunk), 0
+        avail = len(r.buf)
+    p = r.pos
+    r.pos = p + n
+    return p
+
+
+def skip(r: Reader, n: int) -> Parser[None]:
+    """Consume ``n`` bytes without copying them."""
+    while True:
+        avail = len(r.buf) - r.pos
+        if avail >= n:
+            r.pos += n
+            return
+        n -= avail
+        r.buf = yield
+        r.pos = 0
+
+
+def i8(r: Reader) -> Parser[int]:
+    p = yield from need(r, 1)
+    return int(I8.unpack_from(r.buf, p)[0])
+
+
+def i16(r: Reader) -> Parser[int]:
+    p = yield from need(r, 2)
+    return int(I16.unpack_from(r.buf, p)[0])
+
+
+def i32(r: Reader) -> Parser[int]:
+    p = yield from need(r, 4)
+    return int(I32.unpack_from(r.buf, p)[0])
+
+
+def i64(r: Reader) -> Parser[int]:
+    p = yield from need(r, 8)
+    return int(I64.unpack_from(r.buf, p)[0])
+
+
+def uvarint(r: Reader) -> Parser[int]:
+    result = shift = 0
+    while True:
+        p = yield from need(r, 1)
+        b = r.buf[p]
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result
+        shift += 7
+        if shift > 63:
+            raise DecodeError("varint longer than 10 bytes")
+
+
+def length(r: Reader, flexible: bool, wide: bool = True) -> Parser[int]:
+    """An array/bytes length (int32, or int16 for classic strings); -1 is null."""
+    if flexible:
+        return (yield from uvarint(r)) - 1
+    return (yield from (i32(r) if wide else i16(r)))
+
+
+def array_len(r: Reader, flexible: bool) -> Parser[int]:
+    n = yield from length(r, flexible)
+    if n > MAX_ARRAY:
+        raise DecodeError(f"array of {n} elements is beyond any real message")
+    return n
+
+
+def string(r: Reader, flexible: bool) -> Parser[str | None]:
+    n = yield from length(r, flexible, wide=False)
+    if n < 0:
+        return None
+    p = yield from need(r, n)
+    try:
+        return bytes(r.buf[p : p + n]).decode("utf-8")
+    except UnicodeDecodeError:
+        raise DecodeError("string is not UTF-8") from None
+
+
+def uuid(r: Reader) -> Parser[_uuid.UUID]:
+    p = yield from need(r, 16)
+    return _uuid.UUID(bytes=bytes(r.buf[p : p + 16]))
+
+
+def tags(r: Reader, wanted: dict[int, str] | None = None) -> Parser[dict[str, tuple[int, bytes]]]:
+    """Skip a tag buffer; return the raw bytes of the ``wanted`` tags (tag -> name)."""
+    found: dict[str, tuple[int, bytes]] = {}
+    count = yield from uvarint(r)
+    for _ in range(count):
+        tag = yield from uvarint(r)
+        size = yield from uvarint(r)
+        name = wanted.get(tag) if wanted else None
+        if name is not None:
+            p = yield from need(r, size)
+            found[name] = (tag, bytes(r.buf[p : p + size]))
+        else:
+            yield from skip(r, size)
+    return found
+
+
+@dataclass(slots=True)
+class BatchStats:
+    """What the headers of a records blob say (magic v2 batches)."""
+
+    size_bytes: int = 0
+    batches: int = 0
+    records: int = 0
+    first_offset: int = -1  # base offset of the first batch
+    next_offset: int = -1  # last offset of the last complete batch + 1
+    max_timestamp_ms: int = -1
+    log_append_time: bool = False  # timestamp type of the newest batch
+    control_batches: int = 0
+    partial_bytes: int = 0  # a partial last batch (normal in fetch responses)
+    legacy: bool = False  # magic < 2: not scanned
+
+
+def records(r: Reader, flexible: bool) -> Parser[BatchStats | None]:
+    n = yield from length(r, flexible)
+    if n < 0:
+        return None
+    stats = BatchStats(size_bytes=n)
+    remaining = n
+    while remaining > 0:
+        if remaining < BATCH_HEADER_BYTES:
+            stats.partial_bytes += remaining
+            yield from skip(r, remaining)
+            break
+        p = yield from need(r, BATCH_HEADER_BYTES)
+        (base, blen, _epoch, magic, _crc, attrs, last_delta, _base_ts, max_ts,
+         _pid, _pepoch, _seq, count) = BATCH_HEADER.unpack_from(r.buf, p)
+        if magic != 2:
+            stats.legacy = True
+            yield from skip(r, remaining - BATCH_HEADER_BYTES)
+            break
+        total = 12 + blen
+        if blen < BATCH_HEADER_BYTES - 12 or total > remaining:
+            stats.partial_bytes += remaining  # the broker cut the last batch short
+            yield from skip(r, remaining - BATCH_HEADER_BYTES)
+            break
+        yield from skip(r, total - BATCH_HEADER_BYTES)
+        remaining -= total
+        stats.batches += 1
+        if stats.first_offset < 0:
+            stats.first_offset = base
+        stats.next_offset = base + last_delta + 1
+        if attrs & CONTROL_BATCH:
+            stats.control_batches += 1
+        else:
+            stats.records += count
+        if max_ts > stats.max_timestamp_ms:
+            stats.max_timestamp_ms = max_ts
+        stats.log_append_time = bool(attrs & TIMESTAMP_TYPE_LOG_APPEND)
+    return stats
+
+
+class Feeder:
+    """Drives a parser generator over the chunks of one frame."""
+
+    __slots__ = ("done", "error", "gen", "result")
+
+    def __init__(self, gen: Parser[Any]) -> None:
+        self.gen = gen
+        self.result: Any = None
+        self.done = False
+        self.error: str | None = None
+        try:
+            next(gen)
+        except StopIteration as stop:
+            self.done, self.result = True, stop.value
+
+    def feed(self, chunk: Buf) -> None:
+        if self.done or self.error is not None or not len(chunk):
+            return
+        try:
+            self.gen.send(chunk)
+        except StopIteration as stop:
+            self.done, self.result = True, stop.value
+        except DecodeError as exc:
+            self.error = str(exc)
+        except (struct.error, ValueError, IndexError) as exc:
+            self.error = f"{type(exc).__name__}: {exc}"
+
+    def finish(self) -> Any:
+        """The result, or None (with ``error`` set) when the frame ended early or was bad."""
+        if not self.done and self.error is None:
+            self.error = "frame ended before the message did"
+            self.gen.close()
+        return self.result if self.done else None
+
+
+def parse_whole(gen: Parser[T], data: Buf) -> T:
+    """Run a parser over one complete buffer (tests, and small frames)."""
+    f = Feeder(gen)
+    f.feed(data)
+    result = f.finish()
+    if f.error is not None:
+        raise DecodeError(f.error)
+    return result  # type: ignore[no-any-return]
