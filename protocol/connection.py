@@ -17,19 +17,23 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Final
 
-from . import apis
+from . import apis, fetch, produce
 from .errors import DecodeError, FramingError, ProtocolError
 from .events import (
     BrokersLearned,
     DecodeFailed,
     Event,
+    FetchExchanged,
+    ProduceExchanged,
     RequestSeen,
     ResponseSeen,
     SaslPassthroughStarted,
 )
-from .headers import parse_request_header
-from .primitives import I16, I32, read_fixed, read_string
+from .headers import RequestHeader, parse_request_header
+from .primitives import I16, I32, Buf, read_fixed, read_string
 from .rewrite import ResponseRewriter
+from .sessions import Covered, FetchSessions
+from .stream import Feeder
 
 DEFAULT_MAX_FRAME_BYTES: Final = 100 * 1024 * 1024
 REQUEST_PEEK_BYTES: Final = 512  # header + what we read of a body; the rest is skipped
@@ -47,6 +51,18 @@ class InFlight:
     client_id: str | None
     t_request_ns: int
     sasl_mechanism: str | None = None
+    info: fetch.FetchRequestInfo | produce.ProduceRequestInfo | None = None
+    covered: Covered = ()
+    request_bytes: int = 0
+
+
+def observed(api_key: int, api_version: int) -> bool:
+    """Fetch and Produce exchanges are decoded for the latency model."""
+    if api_key == apis.FETCH:
+        return fetch.MIN_VERSION <= api_version <= fetch.MAX_VERSION
+    if api_key == apis.PRODUCE:
+        return produce.MIN_VERSION <= api_version <= produce.MAX_VERSION
+    return False
 
 
 def _frame_size(raw: bytes, max_frame_bytes: int, side: str) -> int:
@@ -61,14 +77,14 @@ def _frame_size(raw: bytes, max_frame_bytes: int, side: str) -> int:
     return size
 
 
-def _produce_acks(api_version: int, buf: bytes, pos: int) -> int:
+def _produce_acks(api_version: int, buf: Buf, pos: int) -> int:
     flexible = api_version >= 9
     _, pos = read_string(buf, pos, flexible)  # TransactionalId
     acks, _ = read_fixed(I16, buf, pos)
     return acks
 
 
-def _sasl_mechanism(api_version: int, buf: bytes, pos: int) -> str | None:
+def _sasl_mechanism(api_version: int, buf: Buf, pos: int) -> str | None:
     mech, _ = read_string(buf, pos, flexible=False)
     return mech
 
@@ -81,9 +97,12 @@ class KafkaConnection:
         *,
         rewriter: ResponseRewriter | None = None,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        wait_time_tag: int | None = None,
     ) -> None:
         self.rewriter = rewriter
         self.max_frame_bytes = max_frame_bytes
+        self.wait_time_tag = wait_time_tag
+        self.sessions = FetchSessions()
         self.in_flight: deque[InFlight] = deque()
         self.passthrough = False  # set after raw SASL of unknown shape: forward blindly
         self._sasl_raw_rounds = 0
@@ -94,6 +113,8 @@ class KafkaConnection:
         self._c_peek = bytearray()
         self._c_peek_want = 0
         self._c_size = 0
+        self._c_header: RequestHeader | None = None
+        self._c_feeder: Feeder | None = None
         # broker side
         self._b_prefix = bytearray()
         self._b_prefix_pieces: list[Segment] = []
@@ -102,6 +123,7 @@ class KafkaConnection:
         self._b_hold: list[Segment] | None = None
         self._b_current: InFlight | None = None
         self._b_t_first = 0
+        self._b_feeder: Feeder | None = None
 
     # ------------------------------------------------------------------ client -> broker
     def receive_from_client(self, data: bytes, t_ns: int) -> list[Event]:
@@ -123,23 +145,43 @@ class KafkaConnection:
             if len(self._c_peek) < self._c_peek_want:
                 take = min(self._c_peek_want - len(self._c_peek), n - pos)
                 self._c_peek += data[pos : pos + take]
+                if len(self._c_peek) == self._c_peek_want:
+                    self._peek_complete()
             else:
                 take = min(self._c_left, n - pos)
+                if self._c_feeder is not None:
+                    self._c_feeder.feed(data if take == n else memoryview(data)[pos : pos + take])
             pos += take
             self._c_left -= take
             if self._c_left == 0:
                 self._request_complete(t_ns, events)
         return events
 
+    def _peek_complete(self) -> None:
+        """The first bytes of a request are in: read its header, start its body parser."""
+        self._c_header = None
+        self._c_feeder = None
+        if self._sasl_raw_rounds > 0:
+            return
+        try:
+            header = parse_request_header(self._c_peek)
+        except DecodeError:
+            return
+        self._c_header = header
+        if observed(header.api_key, header.api_version):
+            mod = fetch if header.api_key == apis.FETCH else produce
+            self._c_feeder = Feeder(mod.parse_request(header.api_version))
+            self._c_feeder.feed(bytes(self._c_peek[header.body_start :]))
+
     def _request_complete(self, t_ns: int, events: list[Event]) -> None:
-        peek = bytes(self._c_peek)
+        peek = self._c_peek
+        feeder, self._c_feeder = self._c_feeder, None
         if self._sasl_raw_rounds > 0:
             self._sasl_raw_rounds -= 1
             self.in_flight.append(InFlight(-1, SASL_TOKEN, 0, None, t_ns))
             return
-        try:
-            header = parse_request_header(peek)
-        except DecodeError:
+        header = self._c_header
+        if header is None:
             # The first 8 bytes always hold key, version and correlation id; only an
             # oversized client id can push the rest of the header past the peek window.
             if len(peek) < 8:
@@ -155,6 +197,8 @@ class KafkaConnection:
             return
         expects = True
         mech = None
+        info = None
+        covered: Covered = ()
         try:
             if header.api_key == apis.PRODUCE and header.api_version >= 3:
                 expects = _produce_acks(header.api_version, peek, header.body_start) != 0
@@ -163,9 +207,21 @@ class KafkaConnection:
         except DecodeError as exc:
             events.append(DecodeFailed(api_key=header.api_key, api_version=header.api_version,
                                        direction="request", reason=str(exc)))
+        if feeder is not None:
+            info = feeder.finish()
+            if info is None:
+                events.append(DecodeFailed(api_key=header.api_key, api_version=header.api_version,
+                                           direction="request", reason=feeder.error or "undecodable"))
+            elif isinstance(info, fetch.FetchRequestInfo):
+                covered = self.sessions.covered(info)
         if expects:
             self.in_flight.append(InFlight(header.correlation_id, header.api_key, header.api_version,
-                                           header.client_id, t_ns, mech))
+                                           header.client_id, t_ns, mech, info, covered, self._c_size))
+        elif isinstance(info, produce.ProduceRequestInfo):  # acks=0: the request is all there is
+            events.append(ProduceExchanged(
+                correlation_id=header.correlation_id, client_id=header.client_id, api_version=header.api_version,
+                request=info, response=None, t_request_ns=t_ns, t_first_ns=t_ns, t_last_ns=t_ns,
+                request_bytes=self._c_size, response_bytes=0))
         events.append(RequestSeen(
             correlation_id=header.correlation_id, api_key=header.api_key, api_version=header.api_version,
             client_id=header.client_id, size_bytes=self._c_size, expects_response=expects, t_ns=t_ns,
@@ -205,6 +261,8 @@ class KafkaConnection:
                 self._b_hold.append(piece)
             else:
                 out.append(piece)
+            if self._b_feeder is not None:
+                self._b_feeder.feed(piece)
             pos += take
             self._b_left -= take
             if self._b_left == 0:
@@ -236,6 +294,13 @@ class KafkaConnection:
         else:
             out.extend(self._b_prefix_pieces)
             self._b_hold = None
+        self._b_feeder = None
+        if head.info is not None:
+            if head.api_key == apis.FETCH:
+                self._b_feeder = Feeder(
+                    fetch.parse_response(head.api_version, self.wait_time_tag, after_correlation_id=True))
+            else:
+                self._b_feeder = Feeder(produce.parse_response(head.api_version, after_correlation_id=True))
         self._b_prefix = bytearray()
         self._b_prefix_pieces = []
 
@@ -266,12 +331,34 @@ class KafkaConnection:
             else:
                 out.extend(pieces)
             self._b_hold = None
+        if self._b_feeder is not None:
+            self._exchange_complete(cur, self._b_feeder, t_ns, events)
+            self._b_feeder = None
         events.append(ResponseSeen(
             correlation_id=cur.correlation_id, api_key=cur.api_key, api_version=cur.api_version,
             client_id=cur.client_id, size_bytes=self._b_size, t_request_ns=cur.t_request_ns,
             t_first_ns=self._b_t_first, t_last_ns=t_ns, rewritten=rewritten,
         ))
         self._b_current = None
+
+    def _exchange_complete(self, cur: InFlight, feeder: Feeder, t_ns: int, events: list[Event]) -> None:
+        info = feeder.finish()
+        if info is None:
+            events.append(DecodeFailed(api_key=cur.api_key, api_version=cur.api_version, direction="response",
+                                       reason=feeder.error or "undecodable"))
+            return
+        if isinstance(cur.info, fetch.FetchRequestInfo):
+            self.sessions.on_response(cur.info, info, cur.covered)
+            events.append(FetchExchanged(
+                correlation_id=cur.correlation_id, client_id=cur.client_id, api_version=cur.api_version,
+                request=cur.info, response=info, covered=cur.covered, t_request_ns=cur.t_request_ns,
+                t_first_ns=self._b_t_first, t_last_ns=t_ns, request_bytes=cur.request_bytes,
+                response_bytes=self._b_size + 4))
+        elif isinstance(cur.info, produce.ProduceRequestInfo):
+            events.append(ProduceExchanged(
+                correlation_id=cur.correlation_id, client_id=cur.client_id, api_version=cur.api_version,
+                request=cur.info, response=info, t_request_ns=cur.t_request_ns, t_first_ns=self._b_t_first,
+                t_last_ns=t_ns, request_bytes=cur.request_bytes, response_bytes=self._b_size + 4))
 
     def _after_sasl_handshake_v0(self, mechanism: str, body: memoryview, events: list[Event]) -> None:
         try:

@@ -3,7 +3,12 @@ which would pin the connection's buffers)."""
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
+
+from .fetch import FetchRequestInfo, FetchResponseInfo
+from .produce import ProduceRequestInfo, ProduceResponseInfo
+from .sessions import Covered
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,4 +67,46 @@ class SaslPassthroughStarted:
     mechanism: str
 
 
-Event = RequestSeen | ResponseSeen | BrokersLearned | DecodeFailed | SaslPassthroughStarted
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopicIdsLearned:
+    """Topic names and ids from a Metadata v10+ response (Fetch v13+ names topics by id)."""
+
+    topics: tuple[tuple[str, uuid.UUID], ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FetchExchanged:
+    """A decoded Fetch request and its response, with the proxy's timestamps (monotonic ns):
+    request forwarded upstream, first and last response byte."""
+
+    correlation_id: int
+    client_id: str | None
+    api_version: int
+    request: FetchRequestInfo
+    response: FetchResponseInfo
+    covered: Covered  # every partition the fetch asks for (fetch sessions resolved)
+    t_request_ns: int
+    t_first_ns: int
+    t_last_ns: int
+    request_bytes: int
+    response_bytes: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProduceExchanged:
+    """A decoded Produce request and its response (None for acks=0)."""
+
+    correlation_id: int
+    client_id: str | None
+    api_version: int
+    request: ProduceRequestInfo
+    response: ProduceResponseInfo | None
+    t_request_ns: int
+    t_first_ns: int
+    t_last_ns: int
+    request_bytes: int
+    response_bytes: int
+
+
+Event = (RequestSeen | ResponseSeen | BrokersLearned | DecodeFailed | SaslPassthroughStarted | TopicIdsLearned
+         | FetchExchanged | ProduceExchanged)

@@ -142,11 +142,15 @@ def parse_request(version: int) -> Parser[FetchRequestInfo]:
                             forgotten=tuple(forgotten), rack_id=rack)
 
 
-def parse_response(version: int, wait_time_tag: int | None = None) -> Parser[FetchResponseInfo]:
-    """The body after the response header. ``wait_time_tag``: the top-level tag number a
-    broker uses for WaitTimeMs (KIP-736 was never merged, so it is configurable)."""
+def parse_response(version: int, wait_time_tag: int | None = None, *,
+                   after_correlation_id: bool = False) -> Parser[FetchResponseInfo]:
+    """The body after the response header (or, with ``after_correlation_id``, from the
+    header's tag buffer on). ``wait_time_tag``: the top-level tag number a broker uses for
+    WaitTimeMs (KIP-736 was never merged, so it is configurable)."""
     r = Reader()
     flex = version >= 12
+    if after_correlation_id and flex:
+        yield from s.tags(r)
     throttle = (yield from s.i32(r)) if version >= 1 else 0
     error = session_id = 0
     if version >= 7:

@@ -77,9 +77,11 @@ def parse_request(version: int) -> Parser[ProduceRequestInfo]:
     return ProduceRequestInfo(transactional=txn is not None, acks=acks, timeout_ms=timeout, partitions=tuple(parts))
 
 
-def parse_response(version: int) -> Parser[ProduceResponseInfo]:
+def parse_response(version: int, *, after_correlation_id: bool = False) -> Parser[ProduceResponseInfo]:
     r = Reader()
     flex = version >= 9
+    if after_correlation_id and flex:
+        yield from s.tags(r)  # the response header's tag buffer
     parts: list[ProducePartitionResponse] = []
     for _ in range((yield from s.array_len(r, flex))):
         topic = topic_id = None

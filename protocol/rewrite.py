@@ -8,6 +8,7 @@ unknown tagged fields and trailing bytes survive. A frame that needs no change y
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Final
@@ -60,6 +61,7 @@ def apply_splices(buf: Buf, start: int, end: int, splices: Iterable[Splice]) -> 
 class RewriteResult:
     body: bytes | None  # the new frame (without size prefix), or None: forward untouched
     learned: list[BrokerAddress] = field(default_factory=list)
+    topic_ids: list[tuple[str, uuid.UUID]] = field(default_factory=list)
 
 
 def _broker_splices(
@@ -126,8 +128,13 @@ class ResponseRewriter:
         if adv is None:
             return RewriteResult(None)
         splices: list[Splice] = []
+        topic_ids: list[tuple[str, uuid.UUID]] = []
         if api_key == apis.METADATA:
             splices = _broker_splices(msg["Brokers"] or [], "NodeId", flexible, adv, learned)
+            for t in msg["Topics"] or []:
+                tid = t.get("TopicId")
+                if tid is not None and tid.int != 0 and t["Name"] is not None:
+                    topic_ids.append((t["Name"], tid))
         elif api_key == apis.FIND_COORDINATOR:
             if api_version >= 4:
                 splices = _broker_splices(msg["Coordinators"] or [], "NodeId", flexible, adv, learned)
@@ -141,8 +148,8 @@ class ResponseRewriter:
             inner = _broker_splices(endpoints, "NodeId", True, adv, learned)
             splices = _tagged_splices(msg, "NodeEndpoints", frame, inner)
         if not splices:
-            return RewriteResult(None, learned)
-        return RewriteResult(apply_splices(frame, 0, len(frame), splices), learned)
+            return RewriteResult(None, learned, topic_ids)
+        return RewriteResult(apply_splices(frame, 0, len(frame), splices), learned, topic_ids)
 
 
 def _api_versions_changes(msg: Struct, fields: tuple[FieldSpec, ...], version: int) -> bool:

@@ -152,6 +152,7 @@ class BatchStats:
     batches: int = 0
     records: int = 0
     first_offset: int = -1  # base offset of the first batch
+    first_timestamp_ms: int = -1  # base timestamp of the first batch (when the first new data was made)
     next_offset: int = -1  # last offset of the last complete batch + 1
     max_timestamp_ms: int = -1
     log_append_time: bool = False  # timestamp type of the newest batch
@@ -172,7 +173,7 @@ def records(r: Reader, flexible: bool) -> Parser[BatchStats | None]:
             yield from skip(r, remaining)
             break
         p = yield from need(r, BATCH_HEADER_BYTES)
-        (base, blen, _epoch, magic, _crc, attrs, last_delta, _base_ts, max_ts,
+        (base, blen, _epoch, magic, _crc, attrs, last_delta, base_ts, max_ts,
          _pid, _pepoch, _seq, count) = BATCH_HEADER.unpack_from(r.buf, p)
         if magic != 2:
             stats.legacy = True
@@ -188,6 +189,7 @@ def records(r: Reader, flexible: bool) -> Parser[BatchStats | None]:
         stats.batches += 1
         if stats.first_offset < 0:
             stats.first_offset = base
+            stats.first_timestamp_ms = base_ts
         stats.next_offset = base + last_delta + 1
         if attrs & CONTROL_BATCH:
             stats.control_batches += 1

@@ -60,6 +60,7 @@ def oracle_stats(blob: bytes | None) -> BatchStats | None:
         st_.records += b.records_count
         if st_.first_offset < 0:
             st_.first_offset = b.base_offset
+            st_.first_timestamp_ms = b.first_timestamp
         st_.next_offset = b.base_offset + b.last_offset_delta + 1
         st_.max_timestamp_ms = max(st_.max_timestamp_ms, b.max_timestamp)
         st_.log_append_time = b.timestamp_type == 1
