@@ -1,0 +1,328 @@
+"""The latency model: how long a fetch really took once the purgatory wait is taken out.
+
+Pure: events and timestamps in (monotonic ns, scripted in tests), samples out. Owns what the
+proxy has learned of each partition (log ends from fetch and produce traffic, produce append
+times, follower progress). Must never: read clocks, touch sockets or Prometheus.
+
+Timestamps at the proxy (monotonic ns): t_request = request forwarded upstream, t_first /
+t_last = first / last response byte. total = t_last - t_request.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Final
+
+from fetchlat.protocol.events import FetchExchanged, ProduceExchanged
+from fetchlat.protocol.sessions import TopicKey
+
+NS_PER_MS: Final = 1_000_000
+# A fetch answered this close to (or after) max_wait with too little data ran to expiry.
+EXPIRY_SLACK_NS: Final = 2 * NS_PER_MS
+MAX_APPENDS_PER_PARTITION: Final = 4096
+MAX_PARTITIONS: Final = 100_000
+
+IMMEDIATE, WOKEN, EXPIRED, ERROR, UNKNOWN = "immediate", "woken", "expired", "error", "unknown"
+OUTCOMES: Final = (IMMEDIATE, WOKEN, EXPIRED, ERROR, UNKNOWN)
+REPORTED, INFERRED = "reported", "inferred"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WaitEstimate:
+    wait_ns: int
+    source: str  # reported | inferred
+    outcome: str  # immediate | woken | expired | error | unknown
+    basis: str  # what decided it (see estimate_wait)
+    confident: bool
+    arrival_ns: int | None = None  # when the data that woke the fetch arrived (woken)
+
+
+def estimate_wait(
+    *,
+    max_wait_ms: int,
+    min_bytes: int,
+    total_ns: int,
+    t_request_ns: int,
+    error: bool,
+    returned_bytes: int,
+    reported_wait_ms: int | None = None,
+    data_at_request: bool = False,
+    arrival_ns: int | None = None,
+    arrival_basis: str | None = None,
+) -> WaitEstimate:
+    """The purgatory wait of one fetch. In order of preference:
+
+    1. ``reported``: the broker said (WaitTimeMs, KIP-736): used as is, clamped to [0, total].
+    2. ``error``: an erroring fetch is answered at once: wait 0.
+    3. ``max_wait_ms <= 0``: the fetch cannot park: ``immediate``, wait 0.
+    4. enough data came back (``returned_bytes >= min_bytes``):
+       - the proxy knew data lay beyond the fetch offset when the request went out
+         (high watermark / produce acks seen before): ``immediate``, wait 0;
+       - the data's arrival is known (produce seen by the proxy, else LogAppendTime, else
+         CreateTime): at or before the request: ``immediate``; after it: ``woken``, wait =
+         arrival - request, clamped to [0, min(max_wait, total)];
+       - otherwise ``unknown``, wait 0 (local is then an upper bound), low confidence.
+    5. too little data came back:
+       - total reached max_wait (within ``EXPIRY_SLACK_NS``): ``expired``, wait = max_wait
+         (never more than total);
+       - answered early with too little data: ``unknown``, wait 0, low confidence.
+    """
+    max_wait_ns = max(0, max_wait_ms) * NS_PER_MS
+    if reported_wait_ms is not None:
+        wait = min(max(0, reported_wait_ms * NS_PER_MS), total_ns)
+        if wait == 0:
+            outcome = IMMEDIATE
+        elif wait >= max_wait_ns:
+            outcome = EXPIRED
+        else:
+            outcome = WOKEN
+        return WaitEstimate(wait_ns=wait, source=REPORTED, outcome=outcome, basis="reported", confident=True)
+    if error:
+        return WaitEstimate(wait_ns=0, source=INFERRED, outcome=ERROR, basis="error", confident=True)
+    if max_wait_ms <= 0:
+        return WaitEstimate(wait_ns=0, source=INFERRED, outcome=IMMEDIATE, basis="max_wait<=0", confident=True)
+    if returned_bytes >= max(min_bytes, 0) and (returned_bytes > 0 or min_bytes <= 0):
+        if data_at_request or min_bytes <= 0:
+            return WaitEstimate(wait_ns=0, source=INFERRED, outcome=IMMEDIATE, basis="known_log_end", confident=True)
+        if arrival_ns is not None:
+            basis = arrival_basis or "arrival"
+            confident = basis in ("produce_seen", "log_append_time")
+            if arrival_ns <= t_request_ns:
+                return WaitEstimate(wait_ns=0, source=INFERRED, outcome=IMMEDIATE, basis=basis, confident=confident)
+            wait = min(arrival_ns - t_request_ns, max_wait_ns, total_ns)
+            return WaitEstimate(wait_ns=wait, source=INFERRED, outcome=WOKEN, basis=basis, confident=confident,
+                                arrival_ns=arrival_ns)
+        return WaitEstimate(wait_ns=0, source=INFERRED, outcome=UNKNOWN, basis="no_arrival", confident=False)
+    if total_ns >= max_wait_ns - EXPIRY_SLACK_NS:
+        return WaitEstimate(wait_ns=min(max_wait_ns, total_ns), source=INFERRED, outcome=EXPIRED, basis="expired",
+                            confident=True)
+    return WaitEstimate(wait_ns=0, source=INFERRED, outcome=UNKNOWN, basis="early_without_data", confident=False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionSample:
+    topic: str
+    partition: int
+    fetch_offset: int
+    high_watermark: int
+    error_code: int
+    records: int
+    bytes: int
+    record_latency_ns: int | None  # KIP-489: response time - newest batch max timestamp
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FetchSample:
+    kind: str  # consumer | follower
+    replica_id: int
+    client_id: str | None
+    api_version: int
+    max_wait_ms: int
+    min_bytes: int
+    request_bytes: int
+    response_bytes: int
+    records: int
+    error_code: int
+    throttle_ms: int
+    total_ns: int
+    first_byte_ns: int  # request forwarded -> first response byte
+    transfer_ns: int  # first -> last response byte
+    wait_ns: int
+    wait_source: str
+    outcome: str
+    basis: str
+    confident: bool
+    local_ns: int  # TotalLocalTime = total - wait
+    e2e_ns: int  # local + proxy time + client-leg RTT
+    wake_lag_ns: int | None  # woken: data arrival -> first response byte
+    partitions: tuple[PartitionSample, ...]
+
+    @property
+    def throttled(self) -> bool:
+        return self.throttle_ms > 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProduceSample:
+    client_id: str | None
+    acks: int
+    api_version: int
+    records: int
+    request_bytes: int
+    error_code: int
+    total_ns: int | None  # None for acks=0 (no response)
+    partitions: tuple[tuple[str, int, int, int], ...]  # topic, partition, base offset, records
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplicationSample:
+    follower: int
+    topic: str
+    partition: int
+    latency_ns: int  # produce append at the leader -> follower fetch confirming it
+
+
+@dataclass(slots=True)
+class _Partition:
+    log_end: int = -1  # highest next offset known to exist
+    log_end_t_ns: int = 0
+    stable_end: int = -1  # last stable offset (read_committed readers see up to here)
+    append_ends: list[int] = field(default_factory=list)  # end offsets of appends seen, ascending
+    append_times: list[int] = field(default_factory=list)
+    confirmed: dict[int, int] = field(default_factory=dict)  # follower -> offset it has
+
+
+class LatencyModel:
+    """Per-proxy state and the samples each exchange yields."""
+
+    def __init__(self, *, wall_minus_mono_ns: int) -> None:
+        self.wall_minus_mono_ns = wall_minus_mono_ns
+        self.topic_names: dict[TopicKey, str] = {}
+        self._parts: OrderedDict[tuple[str, int], _Partition] = OrderedDict()
+
+    # --------------------------------------------------------------------- knowledge
+    def topic(self, key: TopicKey) -> str:
+        if isinstance(key, str):
+            return key
+        return self.topic_names.get(key, str(key))
+
+    def learn_topic_ids(self, topics: tuple[tuple[str, TopicKey], ...]) -> None:
+        for name, tid in topics:
+            self.topic_names[tid] = name
+
+    def _part(self, topic: str, partition: int) -> _Partition:
+        key = (topic, partition)
+        p = self._parts.get(key)
+        if p is None:
+            if len(self._parts) >= MAX_PARTITIONS:
+                self._parts.popitem(last=False)
+            p = self._parts[key] = _Partition()
+        return p
+
+    def _mono(self, wall_ms: int) -> int:
+        return wall_ms * NS_PER_MS - self.wall_minus_mono_ns
+
+    # --------------------------------------------------------------------- produce
+    def on_produce(self, ev: ProduceExchanged) -> ProduceSample:
+        req, resp = ev.request, ev.response
+        counts = {(self.topic(p.topic_id or p.topic or ""), p.partition): (p.batches.records if p.batches else 0)
+                  for p in req.partitions}
+        parts: list[tuple[str, int, int, int]] = []
+        error = 0
+        if resp is not None:
+            for rp in resp.partitions:
+                topic = self.topic(rp.topic_id or rp.topic or "")
+                n = counts.get((topic, rp.partition), 0)
+                error = error or rp.error_code
+                parts.append((topic, rp.partition, rp.base_offset, n))
+                if rp.error_code == 0 and rp.base_offset >= 0 and n > 0:
+                    self._appended(topic, rp.partition, rp.base_offset + n, ev.t_request_ns)
+        return ProduceSample(client_id=ev.client_id, acks=req.acks, api_version=ev.api_version, records=req.records,
+                             request_bytes=ev.request_bytes, error_code=error,
+                             total_ns=None if resp is None else ev.t_last_ns - ev.t_request_ns,
+                             partitions=tuple(parts))
+
+    def _appended(self, topic: str, partition: int, end_offset: int, t_ns: int) -> None:
+        """The leader appended up to ``end_offset`` at ``t_ns`` (estimated as the time the
+        produce request was forwarded: a sidecar forwards within microseconds of arrival)."""
+        p = self._part(topic, partition)
+        if p.append_ends and end_offset <= p.append_ends[-1]:
+            return
+        p.append_ends.append(end_offset)
+        p.append_times.append(t_ns)
+        if len(p.append_ends) > MAX_APPENDS_PER_PARTITION:
+            del p.append_ends[: MAX_APPENDS_PER_PARTITION // 4]
+            del p.append_times[: MAX_APPENDS_PER_PARTITION // 4]
+        if end_offset > p.log_end:
+            p.log_end, p.log_end_t_ns = end_offset, t_ns
+
+    # --------------------------------------------------------------------- fetch
+    def on_fetch(self, ev: FetchExchanged, *, proxy_ns: int = 0, client_rtt_ns: int = 0
+                 ) -> tuple[FetchSample, list[ReplicationSample]]:
+        req, resp = ev.request, ev.response
+        total = ev.t_last_ns - ev.t_request_ns
+        returned_bytes = resp.records_bytes
+        follower = req.replica_id if req.replica_id >= 0 else None
+        read_committed = req.isolation_level == 1
+
+        data_at_request = False
+        arrival: int | None = None
+        arrival_basis: str | None = None
+        replication: list[ReplicationSample] = []
+        offsets = {(self.topic(t), p): off for t, p, off in ev.covered}
+        for (topic, part), off in offsets.items():
+            st = self._part(topic, part)
+            visible_end = st.stable_end if read_committed and st.stable_end >= 0 else st.log_end
+            if visible_end > off and st.log_end_t_ns <= ev.t_request_ns:
+                data_at_request = True
+            if follower is not None:
+                replication += self._confirm(st, follower, topic, part, off, ev.t_request_ns)
+
+        part_samples: list[PartitionSample] = []
+        records = 0
+        for rp in resp.partitions:
+            topic = self.topic(rp.topic_id or rp.topic or "")
+            st = self._part(topic, rp.partition)
+            b = rp.batches
+            n = b.records if b is not None else 0
+            records += n
+            rec_lat = None
+            if b is not None and b.batches:
+                off = offsets.get((topic, rp.partition), b.first_offset)
+                a, basis = self._arrival(st, off, b.first_timestamp_ms, b.log_append_time)
+                if a is not None and (arrival is None or a < arrival):
+                    arrival, arrival_basis = a, basis
+                if follower is None and b.max_timestamp_ms >= 0:
+                    rec_lat = ev.t_last_ns + self.wall_minus_mono_ns - b.max_timestamp_ms * NS_PER_MS
+            if rp.error_code == 0 and rp.high_watermark > st.log_end:
+                st.log_end, st.log_end_t_ns = rp.high_watermark, ev.t_first_ns
+            if rp.error_code == 0 and rp.last_stable_offset >= 0:
+                st.stable_end = rp.last_stable_offset
+            part_samples.append(PartitionSample(
+                topic=topic, partition=rp.partition, fetch_offset=offsets.get((topic, rp.partition), -1),
+                high_watermark=rp.high_watermark, error_code=rp.error_code, records=n,
+                bytes=b.size_bytes if b is not None else 0, record_latency_ns=rec_lat))
+
+        errored = resp.error_code != 0 or (bool(resp.partitions) and all(p.error_code for p in resp.partitions))
+        w = estimate_wait(max_wait_ms=req.max_wait_ms, min_bytes=req.min_bytes, total_ns=total,
+                          t_request_ns=ev.t_request_ns, error=errored, returned_bytes=returned_bytes,
+                          reported_wait_ms=resp.wait_time_ms, data_at_request=data_at_request,
+                          arrival_ns=arrival, arrival_basis=arrival_basis)
+        local = total - w.wait_ns
+        error_code = resp.error_code or next((p.error_code for p in resp.partitions if p.error_code), 0)
+        sample = FetchSample(
+            kind=req.kind, replica_id=req.replica_id, client_id=ev.client_id, api_version=ev.api_version,
+            max_wait_ms=req.max_wait_ms, min_bytes=req.min_bytes, request_bytes=ev.request_bytes,
+            response_bytes=ev.response_bytes, records=records, error_code=error_code,
+            throttle_ms=resp.throttle_time_ms, total_ns=total, first_byte_ns=ev.t_first_ns - ev.t_request_ns,
+            transfer_ns=ev.t_last_ns - ev.t_first_ns, wait_ns=w.wait_ns, wait_source=w.source, outcome=w.outcome,
+            basis=w.basis, confident=w.confident, local_ns=local, e2e_ns=local + proxy_ns + client_rtt_ns,
+            wake_lag_ns=(ev.t_first_ns - w.arrival_ns) if w.arrival_ns is not None else None,
+            partitions=tuple(part_samples))
+        return sample, replication
+
+    def _arrival(self, st: _Partition, fetch_offset: int, first_ts_ms: int, log_append: bool
+                 ) -> tuple[int | None, str | None]:
+        """When the first data beyond ``fetch_offset`` reached the leader."""
+        i = bisect.bisect_right(st.append_ends, fetch_offset)
+        if i < len(st.append_ends):
+            return st.append_times[i], "produce_seen"
+        if first_ts_ms >= 0:
+            return self._mono(first_ts_ms), "log_append_time" if log_append else "create_time"
+        return None, None
+
+    def _confirm(self, st: _Partition, follower: int, topic: str, part: int, offset: int, t_ns: int
+                 ) -> list[ReplicationSample]:
+        """A follower fetching from ``offset`` holds every record below it."""
+        prev = st.confirmed.get(follower, -1)
+        if offset <= prev:
+            return []
+        st.confirmed[follower] = offset
+        lo = bisect.bisect_right(st.append_ends, prev) if prev >= 0 else 0
+        hi = bisect.bisect_right(st.append_ends, offset)
+        if prev < 0:  # the first fetch we see: earlier appends were confirmed before we looked
+            lo = hi
+        return [ReplicationSample(follower=follower, topic=topic, partition=part, latency_ns=t_ns - st.append_times[i])
+                for i in range(lo, hi)]

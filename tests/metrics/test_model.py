@@ -1,0 +1,205 @@
+"""The latency model with scripted events and time: every outcome of the wait estimate, and
+the knowledge the model builds from produce and fetch traffic."""
+
+from __future__ import annotations
+
+import pytest
+from fetchlat.metrics.model import (
+    EXPIRED,
+    IMMEDIATE,
+    INFERRED,
+    REPORTED,
+    UNKNOWN,
+    WOKEN,
+    LatencyModel,
+    estimate_wait,
+)
+from fetchlat.protocol.events import FetchExchanged, ProduceExchanged
+from fetchlat.protocol.fetch import (
+    FetchPartitionRequest,
+    FetchPartitionResponse,
+    FetchRequestInfo,
+    FetchResponseInfo,
+)
+from fetchlat.protocol.produce import (
+    ProducePartitionRequest,
+    ProducePartitionResponse,
+    ProduceRequestInfo,
+    ProduceResponseInfo,
+)
+from fetchlat.protocol.stream import BatchStats
+
+MS = 1_000_000
+T0 = 10_000 * MS  # the request went out at t = 10 s (monotonic)
+
+# name: (estimate_wait arguments beyond the defaults, expected (outcome, wait ms, source, basis, confident))
+TABLE = {
+    "reported wait is used as is": (
+        {"reported_wait_ms": 120, "total_ns": 130 * MS, "returned_bytes": 100}, (WOKEN, 120, REPORTED, "reported", True)),
+    "reported zero is immediate": (
+        {"reported_wait_ms": 0, "total_ns": 3 * MS}, (IMMEDIATE, 0, REPORTED, "reported", True)),
+    "reported full wait is expired": (
+        {"reported_wait_ms": 500, "total_ns": 503 * MS}, (EXPIRED, 500, REPORTED, "reported", True)),
+    "reported wait never exceeds total": (
+        {"reported_wait_ms": 900, "total_ns": 600 * MS}, (EXPIRED, 600, REPORTED, "reported", True)),
+    "error is answered at once": (
+        {"error": True, "total_ns": 2 * MS}, ("error", 0, INFERRED, "error", True)),
+    "max_wait 0 cannot park": (
+        {"max_wait_ms": 0, "total_ns": 2 * MS}, (IMMEDIATE, 0, INFERRED, "max_wait<=0", True)),
+    "data known beyond the offset": (
+        {"data_at_request": True, "returned_bytes": 500, "total_ns": 4 * MS},
+        (IMMEDIATE, 0, INFERRED, "known_log_end", True)),
+    "min_bytes 0 never parks": (
+        {"min_bytes": 0, "returned_bytes": 0, "total_ns": 1 * MS}, (IMMEDIATE, 0, INFERRED, "known_log_end", True)),
+    "woken by produce seen": (
+        {"returned_bytes": 200, "arrival_ns": T0 + 80 * MS, "arrival_basis": "produce_seen", "total_ns": 90 * MS},
+        (WOKEN, 80, INFERRED, "produce_seen", True)),
+    "woken by LogAppendTime": (
+        {"returned_bytes": 200, "arrival_ns": T0 + 30 * MS, "arrival_basis": "log_append_time", "total_ns": 40 * MS},
+        (WOKEN, 30, INFERRED, "log_append_time", True)),
+    "woken by CreateTime is low confidence": (
+        {"returned_bytes": 200, "arrival_ns": T0 + 30 * MS, "arrival_basis": "create_time", "total_ns": 40 * MS},
+        (WOKEN, 30, INFERRED, "create_time", False)),
+    "arrival before the request is immediate": (
+        {"returned_bytes": 200, "arrival_ns": T0 - 5 * MS, "arrival_basis": "produce_seen", "total_ns": 3 * MS},
+        (IMMEDIATE, 0, INFERRED, "produce_seen", True)),
+    "woken wait clamped to max_wait": (
+        {"returned_bytes": 200, "arrival_ns": T0 + 900 * MS, "arrival_basis": "create_time", "total_ns": 950 * MS},
+        (WOKEN, 500, INFERRED, "create_time", False)),
+    "woken wait clamped to total (clock skew)": (
+        {"returned_bytes": 200, "arrival_ns": T0 + 300 * MS, "arrival_basis": "create_time", "total_ns": 100 * MS},
+        (WOKEN, 100, INFERRED, "create_time", False)),
+    "data with no arrival is unknown": (
+        {"returned_bytes": 200, "total_ns": 40 * MS}, (UNKNOWN, 0, INFERRED, "no_arrival", False)),
+    "empty at max_wait expired": (
+        {"returned_bytes": 0, "total_ns": 501 * MS}, (EXPIRED, 500, INFERRED, "expired", True)),
+    "empty just under max_wait (within slack) expired": (
+        {"returned_bytes": 0, "total_ns": 499 * MS}, (EXPIRED, 499, INFERRED, "expired", True)),
+    "too few bytes at max_wait expired": (
+        {"returned_bytes": 10, "min_bytes": 1000, "total_ns": 505 * MS}, (EXPIRED, 500, INFERRED, "expired", True)),
+    "empty and early is unknown": (
+        {"returned_bytes": 0, "total_ns": 120 * MS}, (UNKNOWN, 0, INFERRED, "early_without_data", False)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TABLE))
+def test_wait_estimate(name: str) -> None:
+    args, (outcome, wait_ms, source, basis, confident) = TABLE[name]
+    kw = {"max_wait_ms": 500, "min_bytes": 1, "t_request_ns": T0, "error": False, "returned_bytes": 0, **args}
+    w = estimate_wait(**kw)  # type: ignore[arg-type]
+    assert (w.outcome, w.wait_ns / MS, w.source, w.basis, w.confident) == (outcome, wait_ms, source, basis, confident)
+
+
+# ------------------------------------------------------------------ scripted exchanges
+def fetch_ev(t_req: int, t_first: int, t_last: int, *, offset: int = 0, records: int = 0, hw: int = 0,
+             first_ts_ms: int = -1, max_ts_ms: int = -1, log_append: bool = False, replica: int = -1,
+             max_wait: int = 500, throttle: int = 0, error: int = 0, isolation: int = 0) -> FetchExchanged:
+    req = FetchRequestInfo(replica_id=replica, replica_epoch=-1, max_wait_ms=max_wait, min_bytes=1,
+                           max_bytes=1 << 20, isolation_level=isolation, session_id=0, session_epoch=-1,
+                           partitions=(FetchPartitionRequest(topic="t", topic_id=None, partition=0, fetch_offset=offset,
+                                                             log_start_offset=-1, partition_max_bytes=1 << 20),),
+                           forgotten=(), rack_id=None)
+    batches = BatchStats(size_bytes=100 * records, batches=1 if records else 0, records=records,
+                         first_offset=offset if records else -1, next_offset=offset + records if records else -1,
+                         first_timestamp_ms=first_ts_ms, max_timestamp_ms=max_ts_ms, log_append_time=log_append)
+    resp = FetchResponseInfo(throttle_time_ms=throttle, error_code=0, session_id=0, wait_time_ms=None, partitions=(
+        FetchPartitionResponse(topic="t", topic_id=None, partition=0, error_code=error, high_watermark=hw,
+                               last_stable_offset=hw, log_start_offset=0, preferred_read_replica=-1,
+                               batches=batches if records else BatchStats()),))
+    return FetchExchanged(correlation_id=1, client_id="c", api_version=12, request=req, response=resp,
+                          covered=(("t", 0, offset),), t_request_ns=t_req, t_first_ns=t_first, t_last_ns=t_last,
+                          request_bytes=80, response_bytes=100 + 100 * records)
+
+
+def produce_ev(t_req: int, t_resp: int, base: int, n: int, acks: int = 1) -> ProduceExchanged:
+    req = ProduceRequestInfo(transactional=False, acks=acks, timeout_ms=1000, partitions=(
+        ProducePartitionRequest(topic="t", topic_id=None, partition=0, batches=BatchStats(batches=1, records=n)),))
+    resp = ProduceResponseInfo(throttle_time_ms=0, partitions=(
+        ProducePartitionResponse(topic="t", topic_id=None, partition=0, error_code=0, base_offset=base,
+                                 log_append_time_ms=-1, log_start_offset=0),))
+    return ProduceExchanged(correlation_id=1, client_id="p", api_version=9, request=req, response=resp,
+                            t_request_ns=t_req, t_first_ns=t_resp, t_last_ns=t_resp, request_bytes=200,
+                            response_bytes=60)
+
+
+def test_idle_long_poll_expires_and_local_is_what_is_left() -> None:
+    m = LatencyModel(wall_minus_mono_ns=0)
+    s, _ = m.on_fetch(fetch_ev(T0, T0 + 503 * MS, T0 + 503 * MS))
+    assert (s.outcome, s.wait_ns, s.local_ns) == (EXPIRED, 500 * MS, 3 * MS)
+
+
+def test_woken_by_a_produce_the_proxy_saw() -> None:
+    m = LatencyModel(wall_minus_mono_ns=0)
+    m.on_produce(produce_ev(T0 + 100 * MS, T0 + 101 * MS, base=0, n=5))
+    s, _ = m.on_fetch(fetch_ev(T0, T0 + 352 * MS, T0 + 353 * MS, records=5, hw=5))
+    # Tansu-like: parked at T0, data at +100 ms, answered on its next re-check at +352 ms
+    assert (s.outcome, s.basis, s.wait_ns, s.local_ns) == (WOKEN, "produce_seen", 100 * MS, 253 * MS)
+    assert s.wake_lag_ns == 252 * MS
+
+
+def test_data_known_before_the_request_is_immediate() -> None:
+    m = LatencyModel(wall_minus_mono_ns=0)
+    m.on_produce(produce_ev(T0 - 50 * MS, T0 - 49 * MS, base=0, n=5))
+    s, _ = m.on_fetch(fetch_ev(T0, T0 + 2 * MS, T0 + 2 * MS, records=5, hw=5))
+    assert (s.outcome, s.wait_ns, s.local_ns) == (IMMEDIATE, 0, 2 * MS)
+
+
+def test_high_watermark_from_an_earlier_fetch_counts_as_knowledge() -> None:
+    m = LatencyModel(wall_minus_mono_ns=0)
+    m.on_fetch(fetch_ev(T0, T0 + 1 * MS, T0 + 1 * MS, offset=0, records=3, hw=10))
+    s, _ = m.on_fetch(fetch_ev(T0 + 5 * MS, T0 + 7 * MS, T0 + 7 * MS, offset=3, records=7, hw=10))
+    assert (s.outcome, s.basis) == (IMMEDIATE, "known_log_end")
+
+
+def test_read_committed_waits_on_the_stable_offset() -> None:
+    m = LatencyModel(wall_minus_mono_ns=0)
+    m._part("t", 0).log_end = 10
+    m._part("t", 0).stable_end = 3
+    s, _ = m.on_fetch(fetch_ev(T0, T0 + 503 * MS, T0 + 503 * MS, offset=3, isolation=1))
+    assert s.outcome == EXPIRED
+
+
+def test_create_time_arrival_uses_the_wall_clock_pair() -> None:
+    wall_minus_mono = 1_700_000_000_000 * MS
+    m = LatencyModel(wall_minus_mono_ns=wall_minus_mono)
+    arrival_wall_ms = (T0 + wall_minus_mono) // MS + 40
+    s, _ = m.on_fetch(fetch_ev(T0, T0 + 45 * MS, T0 + 45 * MS, records=1, hw=1, first_ts_ms=arrival_wall_ms,
+                               max_ts_ms=arrival_wall_ms))
+    assert (s.outcome, s.basis, s.wait_ns, s.confident) == (WOKEN, "create_time", 40 * MS, False)
+    assert s.partitions[0].record_latency_ns == 5 * MS  # KIP-489: response time - newest record
+
+
+def test_record_latency_of_records_produced_in_the_past() -> None:
+    wall_minus_mono = 1_700_000_000_000 * MS
+    m = LatencyModel(wall_minus_mono_ns=wall_minus_mono)
+    old = (T0 + wall_minus_mono) // MS - 60_000  # records stamped a minute before the fetch went out
+    s, _ = m.on_fetch(fetch_ev(T0, T0 + 1 * MS, T0 + 2 * MS, records=2, hw=2, first_ts_ms=old, max_ts_ms=old))
+    assert s.partitions[0].record_latency_ns == 60_002 * MS
+
+
+def test_follower_fetch_confirms_appends_as_replication_latency() -> None:
+    m = LatencyModel(wall_minus_mono_ns=0)
+    m.on_fetch(fetch_ev(T0, T0 + 1 * MS, T0 + 1 * MS, offset=0, replica=2, max_wait=500))  # follower at 0
+    m.on_produce(produce_ev(T0 + 10 * MS, T0 + 11 * MS, base=0, n=5))
+    m.on_produce(produce_ev(T0 + 20 * MS, T0 + 21 * MS, base=5, n=5))
+    s, rep = m.on_fetch(fetch_ev(T0 + 30 * MS, T0 + 31 * MS, T0 + 31 * MS, offset=5, replica=2, records=5, hw=10))
+    assert s.kind == "follower"
+    assert [(r.follower, r.latency_ns) for r in rep] == [(2, 20 * MS)]  # offsets 0-4, appended at +10 ms
+    _, rep = m.on_fetch(fetch_ev(T0 + 45 * MS, T0 + 46 * MS, T0 + 46 * MS, offset=10, replica=2))
+    assert [r.latency_ns for r in rep] == [25 * MS]
+    _, rep = m.on_fetch(fetch_ev(T0 + 50 * MS, T0 + 51 * MS, T0 + 51 * MS, offset=10, replica=3))
+    assert rep == []  # a follower's first fetch: what it confirmed before we looked is not counted
+
+
+def test_throttled_and_error_fetches() -> None:
+    m = LatencyModel(wall_minus_mono_ns=0)
+    s, _ = m.on_fetch(fetch_ev(T0, T0 + 503 * MS, T0 + 503 * MS, throttle=200))
+    assert s.throttled and s.outcome == EXPIRED
+    s, _ = m.on_fetch(fetch_ev(T0, T0 + 1 * MS, T0 + 1 * MS, error=6))
+    assert (s.outcome, s.error_code, s.wait_ns) == ("error", 6, 0)
+
+
+def test_e2e_adds_proxy_time_and_client_rtt() -> None:
+    m = LatencyModel(wall_minus_mono_ns=0)
+    s, _ = m.on_fetch(fetch_ev(T0, T0 + 503 * MS, T0 + 503 * MS), proxy_ns=50_000, client_rtt_ns=200_000)
+    assert s.e2e_ns == s.local_ns + 250_000
