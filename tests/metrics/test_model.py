@@ -35,7 +35,8 @@ T0 = 10_000 * MS  # the request went out at t = 10 s (monotonic)
 # name: (estimate_wait arguments beyond the defaults, expected (outcome, wait ms, source, basis, confident))
 TABLE = {
     "reported wait is used as is": (
-        {"reported_wait_ms": 120, "total_ns": 130 * MS, "returned_bytes": 100}, (WOKEN, 120, REPORTED, "reported", True)),
+        {"reported_wait_ms": 120, "total_ns": 130 * MS, "returned_bytes": 100},
+        (WOKEN, 120, REPORTED, "reported", True)),
     "reported zero is immediate": (
         {"reported_wait_ms": 0, "total_ns": 3 * MS}, (IMMEDIATE, 0, REPORTED, "reported", True)),
     "reported full wait is expired": (
