@@ -10,6 +10,8 @@ from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
+from .model import FetchSample, ProduceSample, ReplicationSample
+
 # 50 µs to 60 s, eight buckets below 1 ms (KIP-403: sub-millisecond precision).
 LATENCY_BUCKETS: Final = (
     0.00005, 0.0001, 0.0002, 0.0003, 0.0005, 0.00075, 0.001, 0.0015, 0.0025, 0.005, 0.0075,
@@ -19,7 +21,7 @@ LATENCY_BUCKETS: Final = (
 
 class ProxyMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        disable_created_metrics()  # type: ignore[no-untyped-call]  # the *_created series double the scrape for no use here
+        disable_created_metrics()  # the *_created series double the scrape for no use here
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
         self.requests = Counter("fetchlat_requests", "Requests seen", ["api", "broker"], registry=r)
@@ -48,3 +50,99 @@ class ProxyMetrics:
         )
         self.listeners = Gauge("fetchlat_listeners", "Per-broker listeners open", registry=r)
         self.brokers_known = Gauge("fetchlat_brokers_known", "Upstream brokers learned from metadata", registry=r)
+
+
+OTHER = "other"
+
+
+class BoundedLabel:
+    """Caps a label's values: the first ``cap`` distinct values keep their name, the rest
+    share ``other``, so a client inventing topic or client ids cannot explode the series."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self._kept: set[str] = set()
+
+    def __call__(self, value: str | None) -> str:
+        v = value or ""
+        if v in self._kept:
+            return v
+        if len(self._kept) < self.cap:
+            self._kept.add(v)
+            return v
+        return OTHER
+
+
+class FetchMetrics:
+    """The latency model's samples as Prometheus families (DESIGN.md's pinned names, plus
+    extensions). All durations in seconds."""
+
+    def __init__(self, registry: CollectorRegistry, *, topic_cap: int = 100, client_cap: int = 100) -> None:
+        r = registry
+        h = lambda name, doc, labels: Histogram(name, doc, labels, buckets=LATENCY_BUCKETS, registry=r)
+        self.total = h("fetchlat_fetch_total_seconds", "Fetch duration including purgatory (what other tools report)",
+                       ["broker", "kind"])
+        self.wait = h("fetchlat_fetch_wait_seconds", "Purgatory wait of a fetch", ["broker", "kind", "source"])
+        self.local = h("fetchlat_fetch_local_seconds", "TotalLocalTime = total - wait", ["broker", "kind"])
+        self.e2e = h("fetchlat_fetch_e2e_seconds", "Real end-to-end: local + proxy time + client-leg RTT",
+                     ["broker", "kind"])
+        self.fetches = Counter("fetchlat_fetches", "Fetches by outcome", ["broker", "kind", "outcome"], registry=r)
+        self.record_latency = h("fetchlat_record_latency_seconds",
+                                "KIP-489: response time minus the newest record timestamp, per partition",
+                                ["broker", "topic"])
+        self.client_record_latency = h("fetchlat_client_record_latency_seconds",
+                                       "KIP-489 record latency per consumer client id", ["broker", "client"])
+        self.wake_lag = h("fetchlat_fetch_wake_lag_seconds",
+                          "Woken fetches: data arrival -> first response byte (Kafka wakes on append; "
+                          "some brokers re-check on a timer)", ["broker", "kind"])
+        self.first_byte = h("fetchlat_fetch_first_byte_seconds", "Fetch forwarded -> first response byte",
+                            ["broker", "kind"])
+        self.transfer = h("fetchlat_fetch_transfer_seconds", "First -> last response byte", ["broker", "kind"])
+        self.throttled = Counter("fetchlat_fetch_throttled", "Fetches the broker throttled (kept out of local/e2e)",
+                                 ["broker", "kind"], registry=r)
+        self.throttle = h("fetchlat_fetch_throttle_seconds", "Throttle time the broker asked for",
+                          ["broker", "kind"])
+        self.low_confidence = Counter("fetchlat_fetch_low_confidence", "Fetches whose wait is a low-confidence guess",
+                                      ["broker", "kind", "basis"], registry=r)
+        self.produce = h("fetchlat_produce_seconds", "Produce request forwarded -> response", ["broker", "acks"])
+        self.produce_records = Counter("fetchlat_produced_records", "Records produced", ["broker", "acks"],
+                                       registry=r)
+        self.replication = h("fetchlat_replication_seconds",
+                             "Produce append at the leader -> follower fetch confirming it", ["broker", "follower"])
+        self.client_rtt = h("fetchlat_client_rtt_seconds", "Client-leg TCP round-trip time (kernel TCP_INFO)",
+                            ["broker"])
+        self.topic_label = BoundedLabel(topic_cap)
+        self.client_label = BoundedLabel(client_cap)
+
+    def observe_fetch(self, broker: str, s: FetchSample, replication: list[ReplicationSample]) -> None:
+        k = s.kind
+        self.fetches.labels(broker, k, s.outcome).inc()
+        self.total.labels(broker, k).observe(s.total_ns / 1e9)
+        self.first_byte.labels(broker, k).observe(s.first_byte_ns / 1e9)
+        self.transfer.labels(broker, k).observe(s.transfer_ns / 1e9)
+        if s.throttled:
+            self.throttled.labels(broker, k).inc()
+            self.throttle.labels(broker, k).observe(s.throttle_ms / 1e3)
+        else:
+            self.wait.labels(broker, k, s.wait_source).observe(s.wait_ns / 1e9)
+            self.local.labels(broker, k).observe(s.local_ns / 1e9)
+            self.e2e.labels(broker, k).observe(s.e2e_ns / 1e9)
+        if not s.confident:
+            self.low_confidence.labels(broker, k, s.basis).inc()
+        if s.wake_lag_ns is not None:
+            self.wake_lag.labels(broker, k).observe(max(0, s.wake_lag_ns) / 1e9)
+        if k == "consumer":
+            client = self.client_label(s.client_id)
+            for p in s.partitions:
+                if p.record_latency_ns is not None:
+                    lat = max(0, p.record_latency_ns) / 1e9
+                    self.record_latency.labels(broker, self.topic_label(p.topic)).observe(lat)
+                    self.client_record_latency.labels(broker, client).observe(lat)
+        for r in replication:
+            self.replication.labels(broker, str(r.follower)).observe(max(0, r.latency_ns) / 1e9)
+
+    def observe_produce(self, broker: str, s: ProduceSample) -> None:
+        acks = str(s.acks)
+        self.produce_records.labels(broker, acks).inc(s.records)
+        if s.total_ns is not None:
+            self.produce.labels(broker, acks).observe(s.total_ns / 1e9)

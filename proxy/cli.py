@@ -24,6 +24,8 @@ def _proxy_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     p.add_argument("--max-frame-bytes", dest="max_frame_bytes", type=int,
                    help="largest Kafka frame accepted (default 104857600)")
     p.add_argument("--log-level", dest="log_level", help="DEBUG, INFO (default), WARNING or ERROR")
+    p.add_argument("--wait-time-tag", dest="wait_time_tag", type=int,
+                   help="top-level Fetch response tag number a broker uses to report WaitTimeMs (KIP-736)")
     p.add_argument("--config", help="YAML file with the same settings, plus per-node 'nodes:' overrides")
 
 
@@ -31,7 +33,7 @@ def run_proxy(args: argparse.Namespace) -> int:
     try:
         cfg = load_config({k: getattr(args, k) for k in (
             "upstream", "listen", "advertise_host", "metrics_listen", "trace_dir", "max_frame_bytes",
-            "log_level", "config")})
+            "log_level", "wait_time_tag", "config")})
     except ConfigError as exc:
         print(f"fetchlat proxy: {exc}", file=sys.stderr)
         return 2

@@ -67,6 +67,7 @@ class Config:
     connect_timeout_s: float = 10.0
     metadata_refresh_s: float = 30.0
     log_level: str = "INFO"
+    wait_time_tag: int | None = None  # top-level Fetch response tag carrying a broker's WaitTimeMs
 
     def node_listen(self, node_id: int) -> HostPort | None:
         o = self.nodes.get(node_id)
@@ -94,8 +95,9 @@ ENV_KEYS = {
     "trace_dir": "FETCHLAT_TRACE_DIR",
     "max_frame_bytes": "FETCHLAT_MAX_FRAME_BYTES",
     "log_level": "FETCHLAT_LOG_LEVEL",
+    "wait_time_tag": "FETCHLAT_WAIT_TIME_TAG",
 }
-KNOWN_KEYS = {*ENV_KEYS, "nodes", "connect_timeout_s", "metadata_refresh_s"}
+KNOWN_KEYS = {*ENV_KEYS, "nodes", "connect_timeout_s", "metadata_refresh_s", "wait_time_tag"}
 
 
 def _read_yaml(path: str) -> dict[str, Any]:
@@ -124,6 +126,18 @@ def _positive_int(value: Any, what: str) -> int:
     if n <= 0:
         raise ConfigError(f"{what}: must be positive, got {n}")
     return n
+
+
+def _tag(raw: Any) -> int | None:
+    if raw is None or raw == "":
+        return None
+    try:
+        tag = int(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(f"wait_time_tag: '{raw}' is not a tag number (a whole number >= 0)") from None
+    if tag < 0:
+        raise ConfigError(f"wait_time_tag: {tag} is negative; tag numbers start at 0")
+    return tag
 
 
 def _nodes(raw: Any) -> dict[int, NodeOverride]:
@@ -189,6 +203,7 @@ def load_config(cli: dict[str, Any], env: dict[str, str] | None = None) -> Confi
         connect_timeout_s=float(merged.get("connect_timeout_s", 10.0)),
         metadata_refresh_s=float(merged.get("metadata_refresh_s", 30.0)),
         log_level=level,
+        wait_time_tag=_tag(merged.get("wait_time_tag")),
     )
     for node_id in cfg.nodes:
         lp = cfg.node_listen(node_id)

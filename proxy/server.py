@@ -15,10 +15,11 @@ import logging
 import socket
 import struct
 
-from fetchlat.metrics.prom import ProxyMetrics
+from fetchlat.metrics.model import FetchSample, LatencyModel, ProduceSample
+from fetchlat.metrics.prom import FetchMetrics, ProxyMetrics
 from fetchlat.protocol import apis
 from fetchlat.protocol.encoder import encode
-from fetchlat.protocol.events import BrokerAddress
+from fetchlat.protocol.events import BrokerAddress, FetchExchanged, ProduceExchanged
 from fetchlat.protocol.primitives import encode_string
 from fetchlat.protocol.rewrite import ResponseRewriter
 from fetchlat.protocol.schema import load
@@ -59,6 +60,9 @@ class Proxy:
         self.servers: list[asyncio.Server] = []
         self.sessions: set[ClientSide] = set()
         self.rewriter = ResponseRewriter(self.advertise)
+        self.model = LatencyModel(wall_minus_mono_ns=clock.wall_ns() - clock.now_ns())
+        self.fetch_metrics = FetchMetrics(metrics.registry)
+        self.traces = None  # set by the CLI when --trace-dir is given
         self.metadata_ok = False
         self.last_beat_ns = clock.now_ns()
         self._rr = itertools.count()
@@ -121,6 +125,15 @@ class Proxy:
         ups = list(self.cfg.upstreams)
         k = next(self._rr) % len(ups)
         return ups[k:] + ups[:k]
+
+    # observations --------------------------------------------------------------------
+    def record_fetch(self, broker: str, ev: FetchExchanged, sample: FetchSample) -> None:
+        if self.traces is not None:
+            self.traces.fetch(broker, ev, sample)
+
+    def record_produce(self, broker: str, ev: ProduceExchanged, sample: ProduceSample) -> None:
+        if self.traces is not None:
+            self.traces.produce(broker, ev, sample)
 
     # lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:

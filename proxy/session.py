@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
+import struct
 from typing import TYPE_CHECKING, cast
 
 from fetchlat.protocol.apis import api_name
@@ -19,9 +21,12 @@ from fetchlat.protocol.events import (
     BrokersLearned,
     DecodeFailed,
     Event,
+    FetchExchanged,
+    ProduceExchanged,
     RequestSeen,
     ResponseSeen,
     SaslPassthroughStarted,
+    TopicIdsLearned,
 )
 
 from . import clock
@@ -32,6 +37,20 @@ if TYPE_CHECKING:
 log = logging.getLogger("fetchlat.proxy")
 
 MAX_PENDING_BYTES = 8 * 1024 * 1024  # client bytes held while the upstream connects
+RTT_SAMPLE_EVERY_NS = 1_000_000_000
+TCP_INFO_RTT_OFFSET = 68  # struct tcp_info: 8 u8 fields, then u32s; tcpi_rtt (µs) is the 16th
+TCP_INFO_LEN = 104
+
+
+def tcp_rtt_ns(sock: object) -> int | None:
+    """The kernel's smoothed RTT of a TCP socket (Linux TCP_INFO), or None."""
+    try:
+        raw = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, TCP_INFO_LEN)  # type: ignore[attr-defined]
+    except (OSError, AttributeError):
+        return None
+    if len(raw) < TCP_INFO_RTT_OFFSET + 4:
+        return None
+    return int(struct.unpack_from("I", raw, TCP_INFO_RTT_OFFSET)[0]) * 1000
 
 
 class ClientSide(asyncio.Protocol):
@@ -48,7 +67,11 @@ class ClientSide(asyncio.Protocol):
         self.upstream_ready_ns = 0  # requests buffered before this were forwarded only then
         self.closed = False
         self.peer = "?"
-        self.codec = KafkaConnection(rewriter=proxy.rewriter, max_frame_bytes=proxy.cfg.max_frame_bytes)
+        self.codec = KafkaConnection(rewriter=proxy.rewriter, max_frame_bytes=proxy.cfg.max_frame_bytes,
+                                     wait_time_tag=proxy.cfg.wait_time_tag)
+        self.deferred: list[FetchExchanged | ProduceExchanged] = []
+        self.rtt_ns = 0
+        self._rtt_at_ns = 0
         m = proxy.metrics
         self._bytes_in = m.bytes.labels("client_to_broker", listener)
         self._bytes_out = m.bytes.labels("broker_to_client", listener)
@@ -113,6 +136,8 @@ class ClientSide(asyncio.Protocol):
             return
         if events:
             self.handle(events)
+            if self.deferred:
+                self.observe_exchanges(t_ns)
 
     def eof_received(self) -> bool | None:
         # half-close: pass it on, keep reading responses
@@ -174,8 +199,12 @@ class ClientSide(asyncio.Protocol):
                     m.rewrites.labels(api_name(ev.api_key)).inc()
             elif isinstance(ev, RequestSeen):
                 self._children(ev.api_key)[0].inc()  # type: ignore[attr-defined]
+            elif isinstance(ev, FetchExchanged | ProduceExchanged):
+                self.deferred.append(ev)  # observed once the response has been written
             elif isinstance(ev, BrokersLearned):
                 self.proxy.learn(ev.brokers)
+            elif isinstance(ev, TopicIdsLearned):
+                self.proxy.model.learn_topic_ids(ev.topics)
             elif isinstance(ev, DecodeFailed):
                 m.decode_errors.labels(api_name(ev.api_key)).inc()
                 log.info("client %s: %s v%d %s not decoded (%s); forwarded untouched",
@@ -183,6 +212,31 @@ class ClientSide(asyncio.Protocol):
             elif isinstance(ev, SaslPassthroughStarted):
                 log.info("client %s: SASL mechanism %s over raw frames; forwarding without observation",
                          self.peer, ev.mechanism)
+
+    def observe_exchanges(self, t_received_ns: int) -> None:
+        """Feed decoded exchanges to the latency model, after their bytes went out."""
+        now = clock.now_ns()
+        proxy_ns = now - t_received_ns
+        if now - self._rtt_at_ns > RTT_SAMPLE_EVERY_NS and self.transport is not None:
+            rtt = tcp_rtt_ns(self.transport.get_extra_info("socket"))
+            if rtt is not None:
+                self.rtt_ns = rtt
+                self._rtt_at_ns = now
+                self.proxy.fetch_metrics.client_rtt.labels(self.broker_name()).observe(rtt / 1e9)
+        broker = self.broker_name()
+        for ev in self.deferred:
+            if isinstance(ev, FetchExchanged):
+                sample, replication = self.proxy.model.on_fetch(ev, proxy_ns=proxy_ns, client_rtt_ns=self.rtt_ns)
+                self.proxy.fetch_metrics.observe_fetch(broker, sample, replication)
+                self.proxy.record_fetch(broker, ev, sample)
+            else:
+                psample = self.proxy.model.on_produce(ev)
+                self.proxy.fetch_metrics.observe_produce(broker, psample)
+                self.proxy.record_produce(broker, ev, psample)
+        self.deferred.clear()
+
+    def broker_name(self) -> str:
+        return self.proxy.broker_label(self.upstream_addr, self.broker_label)
 
     def _children(self, api_key: int) -> tuple[object, object]:
         c = self._req_children.get(api_key)
@@ -215,6 +269,8 @@ class BrokerSide(asyncio.Protocol):
             client.handle(events)  # learn brokers (bind listeners) before clients see them
         if segments:
             client.write_to_client(segments)
+        if client.deferred:
+            client.observe_exchanges(t_ns)
 
     def eof_received(self) -> bool | None:
         return None  # close fully; connection_lost closes the client after its writes
