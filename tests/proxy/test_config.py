@@ -12,8 +12,9 @@ from fetchlat.proxy.config import ConfigError, load_config
 
 
 def cli(**kw: object) -> dict[str, object]:
-    base: dict[str, object] = {k: None for k in ("upstream", "listen", "advertise_host", "metrics_listen",
-                                                 "trace_dir", "max_frame_bytes", "log_level", "wait_time_tag", "config")}
+    keys = ("upstream", "listen", "advertise_host", "metrics_listen", "trace_dir", "max_frame_bytes", "log_level",
+            "wait_time_tag", "config")
+    base: dict[str, object] = dict.fromkeys(keys)
     base.update(kw)
     return base
 
