@@ -50,6 +50,9 @@ class ProxyMetrics:
         )
         self.listeners = Gauge("fetchlat_listeners", "Per-broker listeners open", registry=r)
         self.brokers_known = Gauge("fetchlat_brokers_known", "Upstream brokers learned from metadata", registry=r)
+        self.trace_dropped = Gauge("fetchlat_trace_rows_dropped", "Trace rows dropped (queue full or write error)",
+                                   registry=r)
+        self.trace_written = Gauge("fetchlat_trace_rows_written", "Trace rows written", registry=r)
 
 
 OTHER = "other"

@@ -48,6 +48,13 @@ def run_proxy(args: argparse.Namespace) -> int:
 
     async def main() -> int:
         proxy = Proxy(cfg, metrics)
+        if cfg.trace_dir:
+            try:
+                proxy.enable_traces(cfg.trace_dir)
+            except OSError as exc:
+                print(f"fetchlat proxy: cannot write traces to {cfg.trace_dir}: {exc.strerror}; "
+                      "choose another --trace-dir", file=sys.stderr)
+                return 2
         try:
             await proxy.start()
         except OSError as exc:

@@ -68,6 +68,7 @@ class Config:
     metadata_refresh_s: float = 30.0
     log_level: str = "INFO"
     wait_time_tag: int | None = None  # top-level Fetch response tag carrying a broker's WaitTimeMs
+    proxy_id: str | None = None  # names this proxy in traces (default host:listen_port)
 
     def node_listen(self, node_id: int) -> HostPort | None:
         o = self.nodes.get(node_id)
@@ -97,7 +98,7 @@ ENV_KEYS = {
     "log_level": "FETCHLAT_LOG_LEVEL",
     "wait_time_tag": "FETCHLAT_WAIT_TIME_TAG",
 }
-KNOWN_KEYS = {*ENV_KEYS, "nodes", "connect_timeout_s", "metadata_refresh_s", "wait_time_tag"}
+KNOWN_KEYS = {*ENV_KEYS, "nodes", "connect_timeout_s", "metadata_refresh_s", "wait_time_tag", "proxy_id"}
 
 
 def _read_yaml(path: str) -> dict[str, Any]:
@@ -204,6 +205,7 @@ def load_config(cli: dict[str, Any], env: dict[str, str] | None = None) -> Confi
         metadata_refresh_s=float(merged.get("metadata_refresh_s", 30.0)),
         log_level=level,
         wait_time_tag=_tag(merged.get("wait_time_tag")),
+        proxy_id=merged.get("proxy_id"),
     )
     for node_id in cfg.nodes:
         lp = cfg.node_listen(node_id)

@@ -28,6 +28,7 @@ from fetchlat.protocol.walker import walk
 from . import clock
 from .config import Config, HostPort, format_hostport
 from .session import ClientSide
+from .traces import TraceWriter
 
 log = logging.getLogger("fetchlat.proxy")
 
@@ -62,7 +63,8 @@ class Proxy:
         self.rewriter = ResponseRewriter(self.advertise)
         self.model = LatencyModel(wall_minus_mono_ns=clock.wall_ns() - clock.now_ns())
         self.fetch_metrics = FetchMetrics(metrics.registry)
-        self.traces = None  # set by the CLI when --trace-dir is given
+        self.traces: TraceWriter | None = None  # set by the CLI when --trace-dir is given
+        self._conn_ids = itertools.count(1)
         self.metadata_ok = False
         self.last_beat_ns = clock.now_ns()
         self._rr = itertools.count()
@@ -127,13 +129,23 @@ class Proxy:
         return ups[k:] + ups[:k]
 
     # observations --------------------------------------------------------------------
-    def record_fetch(self, broker: str, ev: FetchExchanged, sample: FetchSample) -> None:
-        if self.traces is not None:
-            self.traces.fetch(broker, ev, sample)
+    def next_conn_id(self) -> int:
+        return next(self._conn_ids)
 
-    def record_produce(self, broker: str, ev: ProduceExchanged, sample: ProduceSample) -> None:
+    def record_fetch(self, broker: str, conn_id: int, ev: FetchExchanged, sample: FetchSample) -> None:
         if self.traces is not None:
-            self.traces.produce(broker, ev, sample)
+            self.traces.fetch(broker, conn_id, ev, sample)
+
+    def record_produce(self, broker: str, conn_id: int, ev: ProduceExchanged, sample: ProduceSample) -> None:
+        if self.traces is not None:
+            self.traces.produce(broker, conn_id, ev, sample)
+
+    def enable_traces(self, directory: str) -> None:
+        proxy_id = self.cfg.proxy_id or f"{socket.gethostname()}:{self.cfg.listen[1]}"
+        writer = self.traces = TraceWriter(directory, proxy_id=proxy_id)
+        writer.start()
+        self.metrics.trace_dropped.set_function(lambda: writer.dropped)
+        self.metrics.trace_written.set_function(lambda: writer.written)
 
     # lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
@@ -156,6 +168,8 @@ class Proxy:
             s.close()
         for sess in list(self.sessions):
             sess.close()
+        if self.traces is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.traces.close)
 
     async def _heartbeat(self) -> None:
         while True:

@@ -15,7 +15,7 @@ import struct
 from typing import TYPE_CHECKING, cast
 
 from fetchlat.protocol.apis import api_name
-from fetchlat.protocol.connection import KafkaConnection
+from fetchlat.protocol.connection import KafkaConnection, observed
 from fetchlat.protocol.errors import FramingError
 from fetchlat.protocol.events import (
     BrokersLearned,
@@ -70,6 +70,7 @@ class ClientSide(asyncio.Protocol):
         self.codec = KafkaConnection(rewriter=proxy.rewriter, max_frame_bytes=proxy.cfg.max_frame_bytes,
                                      wait_time_tag=proxy.cfg.wait_time_tag)
         self.deferred: list[FetchExchanged | ProduceExchanged] = []
+        self.conn_id = proxy.next_conn_id()
         self.rtt_ns = 0
         self._rtt_at_ns = 0
         m = proxy.metrics
@@ -197,6 +198,9 @@ class ClientSide(asyncio.Protocol):
                 children[1].observe((ev.t_last_ns - forwarded_ns) / 1e9)  # type: ignore[attr-defined]
                 if ev.rewritten:
                     m.rewrites.labels(api_name(ev.api_key)).inc()
+                traces = self.proxy.traces
+                if traces is not None and not observed(ev.api_key, ev.api_version):
+                    traces.other(self.broker_name(), self.conn_id, api_name(ev.api_key), ev)
             elif isinstance(ev, RequestSeen):
                 self._children(ev.api_key)[0].inc()  # type: ignore[attr-defined]
             elif isinstance(ev, FetchExchanged | ProduceExchanged):
@@ -228,11 +232,11 @@ class ClientSide(asyncio.Protocol):
             if isinstance(ev, FetchExchanged):
                 sample, replication = self.proxy.model.on_fetch(ev, proxy_ns=proxy_ns, client_rtt_ns=self.rtt_ns)
                 self.proxy.fetch_metrics.observe_fetch(broker, sample, replication)
-                self.proxy.record_fetch(broker, ev, sample)
+                self.proxy.record_fetch(broker, self.conn_id, ev, sample)
             else:
                 psample = self.proxy.model.on_produce(ev)
                 self.proxy.fetch_metrics.observe_produce(broker, psample)
-                self.proxy.record_produce(broker, ev, psample)
+                self.proxy.record_produce(broker, self.conn_id, ev, psample)
         self.deferred.clear()
 
     def broker_name(self) -> str:

@@ -1,0 +1,182 @@
+"""Per-request Parquet traces, written by a thread behind a bounded queue.
+
+The event loop only builds rows and puts them on the queue (full: drop and count, never
+block). The writer thread batches rows into row groups, rotates files by time and size, and
+writes each file under a temporary name (``.tmp-*``) that it renames into place when closed:
+readers see only whole files. Each file records one (wall, monotonic) clock pair.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import threading
+import uuid
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from fetchlat.metrics.model import FetchSample, ProduceSample
+from fetchlat.metrics.trace_schema import META_CLOCK, META_SCHEMA_VERSION, SCHEMA_VERSION, TABLES
+from fetchlat.protocol.events import FetchExchanged, ProduceExchanged, ResponseSeen
+
+from . import clock
+
+log = logging.getLogger("fetchlat.traces")
+
+ROWS_PER_GROUP = 8192
+FLUSH_EVERY_S = 1.0
+
+
+class _File:
+    def __init__(self, directory: str, table: str) -> None:
+        self.table = table
+        self.schema = TABLES[table].with_metadata({
+            META_SCHEMA_VERSION: str(SCHEMA_VERSION).encode(),
+            META_CLOCK: json.dumps({"wall_ns": clock.wall_ns(), "mono_ns": clock.now_ns()}).encode(),
+        })
+        name = f"{clock.wall_ns()}-{uuid.uuid4().hex[:8]}.parquet"
+        self.final = os.path.join(directory, table, name)
+        self.tmp = os.path.join(directory, table, f".tmp-{name}")
+        self.writer = pq.ParquetWriter(self.tmp, self.schema, compression="zstd")
+        self.opened_ns = clock.now_ns()
+        self.rows = 0
+
+    def write(self, rows: list[dict[str, Any]]) -> None:
+        self.writer.write_table(pa.Table.from_pylist(rows, schema=self.schema))
+        self.rows += len(rows)
+
+    def close(self) -> None:
+        self.writer.close()
+        os.replace(self.tmp, self.final)
+
+
+class TraceWriter:
+    def __init__(self, directory: str, *, proxy_id: str, queue_rows: int = 100_000, rotate_s: float = 300.0,
+                 rotate_bytes: int = 128 * 1024 * 1024) -> None:
+        self.directory = directory
+        self.proxy_id = proxy_id
+        self.rotate_ns = int(rotate_s * 1e9)
+        self.rotate_bytes = rotate_bytes
+        self.queue: queue.Queue[tuple[str, dict[str, Any]] | None] = queue.Queue(maxsize=queue_rows)
+        self.dropped = 0
+        self.written = 0
+        self.files_closed = 0
+        for table in TABLES:
+            os.makedirs(os.path.join(directory, table), exist_ok=True)
+        self._thread = threading.Thread(target=self._run, name="fetchlat-traces", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    # on the event loop --------------------------------------------------------------
+    def _put(self, table: str, row: dict[str, Any]) -> None:
+        try:
+            self.queue.put_nowait((table, row))
+        except queue.Full:
+            self.dropped += 1
+
+    def _wall(self, mono_ns: int) -> int:
+        return mono_ns + (clock.wall_ns() - clock.now_ns())
+
+    def fetch(self, broker: str, conn_id: int, ev: FetchExchanged, s: FetchSample) -> None:
+        ts = self._wall(ev.t_request_ns)
+        self._put("exchanges", {
+            "ts_ns": ts, "proxy_id": self.proxy_id, "conn_id": conn_id, "client_id": ev.client_id,
+            "broker": broker, "api": "Fetch", "api_version": ev.api_version, "kind": s.kind,
+            "max_wait_ms": s.max_wait_ms, "min_bytes": s.min_bytes, "response_bytes": s.response_bytes,
+            "error_code": s.error_code, "total_ns": s.total_ns, "wait_ns": s.wait_ns, "wait_source": s.wait_source,
+            "local_ns": s.local_ns, "e2e_ns": s.e2e_ns, "outcome": s.outcome, "correlation_id": ev.correlation_id,
+            "request_bytes": s.request_bytes, "records": s.records, "replica_id": s.replica_id, "acks": None,
+            "throttle_ms": s.throttle_ms, "first_byte_ns": s.first_byte_ns, "transfer_ns": s.transfer_ns,
+            "wake_lag_ns": s.wake_lag_ns, "wait_basis": s.basis, "confident": s.confident,
+            "partitions": len(s.partitions),
+        })
+        for p in s.partitions:
+            self._put("partitions", {
+                "ts_ns": ts, "proxy_id": self.proxy_id, "conn_id": conn_id, "correlation_id": ev.correlation_id,
+                "client_id": ev.client_id, "broker": broker, "api": "Fetch", "kind": s.kind, "topic": p.topic,
+                "partition": p.partition, "fetch_offset": p.fetch_offset, "high_watermark": p.high_watermark,
+                "base_offset": None, "error_code": p.error_code, "records": p.records, "bytes": p.bytes,
+                "record_latency_ns": p.record_latency_ns,
+            })
+
+    def produce(self, broker: str, conn_id: int, ev: ProduceExchanged, s: ProduceSample) -> None:
+        ts = self._wall(ev.t_request_ns)
+        self._put("exchanges", {
+            "ts_ns": ts, "proxy_id": self.proxy_id, "conn_id": conn_id, "client_id": ev.client_id,
+            "broker": broker, "api": "Produce", "api_version": ev.api_version, "kind": "producer",
+            "max_wait_ms": None, "min_bytes": None, "response_bytes": ev.response_bytes, "error_code": s.error_code,
+            "total_ns": s.total_ns, "wait_ns": None, "wait_source": None, "local_ns": None, "e2e_ns": None,
+            "outcome": None, "correlation_id": ev.correlation_id, "request_bytes": s.request_bytes,
+            "records": s.records, "replica_id": None, "acks": s.acks, "throttle_ms": None, "first_byte_ns": None,
+            "transfer_ns": None, "wake_lag_ns": None, "wait_basis": None, "confident": None,
+            "partitions": len(s.partitions),
+        })
+        for topic, part, base, n in s.partitions:
+            self._put("partitions", {
+                "ts_ns": ts, "proxy_id": self.proxy_id, "conn_id": conn_id, "correlation_id": ev.correlation_id,
+                "client_id": ev.client_id, "broker": broker, "api": "Produce", "kind": "producer", "topic": topic,
+                "partition": part, "fetch_offset": None, "high_watermark": None, "base_offset": base,
+                "error_code": None, "records": n, "bytes": None, "record_latency_ns": None,
+            })
+
+    def other(self, broker: str, conn_id: int, api: str, ev: ResponseSeen) -> None:
+        self._put("exchanges", {
+            "ts_ns": self._wall(ev.t_request_ns), "proxy_id": self.proxy_id, "conn_id": conn_id,
+            "client_id": ev.client_id, "broker": broker, "api": api, "api_version": ev.api_version,
+            "response_bytes": ev.size_bytes + 4, "total_ns": ev.t_last_ns - ev.t_request_ns,
+            "correlation_id": ev.correlation_id,
+        })
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Flush everything queued, close and rename the files."""
+        if not self._thread.is_alive():
+            return
+        try:
+            self.queue.put(None, timeout=timeout_s)
+        except queue.Full:
+            log.error("trace queue stuck; %d rows not written", self.queue.qsize())
+        self._thread.join(timeout_s)
+
+    # on the writer thread ------------------------------------------------------------
+    def _run(self) -> None:
+        files: dict[str, _File] = {}
+        pending: dict[str, list[dict[str, Any]]] = {t: [] for t in TABLES}
+        stop = False
+        while not stop:
+            try:
+                item = self.queue.get(timeout=FLUSH_EVERY_S)
+            except queue.Empty:
+                item = ("", {})
+            if item is None:
+                stop = True
+            elif item[0]:
+                pending[item[0]].append(item[1])
+                if len(pending[item[0]]) < ROWS_PER_GROUP:
+                    continue
+            for table, rows in pending.items():
+                try:
+                    self._flush(files, table, rows, force_close=stop)
+                except (OSError, pa.ArrowException) as exc:
+                    self.dropped += len(rows)
+                    log.error("writing %s traces failed (%s); %d rows dropped", table, exc, len(rows))
+                rows.clear()
+
+    def _flush(self, files: dict[str, _File], table: str, rows: list[dict[str, Any]], *, force_close: bool) -> None:
+        f = files.get(table)
+        if rows:
+            if f is None:
+                f = files[table] = _File(self.directory, table)
+            f.write(rows)
+            self.written += len(rows)
+        if f is None:
+            return
+        too_old = clock.now_ns() - f.opened_ns >= self.rotate_ns
+        too_big = os.path.getsize(f.tmp) >= self.rotate_bytes
+        if force_close or too_old or too_big:
+            f.close()
+            self.files_closed += 1
+            del files[table]

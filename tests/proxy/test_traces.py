@@ -1,0 +1,83 @@
+"""The trace writer: pinned schema, whole files only (temporary names renamed when closed),
+rotation, a clock pair per file, and a full queue dropping (and counting) instead of blocking."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+from fetchlat.metrics.model import FetchSample, PartitionSample
+from fetchlat.metrics.trace_schema import EXCHANGES, META_CLOCK, PARTITIONS
+from fetchlat.protocol.events import FetchExchanged
+from fetchlat.proxy.traces import TraceWriter
+
+from tests.metrics.test_model import fetch_ev
+
+PINNED = ["ts_ns", "proxy_id", "conn_id", "client_id", "broker", "api", "api_version", "kind", "max_wait_ms",
+          "min_bytes", "response_bytes", "error_code", "total_ns", "wait_ns", "wait_source", "local_ns", "e2e_ns",
+          "outcome"]
+
+
+def sample() -> tuple[FetchExchanged, FetchSample]:
+    ev = fetch_ev(1_000, 2_000, 3_000, records=2, hw=2)
+    s = FetchSample(kind="consumer", replica_id=-1, client_id="c", api_version=12, max_wait_ms=500, min_bytes=1,
+                    request_bytes=80, response_bytes=300, records=2, error_code=0, throttle_ms=0, total_ns=2_000,
+                    first_byte_ns=1_000, transfer_ns=1_000, wait_ns=0, wait_source="inferred", outcome="immediate",
+                    basis="known_log_end", confident=True, local_ns=2_000, e2e_ns=2_100, wake_lag_ns=None,
+                    partitions=(PartitionSample(topic="t", partition=0, fetch_offset=0, high_watermark=2,
+                                                error_code=0, records=2, bytes=200, record_latency_ns=5),))
+    return ev, s
+
+
+def test_pinned_exchange_columns_exist_in_order() -> None:
+    assert EXCHANGES.names[: len(PINNED)] == PINNED
+    assert "topic" in PARTITIONS.names and "record_latency_ns" in PARTITIONS.names
+
+
+def test_rows_land_in_whole_files_with_a_clock_pair(tmp_path: Path) -> None:
+    w = TraceWriter(str(tmp_path), proxy_id="p1")
+    w.start()
+    ev, s = sample()
+    for _ in range(10):
+        w.fetch("111", 7, ev, s)
+    w.close()
+    files = sorted(tmp_path.rglob("*"))
+    assert not [f for f in files if f.name.startswith(".tmp-")]
+    ex = pq.read_table(next((tmp_path / "exchanges").glob("*.parquet")))
+    assert ex.num_rows == 10 and ex.schema.remove_metadata() == EXCHANGES
+    row = ex.slice(0, 1).to_pylist()[0]
+    assert (row["proxy_id"], row["conn_id"], row["broker"], row["outcome"], row["e2e_ns"]) == (
+        "p1", 7, "111", "immediate", 2_100)
+    clock = json.loads(ex.schema.metadata[META_CLOCK])
+    assert clock["wall_ns"] > 1_600_000_000 * 10**9 and clock["mono_ns"] > 0
+    parts = pq.read_table(next((tmp_path / "partitions").glob("*.parquet")))
+    assert parts.num_rows == 10 and parts.column("record_latency_ns").to_pylist() == [5] * 10
+
+
+def test_size_rotation_closes_files(tmp_path: Path) -> None:
+    w = TraceWriter(str(tmp_path), proxy_id="p1", rotate_bytes=1)  # every flush overflows the size limit
+    w.start()
+    ev, s = sample()
+    w.fetch("111", 1, ev, s)
+    deadline = time.monotonic() + 10
+    while w.files_closed < 2 and time.monotonic() < deadline:  # the idle flush closes both tables' files
+        time.sleep(0.05)
+    assert w.files_closed == 2
+    w.fetch("111", 1, ev, s)
+    w.close()
+    assert w.written == 4
+    assert len(list((tmp_path / "exchanges").glob("*.parquet"))) == 2
+    assert not list(tmp_path.rglob(".tmp-*"))
+
+
+def test_a_full_queue_drops_and_counts_without_blocking(tmp_path: Path) -> None:
+    w = TraceWriter(str(tmp_path), proxy_id="p1", queue_rows=4)
+    ev, s = sample()
+    for _ in range(10):  # the writer thread has not started: the queue fills at 4 rows
+        w.fetch("111", 1, ev, s)
+    assert w.dropped == 20 - 4
+    w.start()
+    w.close()
+    assert w.written == 4
