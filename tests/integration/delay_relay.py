@@ -42,6 +42,7 @@ class Leg(asyncio.Protocol):
 async def main(listen_port: int, target_port: int, delay_ms: float) -> None:
     loop = asyncio.get_running_loop()
     delay_s = delay_ms / 1000
+    tasks: set[asyncio.Task[None]] = set()
 
     def factory() -> Leg:
         client = Leg(delay_s)
@@ -58,7 +59,9 @@ async def main(listen_port: int, target_port: int, delay_ms: float) -> None:
                 upstream.transport.write(chunk)  # type: ignore[union-attr]
             client.early.clear()
 
-        loop.create_task(connect())
+        task = loop.create_task(connect())
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
         return client
 
     server = await loop.create_server(factory, "127.0.0.1", listen_port)
