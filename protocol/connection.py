@@ -28,6 +28,7 @@ from .events import (
     RequestSeen,
     ResponseSeen,
     SaslPassthroughStarted,
+    TopicIdsLearned,
 )
 from .headers import RequestHeader, parse_request_header
 from .primitives import I16, I32, Buf, read_fixed, read_string
@@ -323,6 +324,8 @@ class KafkaConnection:
                     new = result.body
                     if result.learned:
                         events.append(BrokersLearned(api_key=cur.api_key, brokers=tuple(result.learned)))
+                    if result.topic_ids:
+                        events.append(TopicIdsLearned(topics=tuple(result.topic_ids)))
             if cur.sasl_mechanism is not None:
                 self._after_sasl_handshake_v0(cur.sasl_mechanism, body, events)
             if new is not None:

@@ -29,6 +29,10 @@ class FakeCluster:
     ports: dict[int, int] = field(default_factory=dict)
     seen: list[tuple[int, int, int]] = field(default_factory=list)  # (node, api key, version)
     grown: bool = False
+    # a broker with KIP-736: parks fetches for fetch_delay_s, then reports WaitTimeMs in this tag
+    wait_time_tag: int | None = None
+    reported_wait_ms: int = 0
+    fetch_delay_s: float = 0.0
 
     def start(self) -> None:
         self.loop = asyncio.new_event_loop()
@@ -71,7 +75,11 @@ class FakeCluster:
                 frame = await r.readexactly(size)
                 h = parse_request_header(frame)
                 self.seen.append((node, h.api_key, h.api_version))
-                body = self.answer(node, h.api_key, h.api_version, frame[h.body_start:])
+                if h.api_key == apis.FETCH and self.wait_time_tag is not None:
+                    await asyncio.sleep(self.fetch_delay_s)
+                    body = self.reporting_fetch(h.api_version)
+                else:
+                    body = self.answer(node, h.api_key, h.api_version, frame[h.body_start:])
                 header = struct.pack(">i", h.correlation_id)
                 if apis.response_header_version(h.api_key, h.api_version) == 1:
                     header += b"\x00"
@@ -80,6 +88,15 @@ class FakeCluster:
                 await w.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             w.close()
+
+    def reporting_fetch(self, v: int) -> bytes:
+        """An empty, error-free fetch response carrying WaitTimeMs as a top-level tag."""
+        t = apis.table()[apis.FETCH].response()
+        part = {"PartitionIndex": 0, "ErrorCode": 0, "HighWatermark": 0, "LastStableOffset": 0, "LogStartOffset": 0,
+                "Records": None}
+        body = encode(t, v, {"Responses": [{"Topic": TOPIC, "TopicId": TOPIC_ID, "Partitions": [part]}]})
+        assert body[-1] == 0  # no top-level tags yet: add ours
+        return body[:-1] + bytes([1, self.wait_time_tag or 0, 4]) + struct.pack(">i", self.reported_wait_ms)
 
     def answer(self, node: int, key: int, v: int, body: bytes) -> bytes:
         t = apis.table()[key].response()

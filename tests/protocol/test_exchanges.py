@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 from fetchlat.protocol.connection import KafkaConnection
-from fetchlat.protocol.events import FetchExchanged, ProduceExchanged
+from fetchlat.protocol.events import FetchExchanged, ProduceExchanged, TopicIdsLearned
 from fetchlat.protocol.fetch import FetchPartitionRequest, FetchRequestInfo, FetchResponseInfo
 from fetchlat.protocol.rewrite import ResponseRewriter
 from fetchlat.protocol.sessions import FetchSessions
@@ -84,3 +84,11 @@ def test_kafka_python_opens_a_session_and_fetches_incrementally() -> None:
     assert events[0].request.session_epoch == 0  # PROTOCOL-NOTES §2b: kafka-python asks for a session
     topic_keys = {t for e in events for t, _, _ in e.covered}
     assert all(isinstance(t, str | uuid.UUID) for t in topic_keys)
+
+
+def test_metadata_v10_plus_teaches_topic_ids() -> None:
+    learned = {name: tid for e in replay("confluent") if isinstance(e, TopicIdsLearned) for name, tid in e.topics}
+    # the ids Tansu gave the three topics in the capture (Metadata v12 responses)
+    assert learned == {"t-aiokafka": uuid.UUID("01a2014a-51fd-7131-aeb1-a57582c1f92c"),
+                       "t-kafkapython": uuid.UUID("01a20153-2e2a-7541-b9bb-d3a1b25c1bf5"),
+                       "t-confluent": uuid.UUID("01a20153-99b0-7ff0-ac2d-0c9a5f06439a")}
