@@ -60,7 +60,7 @@ def test_follower_fetches_give_replication_latency_per_follower(tansu: Broker, p
     follower_fetch(c, 12, 2, topic, topic_id, 0)
     follower_fetch(c, 15, 3, topic, topic_id, 0)
     p = Producer({"bootstrap.servers": proxy.bootstrap, "linger.ms": 0, "acks": 1})
-    for i in range(3):
+    for _ in range(3):
         p.produce(topic, value=b"x", partition=0)
         p.flush(10)
     time.sleep(0.2)
