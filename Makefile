@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEB_PACKAGES := kcat haproxy prometheus
 
-.PHONY: test demo lint typecheck unit integration deps clean
+.PHONY: test demo lint typecheck unit integration deps clean bench-observe
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -23,7 +23,7 @@ deps: $(STAMP)
 	fi
 
 lint: $(STAMP)
-	$(BIN)/ruff check protocol proxy metrics tests
+	$(BIN)/ruff check protocol proxy metrics tests bench
 
 typecheck: $(STAMP)
 	$(BIN)/mypy protocol metrics proxy
@@ -42,3 +42,6 @@ demo: deps
 
 clean:
 	rm -rf $(VENV) build *.egg-info
+
+bench-observe: $(STAMP)
+	$(BIN)/python bench/bench_decode_model.py --seconds 3
