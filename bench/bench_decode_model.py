@@ -20,8 +20,6 @@ import time
 import uuid
 from typing import Any
 
-from kafka.record.default_records import DefaultRecordBatchBuilder
-
 from fetchlat.metrics.model import LatencyModel
 from fetchlat.protocol import apis, fetch
 from fetchlat.protocol.connection import KafkaConnection
@@ -30,6 +28,7 @@ from fetchlat.protocol.events import FetchExchanged
 from fetchlat.protocol.primitives import encode_string
 from fetchlat.protocol.schema import load
 from fetchlat.protocol.stream import Feeder
+from kafka.record.default_records import DefaultRecordBatchBuilder
 
 
 def batch(base: int, size: int) -> bytes:
@@ -109,7 +108,7 @@ def main() -> None:
     # 3. the model alone, per fetch
     model = LatencyModel(wall_minus_mono_ns=0)
     ev = exchanges[-1]
-    per, n = timeit(lambda: model.on_fetch(ev, proxy_ns=10_000, client_rtt_ns=50_000), args.seconds)
+    per, _n = timeit(lambda: model.on_fetch(ev, proxy_ns=10_000, client_rtt_ns=50_000), args.seconds)
     results["model_us_per_fetch"] = round(per * 1e6, 2)
     results["goals"] = {"scan_gb_per_s": ">= 2", "model_us_per_fetch": "< 20"}
     if args.json:
