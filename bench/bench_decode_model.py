@@ -76,7 +76,7 @@ def main() -> None:
             f.feed(c)
         f.finish()
 
-    per, n = timeit(scan, args.seconds)
+    per, _ = timeit(scan, args.seconds)
     results["scan_16k_batches_gb_per_s"] = round(len(blob) / per / 1e9, 2)
     results["scan_16k_batches_us_per_mib"] = round(per * 1e6, 1)
 
@@ -102,13 +102,13 @@ def main() -> None:
                 exchanges.append(e)
 
     codec = KafkaConnection()
-    per, n = timeit(exchange, args.seconds)
+    per, _ = timeit(exchange, args.seconds)
     results["fetch_exchange_decode_us"] = round(per * 1e6, 2)
 
     # 3. the model alone, per fetch
     model = LatencyModel(wall_minus_mono_ns=0)
     ev = exchanges[-1]
-    per, _n = timeit(lambda: model.on_fetch(ev, proxy_ns=10_000, client_rtt_ns=50_000), args.seconds)
+    per, _ = timeit(lambda: model.on_fetch(ev, proxy_ns=10_000, client_rtt_ns=50_000), args.seconds)
     results["model_us_per_fetch"] = round(per * 1e6, 2)
     results["goals"] = {"scan_gb_per_s": ">= 2", "model_us_per_fetch": "< 20"}
     if args.json:
