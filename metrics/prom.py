@@ -6,9 +6,12 @@ Names and labels are a pinned interface: extend, never rename. Must never: compu
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from .model import FetchSample, ProduceSample, ReplicationSample
 
@@ -56,6 +59,47 @@ class ProxyMetrics:
 
 
 OTHER = "other"
+MAX_WINDOW_NS = 60 * 1_000_000_000
+
+
+class WindowedMax:
+    """The largest value seen per label tuple over the last one to two windows (the window
+    rotates when an observation arrives after it ended). Time is passed in, never read."""
+
+    def __init__(self, window_ns: int) -> None:
+        self.window_ns = window_ns
+        self.start_ns: int | None = None
+        self.current: dict[tuple[str, ...], float] = {}
+        self.previous: dict[tuple[str, ...], float] = {}
+
+    def observe(self, key: tuple[str, ...], value: float, now_ns: int) -> None:
+        if self.start_ns is None:
+            self.start_ns = now_ns
+        elif now_ns - self.start_ns >= self.window_ns:
+            expired = now_ns - self.start_ns >= 2 * self.window_ns
+            self.previous = {} if expired else self.current
+            self.current = {}
+            self.start_ns = now_ns
+        if value > self.current.get(key, float("-inf")):
+            self.current[key] = value
+
+    def snapshot(self) -> dict[tuple[str, ...], float]:
+        out = dict(self.previous)
+        for k, v in dict(self.current).items():
+            if v > out.get(k, float("-inf")):
+                out[k] = v
+        return out
+
+
+class _MaxCollector(Collector):
+    def __init__(self, name: str, doc: str, labels: list[str], source: WindowedMax) -> None:
+        self.name, self.doc, self.labels, self.source = name, doc, labels, source
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        g = GaugeMetricFamily(self.name, self.doc, labels=self.labels)
+        for key, value in sorted(self.source.snapshot().items()):
+            g.add_metric(list(key), value)
+        yield g
 
 
 class BoundedLabel:
@@ -116,8 +160,16 @@ class FetchMetrics:
                             ["broker"])
         self.topic_label = BoundedLabel(topic_cap)
         self.client_label = BoundedLabel(client_cap)
+        self.record_latency_max = WindowedMax(MAX_WINDOW_NS)
+        self.client_record_latency_max = WindowedMax(MAX_WINDOW_NS)
+        r.register(_MaxCollector("fetchlat_record_latency_max_seconds",
+                                 "Largest KIP-489 record latency per topic over the last 60-120 s",
+                                 ["broker", "topic"], self.record_latency_max))
+        r.register(_MaxCollector("fetchlat_client_record_latency_max_seconds",
+                                 "Largest KIP-489 record latency per consumer client id over the last 60-120 s",
+                                 ["broker", "client"], self.client_record_latency_max))
 
-    def observe_fetch(self, broker: str, s: FetchSample, replication: list[ReplicationSample]) -> None:
+    def observe_fetch(self, broker: str, s: FetchSample, replication: list[ReplicationSample], now_ns: int) -> None:
         k = s.kind
         self.fetches.labels(broker, k, s.outcome).inc()
         self.total.labels(broker, k).observe(s.total_ns / 1e9)
@@ -139,8 +191,11 @@ class FetchMetrics:
             for p in s.partitions:
                 if p.record_latency_ns is not None:
                     lat = max(0, p.record_latency_ns) / 1e9
-                    self.record_latency.labels(broker, self.topic_label(p.topic)).observe(lat)
+                    topic = self.topic_label(p.topic)
+                    self.record_latency.labels(broker, topic).observe(lat)
                     self.client_record_latency.labels(broker, client).observe(lat)
+                    self.record_latency_max.observe((broker, topic), lat, now_ns)
+                    self.client_record_latency_max.observe((broker, client), lat, now_ns)
         for r in replication:
             self.replication.labels(broker, str(r.follower)).observe(max(0, r.latency_ns) / 1e9)
 

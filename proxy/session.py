@@ -231,7 +231,7 @@ class ClientSide(asyncio.Protocol):
         for ev in self.deferred:
             if isinstance(ev, FetchExchanged):
                 sample, replication = self.proxy.model.on_fetch(ev, proxy_ns=proxy_ns, client_rtt_ns=self.rtt_ns)
-                self.proxy.fetch_metrics.observe_fetch(broker, sample, replication)
+                self.proxy.fetch_metrics.observe_fetch(broker, sample, replication, ev.t_last_ns)
                 self.proxy.record_fetch(broker, self.conn_id, ev, sample)
             else:
                 psample = self.proxy.model.on_produce(ev)

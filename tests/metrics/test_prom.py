@@ -1,0 +1,50 @@
+"""The Prometheus adapter: pinned names and buckets, bounded labels, windowed maxima."""
+
+from __future__ import annotations
+
+from fetchlat.metrics.model import LatencyModel
+from fetchlat.metrics.prom import LATENCY_BUCKETS, OTHER, BoundedLabel, FetchMetrics, ProxyMetrics, WindowedMax
+from prometheus_client import CollectorRegistry, generate_latest
+
+from tests.metrics.test_model import MS, T0, fetch_ev
+
+S = 1_000_000_000
+
+
+def test_buckets_span_50us_to_60s_with_five_below_1ms() -> None:
+    assert LATENCY_BUCKETS[0] == 0.00005 and LATENCY_BUCKETS[-1] == 60.0
+    assert len([b for b in LATENCY_BUCKETS if b < 0.001]) >= 5
+
+
+def test_bounded_label() -> None:
+    lab = BoundedLabel(2)
+    assert [lab(x) for x in ("a", "b", "c", "a", "d")] == ["a", "b", OTHER, "a", OTHER]
+
+
+def test_windowed_max_keeps_one_to_two_windows() -> None:
+    w = WindowedMax(60 * S)
+    w.observe(("b", "t"), 5.0, 0)
+    w.observe(("b", "t"), 3.0, 10 * S)
+    assert w.snapshot() == {("b", "t"): 5.0}
+    w.observe(("b", "t"), 1.0, 70 * S)  # new window; the last one still counts
+    assert w.snapshot() == {("b", "t"): 5.0}
+    w.observe(("b", "t"), 2.0, 140 * S)  # two windows later: the 5.0 is gone
+    assert w.snapshot() == {("b", "t"): 2.0}
+    w.observe(("b", "u"), 9.0, 400 * S)  # long silence: nothing older survives
+    assert w.snapshot() == {("b", "u"): 9.0}
+
+
+def test_pinned_metric_names_are_exported() -> None:
+    reg = CollectorRegistry()
+    ProxyMetrics(reg)
+    fm = FetchMetrics(reg)
+    m = LatencyModel(wall_minus_mono_ns=1_700_000_000_000 * MS)
+    ts = (T0 + m.wall_minus_mono_ns) // MS - 2_000
+    s, rep = m.on_fetch(fetch_ev(T0, T0 + 503 * MS, T0 + 503 * MS, records=1, hw=1, first_ts_ms=ts, max_ts_ms=ts))
+    fm.observe_fetch("1", s, rep, T0)
+    text = generate_latest(reg).decode()
+    for name in ("fetchlat_requests_total", "fetchlat_request_duration_seconds", "fetchlat_fetch_total_seconds",
+                 "fetchlat_fetch_wait_seconds", "fetchlat_fetch_local_seconds", "fetchlat_fetch_e2e_seconds",
+                 "fetchlat_fetches_total", "fetchlat_record_latency_seconds", "fetchlat_decode_errors_total"):
+        assert f"# TYPE {name.removesuffix('_total')}" in text, name
+    assert 'fetchlat_record_latency_max_seconds{broker="1",topic="t"} 2.503' in text
