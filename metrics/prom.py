@@ -160,6 +160,7 @@ class FetchMetrics:
                             ["broker"])
         self.topic_label = BoundedLabel(topic_cap)
         self.client_label = BoundedLabel(client_cap)
+        self.follower_label = BoundedLabel(client_cap)  # replica ids come off the wire: cap them too
         self.record_latency_max = WindowedMax(MAX_WINDOW_NS)
         self.client_record_latency_max = WindowedMax(MAX_WINDOW_NS)
         r.register(_MaxCollector("fetchlat_record_latency_max_seconds",
@@ -197,7 +198,7 @@ class FetchMetrics:
                     self.record_latency_max.observe((broker, topic), lat, now_ns)
                     self.client_record_latency_max.observe((broker, client), lat, now_ns)
         for r in replication:
-            self.replication.labels(broker, str(r.follower)).observe(max(0, r.latency_ns) / 1e9)
+            self.replication.labels(broker, self.follower_label(str(r.follower))).observe(max(0, r.latency_ns) / 1e9)
 
     def observe_produce(self, broker: str, s: ProduceSample) -> None:
         acks = str(s.acks)
