@@ -158,6 +158,12 @@ class FetchMetrics:
                              "Produce append at the leader -> follower fetch confirming it", ["broker", "follower"])
         self.client_rtt = h("fetchlat_client_rtt_seconds", "Client-leg TCP round-trip time (kernel TCP_INFO)",
                             ["broker"])
+        self.client_time = Counter("fetchlat_client_fetch_seconds",
+                                   "Per client id: summed fetch time by part (total, wait, local); divide by "
+                                   "fetchlat_client_fetches_total for averages", ["broker", "kind", "client", "part"],
+                                   registry=r)
+        self.client_fetches = Counter("fetchlat_client_fetches", "Fetches per client id (throttled ones excluded)",
+                                      ["broker", "kind", "client"], registry=r)
         self.topic_label = BoundedLabel(topic_cap)
         self.client_label = BoundedLabel(client_cap)
         self.follower_label = BoundedLabel(client_cap)  # replica ids come off the wire: cap them too
@@ -183,6 +189,11 @@ class FetchMetrics:
             self.wait.labels(broker, k, s.wait_source).observe(s.wait_ns / 1e9)
             self.local.labels(broker, k).observe(s.local_ns / 1e9)
             self.e2e.labels(broker, k).observe(s.e2e_ns / 1e9)
+            client = self.client_label(s.client_id)
+            self.client_fetches.labels(broker, k, client).inc()
+            self.client_time.labels(broker, k, client, "total").inc(s.total_ns / 1e9)
+            self.client_time.labels(broker, k, client, "wait").inc(s.wait_ns / 1e9)
+            self.client_time.labels(broker, k, client, "local").inc(s.local_ns / 1e9)
         if not s.confident:
             self.low_confidence.labels(broker, k, s.basis).inc()
         if s.wake_lag_ns is not None:
