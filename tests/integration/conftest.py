@@ -167,12 +167,16 @@ def _socket_owners() -> dict[int, int]:
         if not pid_dir.name.isdigit():
             continue
         try:
-            for fd in (pid_dir / "fd").iterdir():
-                target = os.readlink(fd)
-                if target.startswith("socket:["):
-                    owners[int(target[8:-1])] = int(pid_dir.name)
+            fds = list((pid_dir / "fd").iterdir())
         except OSError:
-            continue
+            continue  # the process ended, or is not ours to read
+        for fd in fds:
+            try:  # per fd: a busy process closes fds between the listing and the readlink
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                owners[int(target[8:-1])] = int(pid_dir.name)
     return owners
 
 
