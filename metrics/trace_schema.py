@@ -1,8 +1,9 @@
 """The trace schema: explicit and versioned, shared by the writer (proxy/traces.py) and the
 analysis job. DESIGN.md pins the minimum ``exchanges`` columns; extend, never rename.
 
-Files: ``TRACE_DIR/exchanges/*.parquet`` (one row per request/response pair) and
-``TRACE_DIR/partitions/*.parquet`` (one row per partition of a fetch or produce). Each file's
+Files: ``TRACE_DIR/exchanges/*.parquet`` (one row per request/response pair),
+``TRACE_DIR/partitions/*.parquet`` (one row per partition of a fetch or produce) and
+``TRACE_DIR/replication/*.parquet`` (one row per replication-latency sample). Each file's
 Parquet metadata holds the schema version and one (wall, monotonic) clock pair.
 Must never: hold record keys, values, headers or SASL bytes (there are no such columns).
 """
@@ -72,7 +73,17 @@ PARTITIONS: Final = pa.schema([
     ("record_latency_ns", pa.int64()),
 ])
 
-TABLES: Final = {"exchanges": EXCHANGES, "partitions": PARTITIONS}
+REPLICATION: Final = pa.schema([
+    ("ts_ns", pa.int64()),  # wall clock, epoch ns, of the follower fetch confirming the records
+    ("proxy_id", pa.string()),
+    ("broker", pa.string()),  # the leader
+    ("follower", pa.int32()),
+    ("topic", pa.string()),
+    ("partition", pa.int32()),
+    ("latency_ns", pa.int64()),  # produce append at the leader -> that follower fetch
+])
+
+TABLES: Final = {"exchanges": EXCHANGES, "partitions": PARTITIONS, "replication": REPLICATION}
 
 
 def empty_row(table: str) -> dict[str, Any]:

@@ -15,7 +15,7 @@ import logging
 import socket
 import struct
 
-from fetchlat.metrics.model import FetchSample, LatencyModel, ProduceSample
+from fetchlat.metrics.model import FetchSample, LatencyModel, ProduceSample, ReplicationSample
 from fetchlat.metrics.prom import FetchMetrics, ProxyMetrics
 from fetchlat.protocol import apis
 from fetchlat.protocol.encoder import encode
@@ -132,9 +132,10 @@ class Proxy:
     def next_conn_id(self) -> int:
         return next(self._conn_ids)
 
-    def record_fetch(self, broker: str, conn_id: int, ev: FetchExchanged, sample: FetchSample) -> None:
+    def record_fetch(self, broker: str, conn_id: int, ev: FetchExchanged, sample: FetchSample,
+                     replication: list[ReplicationSample]) -> None:
         if self.traces is not None:
-            self.traces.fetch(broker, conn_id, ev, sample)
+            self.traces.fetch(broker, conn_id, ev, sample, replication)
 
     def record_produce(self, broker: str, conn_id: int, ev: ProduceExchanged, sample: ProduceSample) -> None:
         if self.traces is not None:

@@ -232,7 +232,7 @@ class ClientSide(asyncio.Protocol):
             if isinstance(ev, FetchExchanged):
                 sample, replication = self.proxy.model.on_fetch(ev, proxy_ns=proxy_ns, client_rtt_ns=self.rtt_ns)
                 self.proxy.fetch_metrics.observe_fetch(broker, sample, replication, ev.t_last_ns)
-                self.proxy.record_fetch(broker, self.conn_id, ev, sample)
+                self.proxy.record_fetch(broker, self.conn_id, ev, sample, replication)
             else:
                 psample = self.proxy.model.on_produce(ev)
                 self.proxy.fetch_metrics.observe_produce(broker, psample)

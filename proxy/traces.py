@@ -18,7 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from fetchlat.metrics.model import FetchSample, ProduceSample
+from fetchlat.metrics.model import FetchSample, ProduceSample, ReplicationSample
 from fetchlat.metrics.trace_schema import META_CLOCK, META_SCHEMA_VERSION, SCHEMA_VERSION, TABLES
 from fetchlat.protocol.events import FetchExchanged, ProduceExchanged, ResponseSeen
 
@@ -81,8 +81,12 @@ class TraceWriter:
     def _wall(self, mono_ns: int) -> int:
         return mono_ns + (clock.wall_ns() - clock.now_ns())
 
-    def fetch(self, broker: str, conn_id: int, ev: FetchExchanged, s: FetchSample) -> None:
+    def fetch(self, broker: str, conn_id: int, ev: FetchExchanged, s: FetchSample,
+              replication: list[ReplicationSample] | None = None) -> None:
         ts = self._wall(ev.t_request_ns)
+        for r in replication or ():
+            self._put("replication", {"ts_ns": ts, "proxy_id": self.proxy_id, "broker": broker, "follower": r.follower,
+                                      "topic": r.topic, "partition": r.partition, "latency_ns": r.latency_ns})
         self._put("exchanges", {
             "ts_ns": ts, "proxy_id": self.proxy_id, "conn_id": conn_id, "client_id": ev.client_id,
             "broker": broker, "api": "Fetch", "api_version": ev.api_version, "kind": s.kind,

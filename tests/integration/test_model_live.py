@@ -45,7 +45,18 @@ def follower_fetch(c: Client, version: int, replica: int, topic: str, topic_id: 
     c.call(apis.FETCH, version, value)
 
 
-def test_follower_fetches_give_replication_latency_per_follower(tansu: Broker, proxy: ProxyProc) -> None:
+def test_follower_fetches_give_replication_latency_per_follower(tansu: Broker, tmp_path: Path) -> None:
+    proxy = start_proxy(tansu.bootstrap, tmp_path, "--trace-dir", str(tmp_path / "tr"))
+    try:
+        _follower_scenario(proxy)
+    finally:
+        stop_proxy(proxy)
+    rows = [r for f in (tmp_path / "tr" / "replication").glob("*.parquet") for r in pq.read_table(f).to_pylist()]
+    assert sorted((r["follower"], r["partition"]) for r in rows) == [(2, 0)] * 3 + [(3, 0)] * 3
+    assert all(r["broker"] == str(TANSU_NODE_ID) and r["latency_ns"] > 0 for r in rows)
+
+
+def _follower_scenario(proxy: ProxyProc) -> None:
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
