@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-DEB_PACKAGES := kcat haproxy prometheus
+DEB_PACKAGES := kcat haproxy prometheus chromium
 
 .PHONY: test demo lint typecheck unit integration deps clean bench-observe
 
@@ -23,10 +23,10 @@ deps: $(STAMP)
 	fi
 
 lint: $(STAMP)
-	$(BIN)/ruff check protocol proxy metrics tests bench
+	$(BIN)/ruff check protocol proxy metrics tests bench analysis
 
 typecheck: $(STAMP)
-	$(BIN)/mypy protocol metrics proxy
+	$(BIN)/mypy protocol metrics proxy analysis
 
 unit: $(STAMP)
 	$(BIN)/pytest -q -m "not integration"

@@ -1,0 +1,104 @@
+"""Analysis transforms on exact small DataFrames."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+from fetchlat.analysis import transforms as tf
+from fetchlat.analysis.schema import spark_schema
+from fetchlat.metrics.trace_schema import TABLES
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.testing import assertDataFrameEqual
+
+MS = 1_000_000
+T0 = 1_795_000_020 * 1_000_000_000  # an exact minute boundary (29_916_667 minutes), epoch ns
+UTC = dt.UTC
+
+
+def exchanges(spark: SparkSession, rows: list[dict[str, Any]]) -> DataFrame:
+    full = [{**dict.fromkeys(TABLES["exchanges"].names), **r} for r in rows]
+    return spark.createDataFrame(full, spark_schema("exchanges"))
+
+
+def fetch(ts_s: float, total: float, wait: float, *, broker: str = "1", kind: str = "consumer", client: str = "c",
+          outcome: str = "expired", records: int = 0, replica: int = -1) -> dict[str, Any]:
+    return {"ts_ns": T0 + int(ts_s * 1e9), "api": "Fetch", "broker": broker, "kind": kind, "client_id": client,
+            "total_ns": int(total * MS), "wait_ns": int(wait * MS), "local_ns": int((total - wait) * MS),
+            "e2e_ns": int((total - wait) * MS) + 100_000, "outcome": outcome, "records": records,
+            "replica_id": replica}
+
+
+def test_schema_matches_the_writer(spark: SparkSession) -> None:
+    for table, schema in TABLES.items():
+        assert spark_schema(table).fieldNames() == schema.names
+
+
+@pytest.mark.parametrize(("text", "expected"), [("30s", "30 seconds"), ("1m", "1 minute"), ("5m", "5 minutes"),
+                                                ("1h", "1 hour")])
+def test_spark_interval(text: str, expected: str) -> None:
+    assert tf.spark_interval(text) == expected
+
+
+def test_spark_interval_rejects_nonsense() -> None:
+    with pytest.raises(ValueError, match=r"e\.g\. 30s"):
+        tf.spark_interval("soon")
+
+
+def test_percentiles_per_window_broker_kind_client(spark: SparkSession) -> None:
+    df = exchanges(spark, [fetch(1, 501, 500), fetch(2, 503, 500), fetch(3, 502, 500), fetch(70, 510, 500),
+                           {"ts_ns": T0, "api": "Produce", "total_ns": 3 * MS}])
+    got = tf.latency_by_window(tf.with_window(tf.fetches(df), "1m")).select(
+        "window_start", "broker", "kind", "client_id", "fetches", "total_p50", "wait_p50", "local_p50", "local_p99")
+    w0 = dt.datetime.fromtimestamp(T0 / 1e9, UTC).replace(tzinfo=None)
+    w1 = w0 + dt.timedelta(minutes=1)
+    expected = spark.createDataFrame(
+        [(w0, "1", "consumer", "c", 3, 502.0, 500.0, 2.0, 3.0),
+         (w1, "1", "consumer", "c", 1, 510.0, 500.0, 10.0, 10.0)],
+        got.schema)
+    assertDataFrameEqual(got, expected)
+
+
+def test_outcome_mix_and_long_poll_efficiency(spark: SparkSession) -> None:
+    df = exchanges(spark, [fetch(1, 501, 500), fetch(2, 40, 30, outcome="woken", records=5),
+                           fetch(3, 2, 0, outcome="immediate", records=9), fetch(4, 501, 500)])
+    got = tf.outcome_mix(tf.with_window(tf.fetches(df), "1m")).select(
+        "fetches", "immediate", "woken", "expired", "error", "unknown", "with_records", "data_efficiency", "wait_share")
+    expected = spark.createDataFrame([(4, 1, 1, 2, 0, 0, 2, 0.5, 1030.0 / 1044.0)], got.schema)
+    assertDataFrameEqual(got, expected)
+
+
+def test_grey_failure_on_one_pair_is_flagged_with_its_size(spark: SparkSession) -> None:
+    rows = []
+    for minute in range(6):
+        for follower, local in ((2, 3.0), (3, 4.0)):
+            if follower == 3 and minute == 4:
+                local = 25.0  # the grey failure: 3 -> 1 slows by ~21 ms for one minute
+            for k in range(3):
+                rows.append(fetch(minute * 60 + k, local + 500, 500, kind="follower", replica=follower))
+    pairs = tf.flag_shifts(tf.pair_latency(tf.with_window(tf.fetches(exchanges(spark, rows)), "1m")))
+    flagged = pairs.where("flagged").select("leader", "follower", "local_p50", "baseline_ms", "shift_ms")
+    expected = spark.createDataFrame([("1", 3, 25.0, 4.0, 21.0)], flagged.schema)
+    assertDataFrameEqual(flagged, expected)
+
+
+def test_a_clean_run_flags_nothing(spark: SparkSession) -> None:
+    rows = [fetch(m * 60 + k, 500 + 3 + (k % 2), 500, kind="follower", replica=2) for m in range(6) for k in range(4)]
+    pairs = tf.flag_shifts(tf.pair_latency(tf.with_window(tf.fetches(exchanges(spark, rows)), "1m")))
+    assert pairs.where("flagged").count() == 0 and pairs.count() == 6
+
+
+def test_record_latency_with_sla_breaches(spark: SparkSession) -> None:
+    base = dict.fromkeys(TABLES["partitions"].names)
+    rows = [{**base, "ts_ns": T0, "api": "Fetch", "topic": "t", "partition": 0, "client_id": "c",
+             "record_latency_ns": v * MS} for v in (100, 200, 7000)]
+    rows.append({**base, "ts_ns": T0, "api": "Produce", "topic": "t", "partition": 0, "client_id": "p"})
+    got = tf.record_latency(spark.createDataFrame(rows, spark_schema("partitions")), sla_ms=5000)
+    expected = spark.createDataFrame([("t", 0, "c", 3, 200.0, 7000.0, 7000.0, 7300.0 / 3, 1)], got.schema)
+    assertDataFrameEqual(got, expected)
+
+
+def test_in_range(spark: SparkSession) -> None:
+    df = exchanges(spark, [fetch(s, 2, 0) for s in (0, 10, 20)])
+    assert tf.in_range(df, T0 + 5 * 10**9, T0 + 20 * 10**9).count() == 1
