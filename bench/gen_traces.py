@@ -113,7 +113,8 @@ def generate(out: str, rows: int, *, brokers: int = 3, clients: int = 20, topics
         k = int(rep.sum())
         _write(out, "replication", {
             "ts_ns": ts_ns[rep], "proxy_id": cols["proxy_id"][rep], "broker": leader[rep].astype(str),
-            "follower": follower[rep].astype(np.int32), "topic": np.char.add("topic-", rng.integers(0, topics, k).astype(str)),
+            "follower": follower[rep].astype(np.int32),
+            "topic": np.char.add("topic-", rng.integers(0, topics, k).astype(str)),
             "partition": rng.integers(0, partitions, k).astype(np.int32),
             "latency_ns": ((local[rep] + rng.lognormal(np.log(3.0), 0.5, k)) * MS).astype(np.int64),
         }, index)
