@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEB_PACKAGES := kcat haproxy prometheus chromium
 
-.PHONY: test demo lint typecheck unit integration deps clean bench-observe
+.PHONY: test demo lint typecheck unit integration deps clean bench-observe bench-analyze
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -45,3 +45,6 @@ clean:
 
 bench-observe: $(STAMP)
 	$(BIN)/python bench/bench_decode_model.py --seconds 3
+
+bench-analyze: $(STAMP)
+	$(BIN)/python bench/bench_analyze.py --rows 10000000

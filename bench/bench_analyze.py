@@ -1,0 +1,96 @@
+"""``fetchlat analyze`` throughput on N trace rows, with its baselines in the same run.
+
+    python bench/bench_analyze.py [--rows 10000000] [--dir /tmp/fetchlat-bench-traces] [--master local[*]]
+
+1. generate N rows once (bench/gen_traces.py; kept in --dir for later runs);
+2. a bare Spark scan of the same files (every column the job reads, summed: no shortcut);
+3. the full job (every table, summary.json, report.html);
+4. DuckDB computing the same headline percentiles, as a single-machine reference.
+Prints rows/s for each and the job/scan ratio (goal: the job within 4x the bare scan).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def _gen() -> object:
+    spec = importlib.util.spec_from_file_location("gen_traces", Path(__file__).with_name("gen_traces.py"))
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["gen_traces"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, default=10_000_000)
+    ap.add_argument("--dir", default="/tmp/fetchlat-bench-traces")
+    ap.add_argument("--master", default="local[*]")
+    args = ap.parse_args()
+    trace_dir = Path(args.dir) / str(args.rows)
+    if not (trace_dir / "exchanges").is_dir():
+        t = time.monotonic()
+        _gen().generate(str(trace_dir), args.rows, brokers=6, clients=200, topics=50,  # type: ignore[attr-defined]
+                        duration_s=3600, grey=_gen().Grey(2, 5, 1800, 300, 12.0))  # type: ignore[attr-defined]
+        print(f"generated {args.rows:,} rows in {time.monotonic() - t:.1f} s", flush=True)
+    size = sum(f.stat().st_size for f in trace_dir.rglob("*.parquet"))
+
+    from fetchlat.analysis import job
+    from pyspark.sql import functions as F
+
+    spark = job.build_session(args.master)
+    results: dict[str, object] = {"rows": args.rows, "bytes_on_disk": size, "master": args.master,
+                                  "cores": os.cpu_count()}
+    # warm-up: the JVM and the file listing (both runs below pay the same from here on)
+    job.read_table(spark, [str(trace_dir)], "exchanges").limit(1).collect()
+
+    t = time.monotonic()
+    ex = job.read_table(spark, [str(trace_dir)], "exchanges")
+    ex.agg(*[F.sum(F.col(c).cast("double")) for c in ("ts_ns", "total_ns", "wait_ns", "local_ns", "e2e_ns", "records")],
+           F.count("broker"), F.count("kind"), F.count("client_id"), F.count("outcome")).collect()
+    scan_s = time.monotonic() - t
+    results["bare_scan_s"] = round(scan_s, 2)
+
+    out = tempfile.mkdtemp(prefix="fetchlat-bench-report-")
+    t = time.monotonic()
+    summary = job.run([str(trace_dir)], out, window="1m", spark=spark)
+    job_s = time.monotonic() - t
+    shutil.rmtree(out, ignore_errors=True)
+    results["job_s"] = round(job_s, 2)
+    results["job_rows_per_s"] = round(args.rows / job_s)
+    results["scan_rows_per_s"] = round(args.rows / scan_s)
+    results["job_over_scan"] = round(job_s / scan_s, 2)
+    results["flagged"] = summary["flagged_pairs"]
+    spark.stop()
+
+    import duckdb
+
+    t = time.monotonic()
+    con = duckdb.connect()
+    q = f"""
+        SELECT broker, kind, count(*) AS n,
+          {", ".join(f"quantile_disc({p}_ns / 1e6, [0.5, 0.9, 0.99, 0.999]) AS {p}"
+                     for p in ("total", "wait", "local", "e2e"))}
+        FROM read_parquet('{trace_dir}/exchanges/*.parquet')
+        WHERE api = 'Fetch' AND total_ns IS NOT NULL GROUP BY broker, kind ORDER BY broker, kind"""
+    duck = con.execute(q).fetchall()
+    duck_s = time.monotonic() - t
+    results["duckdb_headline_s"] = round(duck_s, 2)
+    results["duckdb_rows_per_s"] = round(args.rows / duck_s)
+    spark_p50 = {(b["broker"], b["kind"]): b["local_ms"]["p50"] for b in summary["brokers"]}
+    results["max_local_p50_diff_ms_vs_duckdb"] = round(max(abs(spark_p50[(r[0], r[1])] - r[5][0]) for r in duck), 6)
+    print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
