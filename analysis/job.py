@@ -28,6 +28,8 @@ def build_session(master: str | None) -> SparkSession:
         b = b.master(master)
     elif "PYSPARK_GATEWAY_PORT" not in os.environ:  # under spark-submit, the master comes from there
         b = b.master("local[*]")
+    # a local driver is also the executor: give it room (spark-submit sets its own)
+    b = b.config("spark.driver.memory", os.environ.get("FETCHLAT_SPARK_DRIVER_MEMORY", "4g"))
     spark = (b.config("spark.sql.session.timeZone", "UTC")
              .config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.shuffle.partitions", os.environ.get("FETCHLAT_SHUFFLE_PARTITIONS", "8"))

@@ -87,6 +87,8 @@ def _demo_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     p = sub.add_parser("demo", help="run an embedded broker, the proxy and load; show what it measures")
     p.add_argument("--seconds", type=float, default=60.0, help="how long to run the load (default 60)")
     p.add_argument("--rate", type=int, default=200, help="records per second produced (default 200)")
+    p.add_argument("--no-report", dest="no_report", action="store_true",
+                   help="skip the closing fetchlat analyze run (Spark)")
 
 
 def _analyze_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -216,10 +216,23 @@ def run_demo(args: argparse.Namespace) -> int:
             t.join(15)
     summary = _trace_summary(os.path.join(workdir, "traces"))
     console.print(_table(summary, "whole run, from the traces (medians)"))
+    report = None
+    if not args.no_report:
+        with console.status("running fetchlat analyze on the traces (Spark)"):
+            done = subprocess.run([sys.executable, "-m", "fetchlat.proxy", "analyze", os.path.join(workdir, "traces"),
+                                "--out", os.path.join(workdir, "report"), "--window", "10s"],
+                               capture_output=True, text=True)
+        if done.returncode == 0:
+            report = done.stdout.strip().splitlines()[-1]
+        else:
+            console.print(f"[red]fetchlat analyze failed[/red]: {done.stderr.strip().splitlines()[-1:]}")
     console.print(
         "Naive total is what broker and client metrics show. On the idle topic it is the long poll parked in "
         "purgatory: the wait comes out and the true local time is what the fetch cost. On the fed topic, "
         "fetches are woken by new data after a few ms; this broker (Tansu) only re-checks parked fetches on "
         "a timer (Kafka wakes them on append), and that wake-up lag stays in true local: it is the broker's. "
         f"Traces: {workdir}/traces · logs: {workdir}")
-    return 0 if all(c[0] in summary for c in CONSUMERS) else 1
+    if report:
+        console.print(f"Report: {report}")
+    ok = all(c[0] in summary for c in CONSUMERS) and (args.no_report or report is not None)
+    return 0 if ok else 1

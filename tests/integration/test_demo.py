@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -28,3 +30,7 @@ def test_demo_runs_and_reports_fetch_and_produce() -> None:
         fetches, total, wait, local = cells(client)
         assert fetches >= 3 and wait <= max_wait and local <= total
     assert "Naive total" in r.stdout
+    report = Path(r.stdout.split("Report: ")[1].split()[0])
+    assert report.name == "report.html" and report.stat().st_size > 5_000
+    summary = json.loads((report.parent / "summary.json").read_text())
+    assert {b["kind"] for b in summary["brokers"]} == {"consumer"}
