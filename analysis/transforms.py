@@ -10,7 +10,7 @@ from pyspark.sql import functions as F
 
 QUANTILES = (0.5, 0.9, 0.99, 0.999)
 QNAMES = ("p50", "p90", "p99", "p999")
-ACCURACY = 10_000  # percentile_approx: exact for groups up to this many rows, else within 1/ACCURACY in rank
+ACCURACY = 10_000  # percentile_approx: the answer's rank is within 1/ACCURACY of the requested one
 PARTS = ("total", "wait", "local", "e2e")
 
 
