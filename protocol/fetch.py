@@ -97,11 +97,7 @@ def parse_request(version: int) -> Parser[FetchRequestInfo]:
         session_epoch = yield from s.i32(r)
     parts: list[FetchPartitionRequest] = []
     for _ in range((yield from s.array_len(r, flex))):
-        topic = topic_id = None
-        if version >= 13:
-            topic_id = yield from s.uuid(r)
-        else:
-            topic = yield from s.string(r, flex)
+        topic, topic_id = yield from s.topic(r, flex, by_id=version >= 13)
         for _ in range((yield from s.array_len(r, flex))):
             partition = yield from s.i32(r)
             leader_epoch = (yield from s.i32(r)) if version >= 9 else -1
@@ -120,11 +116,7 @@ def parse_request(version: int) -> Parser[FetchRequestInfo]:
     forgotten: list[tuple[str | None, _uuid.UUID | None, int]] = []
     if version >= 7:
         for _ in range((yield from s.array_len(r, flex))):
-            ftopic = ftopic_id = None
-            if version >= 13:
-                ftopic_id = yield from s.uuid(r)
-            else:
-                ftopic = yield from s.string(r, flex)
+            ftopic, ftopic_id = yield from s.topic(r, flex, by_id=version >= 13)
             for _ in range((yield from s.array_len(r, flex))):
                 forgotten.append((ftopic, ftopic_id, (yield from s.i32(r))))
             if flex:
@@ -158,11 +150,7 @@ def parse_response(version: int, wait_time_tag: int | None = None, *,
         session_id = yield from s.i32(r)
     parts: list[FetchPartitionResponse] = []
     for _ in range((yield from s.array_len(r, flex))):
-        topic = topic_id = None
-        if version >= 13:
-            topic_id = yield from s.uuid(r)
-        else:
-            topic = yield from s.string(r, flex)
+        topic, topic_id = yield from s.topic(r, flex, by_id=version >= 13)
         for _ in range((yield from s.array_len(r, flex))):
             index = yield from s.i32(r)
             perr = yield from s.i16(r)

@@ -59,11 +59,7 @@ def parse_request(version: int) -> Parser[ProduceRequestInfo]:
     timeout = yield from s.i32(r)
     parts: list[ProducePartitionRequest] = []
     for _ in range((yield from s.array_len(r, flex))):
-        topic = topic_id = None
-        if version >= 13:
-            topic_id = yield from s.uuid(r)
-        else:
-            topic = yield from s.string(r, flex)
+        topic, topic_id = yield from s.topic(r, flex, by_id=version >= 13)
         for _ in range((yield from s.array_len(r, flex))):
             index = yield from s.i32(r)
             batches = yield from s.records(r, flex)
@@ -84,11 +80,7 @@ def parse_response(version: int, *, after_correlation_id: bool = False) -> Parse
         yield from s.tags(r)  # the response header's tag buffer
     parts: list[ProducePartitionResponse] = []
     for _ in range((yield from s.array_len(r, flex))):
-        topic = topic_id = None
-        if version >= 13:
-            topic_id = yield from s.uuid(r)
-        else:
-            topic = yield from s.string(r, flex)
+        topic, topic_id = yield from s.topic(r, flex, by_id=version >= 13)
         for _ in range((yield from s.array_len(r, flex))):
             index = yield from s.i32(r)
             err = yield from s.i16(r)

@@ -128,6 +128,13 @@ def uuid(r: Reader) -> Parser[_uuid.UUID]:
     return _uuid.UUID(bytes=bytes(r.buf[p : p + 16]))
 
 
+def topic(r: Reader, flexible: bool, by_id: bool) -> Parser[tuple[str | None, _uuid.UUID | None]]:
+    """A topic named by name (older versions) or by id (Fetch/Produce v13+): (name, id)."""
+    if by_id:
+        return None, (yield from uuid(r))
+    return (yield from string(r, flexible)), None
+
+
 def tags(r: Reader, wanted: dict[int, str] | None = None) -> Parser[dict[str, tuple[int, bytes]]]:
     """Skip a tag buffer; return the raw bytes of the ``wanted`` tags (tag -> name)."""
     found: dict[str, tuple[int, bytes]] = {}
