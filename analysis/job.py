@@ -102,7 +102,7 @@ def run(dirs: list[str], out: str, *, master: str | None = None, since_ns: int |
         for name, df in tables.items():
             progress(f"computing {name.replace('_', ' ')}")
             path = os.path.join(out, "tables", name)
-            df.coalesce(1).write.mode("overwrite").parquet(path)
+            df.repartition(1).write.mode("overwrite").parquet(path)  # coalesce(1) would serialise the aggregation
             if name != "latency_by_window":  # small: read back what was written instead of computing it again
                 collected[name] = _rows(spark.read.parquet(path).orderBy(*df.columns[:3]))
         rows_in = ex.count()

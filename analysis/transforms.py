@@ -65,7 +65,7 @@ def percentiles(df: DataFrame, keys: list[str]) -> DataFrame:
     aggs = [F.count(F.lit(1)).alias("fetches")]
     for part in PARTS:
         aggs += _quantile_cols(part)
-    return _explode_quantiles(df.groupBy(*keys).agg(*aggs)).orderBy(*keys)
+    return _explode_quantiles(df.groupBy(*keys).agg(*aggs))  # unordered: written tables need no global sort
 
 
 def latency_by_window(fetch_df: DataFrame) -> DataFrame:
