@@ -126,6 +126,11 @@ class KafkaConnection:
         self._b_t_first = 0
         self._b_feeder: Feeder | None = None
 
+    @property
+    def client_mid_frame(self) -> bool:
+        """A request has begun arriving and has not finished."""
+        return self._c_left > 0 or bool(self._c_size_buf)
+
     # ------------------------------------------------------------------ client -> broker
     def receive_from_client(self, data: bytes, t_ns: int) -> list[Event]:
         if self.passthrough:

@@ -69,6 +69,9 @@ class Config:
     log_level: str = "INFO"
     wait_time_tag: int | None = None  # top-level Fetch response tag carrying a broker's WaitTimeMs
     proxy_id: str | None = None  # names this proxy in traces (default host:listen_port)
+    idle_timeout_s: float = 600.0  # a client connection with nothing in flight and no bytes (Kafka: 9 min)
+    partial_frame_timeout_s: float = 30.0  # a request begun and never finished (slowloris)
+    stalled_client_timeout_s: float = 60.0  # a client that stopped reading its responses
 
     def node_listen(self, node_id: int) -> HostPort | None:
         o = self.nodes.get(node_id)
@@ -98,7 +101,8 @@ ENV_KEYS = {
     "log_level": "FETCHLAT_LOG_LEVEL",
     "wait_time_tag": "FETCHLAT_WAIT_TIME_TAG",
 }
-KNOWN_KEYS = {*ENV_KEYS, "nodes", "connect_timeout_s", "metadata_refresh_s", "wait_time_tag", "proxy_id"}
+TIMEOUT_KEYS = ("idle_timeout_s", "partial_frame_timeout_s", "stalled_client_timeout_s")
+KNOWN_KEYS = {*ENV_KEYS, "nodes", "connect_timeout_s", "metadata_refresh_s", "wait_time_tag", "proxy_id", *TIMEOUT_KEYS}
 
 
 def _read_yaml(path: str) -> dict[str, Any]:
@@ -127,6 +131,16 @@ def _positive_int(value: Any, what: str) -> int:
     if n <= 0:
         raise ConfigError(f"{what}: must be positive, got {n}")
     return n
+
+
+def _positive_float(value: Any, what: str) -> float:
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{what}: '{value}' is not a number of seconds") from None
+    if f <= 0:
+        raise ConfigError(f"{what}: must be positive, got {f}")
+    return f
 
 
 def _tag(raw: Any) -> int | None:
@@ -206,6 +220,7 @@ def load_config(cli: dict[str, Any], env: dict[str, str] | None = None) -> Confi
         log_level=level,
         wait_time_tag=_tag(merged.get("wait_time_tag")),
         proxy_id=merged.get("proxy_id"),
+        **{k: _positive_float(merged[k], k) for k in TIMEOUT_KEYS if k in merged},
     )
     for node_id in cfg.nodes:
         lp = cfg.node_listen(node_id)

@@ -173,8 +173,16 @@ class Proxy:
             await asyncio.get_running_loop().run_in_executor(None, self.traces.close)
 
     async def _heartbeat(self) -> None:
+        """Every half second: mark the loop alive, and close connections that overstayed."""
         while True:
-            self.last_beat_ns = clock.now_ns()
+            now = self.last_beat_ns = clock.now_ns()
+            for sess in list(self.sessions):
+                reason = sess.expire(now)
+                if reason is not None:
+                    log.warning("client %s via %s: %s; closing this connection", sess.peer, sess.listener,
+                                reason.replace("_", " "))
+                    self.metrics.connection_errors.labels(reason).inc()
+                    sess.abort()
             await asyncio.sleep(0.5)
 
     async def _metadata_loop(self) -> None:

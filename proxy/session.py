@@ -28,6 +28,7 @@ from fetchlat.protocol.events import (
     SaslPassthroughStarted,
     TopicIdsLearned,
 )
+from fetchlat.protocol.sniff import sniff
 
 from . import clock
 
@@ -71,6 +72,10 @@ class ClientSide(asyncio.Protocol):
                                      wait_time_tag=proxy.cfg.wait_time_tag)
         self.deferred: list[FetchExchanged | ProduceExchanged] = []
         self.conn_id = proxy.next_conn_id()
+        self.first_bytes = True
+        self.last_active_ns = clock.now_ns()
+        self.partial_since_ns = 0  # a request begun and not finished since then (0: none)
+        self.stalled_since_ns = 0  # the client stopped reading responses since then (0: reading)
         self.rtt_ns = 0
         self._rtt_at_ns = 0
         m = proxy.metrics
@@ -121,6 +126,18 @@ class ClientSide(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         t_ns = clock.now_ns()
+        self.last_active_ns = t_ns
+        if self.first_bytes:
+            self.first_bytes = False
+            kind = sniff(data[:8])
+            if kind is not None:  # never forwarded: the broker would only see garbage
+                what = {"tls": "a TLS ClientHello", "http": "an HTTP request"}[kind]
+                log.warning("client %s via %s sent %s to a plaintext Kafka listener; closing this connection "
+                            "(point the client at a PLAINTEXT listener, or use Kafka's protocol)",
+                            self.peer, self.listener, what)
+                self.proxy.metrics.connection_errors.labels(f"{kind}_on_plaintext").inc()
+                self.abort()
+                return
         broker = self.broker
         if broker is not None and broker.transport is not None:
             broker.transport.write(data)  # forward first: the same object, no copy
@@ -139,6 +156,11 @@ class ClientSide(asyncio.Protocol):
             self.handle(events)
             if self.deferred:
                 self.observe_exchanges(t_ns)
+        if self.codec.client_mid_frame:
+            if not self.partial_since_ns:
+                self.partial_since_ns = t_ns
+        else:
+            self.partial_since_ns = 0
 
     def eof_received(self) -> bool | None:
         # half-close: pass it on, keep reading responses
@@ -155,14 +177,34 @@ class ClientSide(asyncio.Protocol):
             self.broker.close()
 
     def pause_writing(self) -> None:
+        self.stalled_since_ns = clock.now_ns()
         if self.broker is not None and self.broker.transport is not None:
             self.broker.transport.pause_reading()
 
     def resume_writing(self) -> None:
+        self.stalled_since_ns = 0
         if self.broker is not None and self.broker.transport is not None:
             self.broker.transport.resume_reading()
 
     # -------------------------------------------------------------------------------
+    def abort(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+        if self.broker is not None:
+            self.broker.abort()
+
+    def expire(self, now_ns: int) -> str | None:
+        """Why this connection should be closed now, if it should (idle, slowloris, stalled)."""
+        cfg = self.proxy.cfg
+        if self.partial_since_ns and now_ns - self.partial_since_ns > cfg.partial_frame_timeout_s * 1e9:
+            return "partial_frame_timeout"
+        if self.stalled_since_ns and now_ns - self.stalled_since_ns > cfg.stalled_client_timeout_s * 1e9:
+            return "client_not_reading"
+        if not self.codec.in_flight and now_ns - self.last_active_ns > cfg.idle_timeout_s * 1e9:
+            return "idle_timeout"
+        return None
+
     def close(self) -> None:
         self.closed = True
         if self.transport is not None:

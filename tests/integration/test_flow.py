@@ -172,3 +172,22 @@ def test_broker_close_reaches_the_client(firehose: Firehose, flow_proxy: ProxyPr
     s.settimeout(5)
     assert s.recv(1) == b""  # EOF, after every byte already sent
     s.close()
+
+
+def test_a_client_that_never_reads_is_closed_after_the_stall_timeout(firehose: Firehose, tmp_path: Path) -> None:
+    cfg = tmp_path / "stall.yaml"
+    cfg.write_text("stalled_client_timeout_s: 2\n")
+    p = start_proxy(f"127.0.0.1:{firehose.port}", tmp_path, "--config", str(cfg))
+    try:
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+        s.connect(("127.0.0.1", p.listen_port))
+        s.sendall(b"".join(fetch_request(i) for i in range(1, 101)))  # 100 MiB asked for, never read
+        firehose.eof_seen.clear()
+        assert firehose.eof_seen.wait(15), "the proxy kept the stalled connection open"
+        assert p.log().count("client not reading; closing this connection") == 1
+        assert firehose.written < 64 * RESPONSE_BYTES
+        s.close()
+        assert p.health()["live"]
+    finally:
+        stop_proxy(p)

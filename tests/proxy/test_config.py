@@ -79,3 +79,13 @@ def test_cli_fails_at_start_with_the_fix() -> None:
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2
     assert "pass --upstream HOST:PORT" in r.stderr
+
+
+def test_timeouts_from_yaml(tmp_path: Path) -> None:
+    f = tmp_path / "t.yaml"
+    f.write_text("upstream: b:1\nlisten: x:1\nidle_timeout_s: 5\npartial_frame_timeout_s: 0.5\n")
+    cfg = load_config(cli(config=str(f)), env={})
+    assert (cfg.idle_timeout_s, cfg.partial_frame_timeout_s, cfg.stalled_client_timeout_s) == (5.0, 0.5, 60.0)
+    f.write_text("upstream: b:1\nlisten: x:1\nidle_timeout_s: -1\n")
+    with pytest.raises(ConfigError, match="idle_timeout_s: must be positive"):
+        load_config(cli(config=str(f)), env={})
