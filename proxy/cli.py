@@ -29,11 +29,13 @@ def _proxy_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     p.add_argument("--config", help="YAML file with the same settings, plus per-node 'nodes:' overrides")
 
 
+PROXY_KEYS = ("upstream", "listen", "advertise_host", "metrics_listen", "trace_dir", "max_frame_bytes", "log_level",
+              "wait_time_tag", "config")
+
+
 def run_proxy(args: argparse.Namespace) -> int:
     try:
-        cfg = load_config({k: getattr(args, k) for k in (
-            "upstream", "listen", "advertise_host", "metrics_listen", "trace_dir", "max_frame_bytes",
-            "log_level", "wait_time_tag", "config")})
+        cfg = load_config({k: getattr(args, k) for k in PROXY_KEYS})
     except ConfigError as exc:
         print(f"fetchlat proxy: {exc}", file=sys.stderr)
         return 2
@@ -75,8 +77,18 @@ def run_proxy(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+
+        def reload() -> None:
+            try:
+                proxy.reload(load_config({k: getattr(args, k) for k in PROXY_KEYS}))
+            except ConfigError as exc:
+                logging.getLogger("fetchlat.proxy").error("SIGHUP: configuration not reloaded: %s", exc)
+
+        loop.add_signal_handler(signal.SIGHUP, reload)
         await stop.wait()
-        await proxy.stop()
+        logging.getLogger("fetchlat.proxy").info("stopping: no new connections; draining for up to %.1f s",
+                                                 proxy.cfg.drain_timeout_s)
+        await proxy.stop(drain_s=proxy.cfg.drain_timeout_s)
         admin.stop()
         return 0
 

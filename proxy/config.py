@@ -72,6 +72,7 @@ class Config:
     idle_timeout_s: float = 600.0  # a client connection with nothing in flight and no bytes (Kafka: 9 min)
     partial_frame_timeout_s: float = 30.0  # a request begun and never finished (slowloris)
     stalled_client_timeout_s: float = 60.0  # a client that stopped reading its responses
+    drain_timeout_s: float = 10.0  # on SIGTERM: how long requests already sent may take to finish
 
     def node_listen(self, node_id: int) -> HostPort | None:
         o = self.nodes.get(node_id)
@@ -101,7 +102,7 @@ ENV_KEYS = {
     "log_level": "FETCHLAT_LOG_LEVEL",
     "wait_time_tag": "FETCHLAT_WAIT_TIME_TAG",
 }
-TIMEOUT_KEYS = ("idle_timeout_s", "partial_frame_timeout_s", "stalled_client_timeout_s")
+TIMEOUT_KEYS = ("idle_timeout_s", "partial_frame_timeout_s", "stalled_client_timeout_s", "drain_timeout_s")
 KNOWN_KEYS = {*ENV_KEYS, "nodes", "connect_timeout_s", "metadata_refresh_s", "wait_time_tag", "proxy_id", *TIMEOUT_KEYS}
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import logging
 import socket
@@ -162,15 +163,37 @@ class Proxy:
         self._tasks.append(loop.create_task(self._heartbeat()))
         self._tasks.append(loop.create_task(self._metadata_loop()))
 
-    async def stop(self) -> None:
+    async def stop(self, drain_s: float = 0.0) -> None:
+        """Stop accepting; let requests already sent finish (up to ``drain_s``); close every
+        connection; flush and close the trace files."""
+        for srv in [*self.servers, *self.node_servers.values()]:
+            srv.close()
+        deadline = clock.now_ns() + int(drain_s * 1e9)
+        while clock.now_ns() < deadline and any(sess.codec.in_flight for sess in self.sessions):
+            await asyncio.sleep(0.02)
+        left = sum(len(sess.codec.in_flight) for sess in self.sessions)
+        if left:
+            log.warning("shutting down with %d request(s) still in flight after %.1f s", left, drain_s)
         for t in self._tasks:
             t.cancel()
-        for s in [*self.servers, *self.node_servers.values()]:
-            s.close()
         for sess in list(self.sessions):
             sess.close()
         if self.traces is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.traces.close)
+
+    def reload(self, new: Config) -> None:
+        """Apply what is safe to change while running; say what needs a restart."""
+        safe = ("idle_timeout_s", "partial_frame_timeout_s", "stalled_client_timeout_s", "metadata_refresh_s",
+                "log_level", "drain_timeout_s")
+        changed = {k: getattr(new, k) for k in safe if getattr(new, k) != getattr(self.cfg, k)}
+        needs_restart = sorted(k for k in ("upstreams", "listen", "advertise_host", "metrics_listen", "trace_dir",
+                                           "nodes", "max_frame_bytes", "wait_time_tag", "proxy_id")
+                               if getattr(new, k) != getattr(self.cfg, k))
+        self.cfg = dataclasses.replace(self.cfg, **changed)
+        logging.getLogger("fetchlat").setLevel(self.cfg.log_level)
+        log.info("reloaded: %s", ", ".join(f"{k}={v}" for k, v in changed.items()) or "nothing changed")
+        if needs_restart:
+            log.warning("not reloaded (needs a restart): %s", ", ".join(needs_restart))
 
     async def _heartbeat(self) -> None:
         """Every half second: mark the loop alive, and close connections that overstayed."""
