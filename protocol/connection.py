@@ -207,6 +207,8 @@ class KafkaConnection:
         covered: Covered = ()
         try:
             if header.api_key == apis.PRODUCE and header.api_version >= 3:
+                # read from the first bytes, not the full parse: correlation must not depend on
+                # the whole body decoding
                 expects = _produce_acks(header.api_version, peek, header.body_start) != 0
             elif header.api_key == apis.SASL_HANDSHAKE and header.api_version == 0:
                 mech = _sasl_mechanism(header.api_version, peek, header.body_start)

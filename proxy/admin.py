@@ -16,8 +16,6 @@ from .config import HostPort
 
 class AdminServer:
     def __init__(self, addr: HostPort, registry: CollectorRegistry, health: Callable[[], dict[str, object]]) -> None:
-        outer = self
-
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
@@ -44,7 +42,6 @@ class AdminServer:
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="fetchlat-admin", daemon=True)
-        _ = outer
 
     def start(self) -> None:
         self.thread.start()
