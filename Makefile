@@ -23,7 +23,7 @@ deps: $(STAMP)
 	fi
 
 lint: $(STAMP)
-	$(BIN)/ruff check protocol proxy metrics tests bench analysis
+	$(BIN)/ruff check protocol proxy metrics tests bench analysis deploy
 
 typecheck: $(STAMP)
 	$(BIN)/mypy protocol metrics proxy analysis

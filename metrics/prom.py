@@ -6,11 +6,18 @@ Names and labels are a pinned interface: extend, never rename. Must never: compu
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Final
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    disable_created_metrics,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from .model import FetchSample, ProduceSample, ReplicationSample
@@ -53,9 +60,33 @@ class ProxyMetrics:
         )
         self.listeners = Gauge("fetchlat_listeners", "Per-broker listeners open", registry=r)
         self.brokers_known = Gauge("fetchlat_brokers_known", "Upstream brokers learned from metadata", registry=r)
-        self.trace_dropped = Gauge("fetchlat_trace_rows_dropped", "Trace rows dropped (queue full or write error)",
-                                   registry=r)
-        self.trace_written = Gauge("fetchlat_trace_rows_written", "Trace rows written", registry=r)
+        self.trace_rows = TraceRowCounters()  # fetchlat_trace_rows_{written,dropped}_total
+        r.register(self.trace_rows)
+        self.loop_lag = Histogram(
+            "fetchlat_event_loop_lag_seconds",
+            "How late the event loop ran a timer (sampled every 100 ms): time every connection waited",
+            buckets=LATENCY_BUCKETS, registry=r,
+        )
+        self.added = Histogram(
+            "fetchlat_proxy_added_seconds",
+            "The proxy's own time per response chunk: read from the broker -> handed to the client socket",
+            buckets=LATENCY_BUCKETS, registry=r,
+        )
+        if registry is None:  # process_cpu_seconds_total, process_resident_memory_bytes, open fds
+            ProcessCollector(registry=r)
+
+
+class TraceRowCounters(Collector):
+    """Counters owned by the trace writer thread, read at scrape time (0 without traces)."""
+
+    def __init__(self) -> None:
+        self.written: Callable[[], int] = lambda: 0
+        self.dropped: Callable[[], int] = lambda: 0
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        yield CounterMetricFamily("fetchlat_trace_rows_written", "Trace rows written", value=self.written())
+        yield CounterMetricFamily("fetchlat_trace_rows_dropped", "Trace rows dropped (queue full or write error)",
+                                  value=self.dropped())
 
 
 OTHER = "other"
@@ -164,6 +195,12 @@ class FetchMetrics:
                                    registry=r)
         self.client_fetches = Counter("fetchlat_client_fetches", "Fetches per client id (throttled ones excluded)",
                                       ["broker", "kind", "client"], registry=r)
+        self.with_records = Counter("fetchlat_fetches_with_records",
+                                    "Fetches that returned records (long-poll efficiency: / fetchlat_fetches_total)",
+                                    ["broker", "kind"], registry=r)
+        self.follower_local = h("fetchlat_follower_fetch_local_seconds",
+                                "True local fetch time per follower -> leader pair (broker = the leader)",
+                                ["broker", "follower"])
         self.topic_label = BoundedLabel(topic_cap)
         self.client_label = BoundedLabel(client_cap)
         self.follower_label = BoundedLabel(client_cap)  # replica ids come off the wire: cap them too
@@ -179,16 +216,22 @@ class FetchMetrics:
     def observe_fetch(self, broker: str, s: FetchSample, replication: list[ReplicationSample], now_ns: int) -> None:
         k = s.kind
         self.fetches.labels(broker, k, s.outcome).inc()
+        with_records = self.with_records.labels(broker, k)  # exists (at 0) from the first fetch
+        if s.records:
+            with_records.inc()
+        throttled = self.throttled.labels(broker, k)
         self.total.labels(broker, k).observe(s.total_ns / 1e9)
         self.first_byte.labels(broker, k).observe(s.first_byte_ns / 1e9)
         self.transfer.labels(broker, k).observe(s.transfer_ns / 1e9)
         if s.throttled:
-            self.throttled.labels(broker, k).inc()
+            throttled.inc()
             self.throttle.labels(broker, k).observe(s.throttle_ms / 1e3)
         else:
             self.wait.labels(broker, k, s.wait_source).observe(s.wait_ns / 1e9)
             self.local.labels(broker, k).observe(s.local_ns / 1e9)
             self.e2e.labels(broker, k).observe(s.e2e_ns / 1e9)
+            if k == "follower":
+                self.follower_local.labels(broker, self.follower_label(str(s.replica_id))).observe(s.local_ns / 1e9)
             client = self.client_label(s.client_id)
             self.client_fetches.labels(broker, k, client).inc()
             self.client_time.labels(broker, k, client, "total").inc(s.total_ns / 1e9)

@@ -8,7 +8,7 @@ import logging
 import signal
 import sys
 
-from .config import ConfigError, format_hostport, load_config
+from .config import Config, ConfigError, format_hostport, load_config
 
 
 def _proxy_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -26,11 +26,14 @@ def _proxy_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     p.add_argument("--log-level", dest="log_level", help="DEBUG, INFO (default), WARNING or ERROR")
     p.add_argument("--wait-time-tag", dest="wait_time_tag", type=int,
                    help="top-level Fetch response tag number a broker uses to report WaitTimeMs (KIP-736)")
+    p.add_argument("--sidecar-node", dest="sidecar_node", type=int,
+                   help="sidecar mode: front broker N only; brokers advertise their sidecars, so addresses pass "
+                        "unchanged and no per-node listeners open (env FETCHLAT_SIDECAR_NODE)")
     p.add_argument("--config", help="YAML file with the same settings, plus per-node 'nodes:' overrides")
 
 
 PROXY_KEYS = ("upstream", "listen", "advertise_host", "metrics_listen", "trace_dir", "max_frame_bytes", "log_level",
-              "wait_time_tag", "config")
+              "wait_time_tag", "sidecar_node", "config")
 
 
 def run_proxy(args: argparse.Namespace) -> int:
@@ -175,12 +178,23 @@ def run_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fetchlat", description="True Kafka fetch latency, measured by a proxy.")
     sub = parser.add_subparsers(dest="command", required=True)
     _proxy_parser(sub)
     _demo_parser(sub)
     _analyze_parser(sub)
+    return parser
+
+
+def proxy_config(argv: list[str], env: dict[str, str] | None = None) -> Config:
+    """The configuration ``fetchlat proxy ARGV`` would run with (deploy files are checked with it)."""
+    args = build_parser().parse_args(["proxy", *argv])
+    return load_config({k: getattr(args, k) for k in PROXY_KEYS}, env=env)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "proxy":
         return run_proxy(args)

@@ -73,6 +73,9 @@ class Config:
     partial_frame_timeout_s: float = 30.0  # a request begun and never finished (slowloris)
     stalled_client_timeout_s: float = 60.0  # a client that stopped reading its responses
     drain_timeout_s: float = 10.0  # on SIGTERM: how long requests already sent may take to finish
+    # sidecar mode: this proxy fronts broker ``sidecar_node`` only, and every broker advertises
+    # its own sidecar, so addresses pass unchanged and no per-node listeners are opened
+    sidecar_node: int | None = None
 
     def node_listen(self, node_id: int) -> HostPort | None:
         o = self.nodes.get(node_id)
@@ -91,6 +94,10 @@ class Config:
             raise ConfigError(f"node {node_id} is remote but has no advertise address")
         return (self.advertise_host, listen[1])
 
+    @property
+    def sidecar(self) -> bool:
+        return self.sidecar_node is not None
+
 
 ENV_KEYS = {
     "upstream": "FETCHLAT_UPSTREAM",
@@ -101,6 +108,7 @@ ENV_KEYS = {
     "max_frame_bytes": "FETCHLAT_MAX_FRAME_BYTES",
     "log_level": "FETCHLAT_LOG_LEVEL",
     "wait_time_tag": "FETCHLAT_WAIT_TIME_TAG",
+    "sidecar_node": "FETCHLAT_SIDECAR_NODE",
 }
 TIMEOUT_KEYS = ("idle_timeout_s", "partial_frame_timeout_s", "stalled_client_timeout_s", "drain_timeout_s")
 KNOWN_KEYS = {*ENV_KEYS, "nodes", "connect_timeout_s", "metadata_refresh_s", "wait_time_tag", "proxy_id", *TIMEOUT_KEYS}
@@ -154,6 +162,18 @@ def _tag(raw: Any) -> int | None:
     if tag < 0:
         raise ConfigError(f"wait_time_tag: {tag} is negative; tag numbers start at 0")
     return tag
+
+
+def _node_id(raw: Any) -> int | None:
+    if raw is None or raw == "":
+        return None
+    try:
+        n = int(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(f"sidecar_node: '{raw}' is not a broker node id (a whole number)") from None
+    if n < 0:
+        raise ConfigError(f"sidecar_node: {n} is negative; broker node ids start at 0")
+    return n
 
 
 def _nodes(raw: Any) -> dict[int, NodeOverride]:
@@ -221,10 +241,14 @@ def load_config(cli: dict[str, Any], env: dict[str, str] | None = None) -> Confi
         log_level=level,
         wait_time_tag=_tag(merged.get("wait_time_tag")),
         proxy_id=merged.get("proxy_id"),
+        sidecar_node=_node_id(merged.get("sidecar_node")),
         **{k: _positive_float(merged[k], k) for k in TIMEOUT_KEYS if k in merged},
     )
     for node_id in cfg.nodes:
         lp = cfg.node_listen(node_id)
         if lp is not None and not 0 < lp[1] <= 65535:
             raise ConfigError(f"node {node_id}: listener port {lp[1]} is out of range; set nodes.{node_id}.listen")
+    if cfg.sidecar and cfg.nodes:
+        raise ConfigError("sidecar_node and nodes: exclude each other: a sidecar opens no per-node listeners "
+                          "(every broker advertises its own sidecar); drop one of them")
     return cfg

@@ -74,9 +74,13 @@ class Proxy:
 
     # routing -------------------------------------------------------------------------
     def advertise(self, node_id: int, host: str, port: int) -> tuple[str, int]:
+        if self.cfg.sidecar:
+            return host, port  # every broker advertises its own sidecar already
         return self.cfg.node_advertise(node_id)
 
     def broker_label(self, upstream: HostPort, default: str) -> str:
+        if self.cfg.sidecar_node is not None:
+            return str(self.cfg.sidecar_node)
         for b in self.nodes.values():
             if (b.host, b.port) == upstream:
                 return str(b.node_id)
@@ -92,8 +96,20 @@ class Proxy:
             else:
                 log.info("learned broker %d at %s:%d", b.node_id, b.host, b.port)
             self.nodes[b.node_id] = b
-            self._ensure_listener(b.node_id)
+            if self.cfg.sidecar:
+                self._check_sidecar_advertised(b)
+            else:
+                self._ensure_listener(b.node_id)
         self.metrics.brokers_known.set(len(self.nodes))
+
+    def _check_sidecar_advertised(self, b: BrokerAddress) -> None:
+        if (b.host, b.port) in self.cfg.upstreams:
+            log.warning("broker %d advertises %s:%d, the very address this sidecar forwards to: clients and "
+                        "followers will bypass the sidecar; set the broker's advertised.listeners to the sidecar's "
+                        "address", b.node_id, b.host, b.port)
+        elif b.node_id == self.cfg.sidecar_node and b.port != self.bootstrap_port:
+            log.info("broker %d advertises %s:%d while this sidecar listens on port %d (fine behind a port "
+                     "mapping; otherwise check advertised.listeners)", b.node_id, b.host, b.port, self.bootstrap_port)
 
     def _ensure_listener(self, node_id: int) -> None:
         if node_id in self.node_sockets:
@@ -146,21 +162,24 @@ class Proxy:
         proxy_id = self.cfg.proxy_id or f"{socket.gethostname()}:{self.cfg.listen[1]}"
         writer = self.traces = TraceWriter(directory, proxy_id=proxy_id)
         writer.start()
-        self.metrics.trace_dropped.set_function(lambda: writer.dropped)
-        self.metrics.trace_written.set_function(lambda: writer.written)
+        self.metrics.trace_rows.dropped = lambda: writer.dropped
+        self.metrics.trace_rows.written = lambda: writer.written
 
     # lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         sock = bind_listener(self.cfg.listen)
         self.bootstrap_port = sock.getsockname()[1]
+        name = "sidecar" if self.cfg.sidecar else "bootstrap"
         server = await loop.create_server(
-            lambda: ClientSide(self, "bootstrap", self.bootstrap_upstreams(), "bootstrap"), sock=sock
+            lambda: ClientSide(self, name, self.bootstrap_upstreams(), name), sock=sock
         )
         self.servers.append(server)
-        log.info("bootstrap listener on %s -> %s", format_hostport(self.cfg.listen),
-                 ", ".join(format_hostport(u) for u in self.cfg.upstreams))
+        log.info("%s listener on %s -> %s%s", name, format_hostport(self.cfg.listen),
+                 ", ".join(format_hostport(u) for u in self.cfg.upstreams),
+                 f" (fronting broker {self.cfg.sidecar_node}; addresses pass unchanged)" if self.cfg.sidecar else "")
         self._tasks.append(loop.create_task(self._heartbeat()))
+        self._tasks.append(loop.create_task(self._loop_lag()))
         self._tasks.append(loop.create_task(self._metadata_loop()))
 
     async def stop(self, drain_s: float = 0.0) -> None:
@@ -207,6 +226,15 @@ class Proxy:
                     self.metrics.connection_errors.labels(reason).inc()
                     sess.abort()
             await asyncio.sleep(0.5)
+
+    async def _loop_lag(self, every_s: float = 0.1) -> None:
+        """Every 100 ms: how much later than asked the loop woke us (a busy or blocked loop
+        delays every connection by as much)."""
+        hist = self.metrics.loop_lag
+        while True:
+            before = clock.now_ns()
+            await asyncio.sleep(every_s)
+            hist.observe(max(0, clock.now_ns() - before - int(every_s * 1e9)) / 1e9)
 
     async def _metadata_loop(self) -> None:
         delay = 0.2

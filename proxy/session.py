@@ -315,6 +315,7 @@ class BrokerSide(asyncio.Protocol):
             client.handle(events)  # learn brokers (bind listeners) before clients see them
         if segments:
             client.write_to_client(segments)
+            client.proxy.metrics.added.observe((clock.now_ns() - t_ns) / 1e9)
         if client.deferred:
             client.observe_exchanges(t_ns)
 

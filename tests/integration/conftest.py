@@ -105,8 +105,10 @@ class ProxyProc:
         return self.log_path.read_text()
 
 
-def start_proxy(upstream: str, tmp_path: Path, *extra: str) -> ProxyProc:
-    base = free_ports(0, 1 + TANSU_NODE_ID, 1000)
+def start_proxy(upstream: str, tmp_path: Path, *extra: str, base: int | None = None) -> ProxyProc:
+    """The real proxy process, listening on ``base`` (chosen free unless given), metrics on base+1000."""
+    if base is None:
+        base = free_ports(0, 1 + TANSU_NODE_ID, 1000)
     log_path = tmp_path / f"proxy-{base}.log"
     log = open(log_path, "wb")  # noqa: SIM115 - outlives this scope (the proxy's stdout)
     proc = subprocess.Popen(

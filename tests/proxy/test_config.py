@@ -13,7 +13,7 @@ from fetchlat.proxy.config import ConfigError, load_config
 
 def cli(**kw: object) -> dict[str, object]:
     keys = ("upstream", "listen", "advertise_host", "metrics_listen", "trace_dir", "max_frame_bytes", "log_level",
-            "wait_time_tag", "config")
+            "wait_time_tag", "sidecar_node", "config")
     base: dict[str, object] = dict.fromkeys(keys)
     base.update(kw)
     return base
@@ -62,6 +62,9 @@ def test_node_overrides(tmp_path: Path) -> None:
     ({}, "upstream: b:1\nlisten: x:1\nnodes: {2: {remote: true}}\n", "needs 'advertise: HOST:PORT'"),
     ({}, "upstream: b:1\nlisten: x:1\nnodes: {two: {}}\n", "is not a node id"),
     ({}, "upstream: [b:1\n", "not valid YAML"),
+    ({"upstream": "b:1", "listen": "x:1", "sidecar_node": "one"}, None, "is not a broker node id"),
+    ({}, "upstream: b:1\nlisten: x:1\nsidecar_node: 1\nnodes: {2: {remote: true, advertise: 'o:1'}}\n",
+     "exclude each other"),
 ])
 def test_wrong_settings_say_how_to_fix_them(tmp_path: Path, kw: dict[str, object], yaml_text: str | None,
                                             message: str) -> None:
@@ -89,3 +92,12 @@ def test_timeouts_from_yaml(tmp_path: Path) -> None:
     f.write_text("upstream: b:1\nlisten: x:1\nidle_timeout_s: -1\n")
     with pytest.raises(ConfigError, match="idle_timeout_s: must be positive"):
         load_config(cli(config=str(f)), env={})
+
+
+def test_sidecar_node_from_env_and_yaml(tmp_path: Path) -> None:
+    f = tmp_path / "s.yaml"
+    f.write_text("upstream: 127.0.0.1:29092\nlisten: 0.0.0.0:9092\nsidecar_node: 2\n")
+    assert load_config(cli(config=str(f)), env={}).sidecar_node == 2
+    cfg = load_config(cli(upstream="b:1", listen="x:1"), env={"FETCHLAT_SIDECAR_NODE": "3"})
+    assert cfg.sidecar and cfg.sidecar_node == 3
+    assert not load_config(cli(upstream="b:1", listen="x:1"), env={}).sidecar
