@@ -219,3 +219,13 @@ def test_kubernetes_pod_template_wires_the_sidecar(tmp_path: Path) -> None:
     assert pm["podMetricsEndpoints"][0]["port"] == "metrics" and pm["podMetricsEndpoints"][0]["path"] == "/metrics"
     rule = docs["PrometheusRule/fetchlat"]["spec"]
     assert rule == yaml.safe_load((DEPLOY / "prometheus" / "alerts.yml").read_text())
+
+
+def test_every_exported_metric_is_documented() -> None:
+    text = (ROOT / "docs" / "operations.md").read_text()
+    reg = CollectorRegistry()
+    ProxyMetrics(reg)
+    FetchMetrics(reg)
+    for fam in reg.collect():
+        name = fam.name + ("_total" if fam.type == "counter" else "")
+        assert f"`{name}`" in text, f"{name} missing from docs/operations.md"
