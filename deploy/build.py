@@ -185,6 +185,13 @@ PROXY = [
         Q(f"histogram_quantile(0.99, sum by (le, instance) (rate(fetchlat_event_loop_lag_seconds_bucket[{RI}])))",
           "p99 {{instance}}"),
     ), description="How late the loop ran a 100 ms timer: every connection of that proxy waited as long."),
+    Panel("Broker faults: connections held for an unreachable broker, failed connects, broker-side closes", (
+        Q("sum by (instance) (fetchlat_connections_waiting_upstream)", "held {{instance}}"),
+        Q(f"sum by (instance) (increase(fetchlat_upstream_connect_failures_total[{RI}]))",
+          "failed connects {{instance}}"),
+        Q(f"sum by (instance) (increase(fetchlat_upstream_disconnects_total[{RI}]))", "closed by broker {{instance}}"),
+    ), unit="short", description="While a broker restarts, client requests are held (bounded) for "
+                                 "upstream_hold_timeout_s, then the client connection is closed so it reconnects."),
     Panel("Responses rewritten (broker addresses, ApiVersions caps)", (
         Q(f"sum by (api) (rate(fetchlat_rewritten_responses_total[{RI}]))", "{{api}}"),
     ), unit="reqps"),

@@ -60,6 +60,18 @@ class ProxyMetrics:
         )
         self.listeners = Gauge("fetchlat_listeners", "Per-broker listeners open", registry=r)
         self.brokers_known = Gauge("fetchlat_brokers_known", "Upstream brokers learned from metadata", registry=r)
+        self.waiting_upstream = Gauge(
+            "fetchlat_connections_waiting_upstream",
+            "Client connections whose requests are held while their broker is unreachable", registry=r,
+        )
+        self.upstream_failures = Counter(
+            "fetchlat_upstream_connect_failures", "Rounds of failed connection attempts to a broker", registry=r
+        )
+        self.upstream_lost = Counter(
+            "fetchlat_upstream_disconnects",
+            "Broker connections closed by the broker side (restart, crash) while the client was connected",
+            registry=r,
+        )
         self.trace_rows = TraceRowCounters()  # fetchlat_trace_rows_{written,dropped}_total
         r.register(self.trace_rows)
         self.loop_lag = Histogram(

@@ -73,6 +73,7 @@ class Config:
     partial_frame_timeout_s: float = 30.0  # a request begun and never finished (slowloris)
     stalled_client_timeout_s: float = 60.0  # a client that stopped reading its responses
     drain_timeout_s: float = 10.0  # on SIGTERM: how long requests already sent may take to finish
+    upstream_hold_timeout_s: float = 15.0  # broker unreachable: hold a client's requests this long, retrying
     # sidecar mode: this proxy fronts broker ``sidecar_node`` only, and every broker advertises
     # its own sidecar, so addresses pass unchanged and no per-node listeners are opened
     sidecar_node: int | None = None
@@ -110,7 +111,8 @@ ENV_KEYS = {
     "wait_time_tag": "FETCHLAT_WAIT_TIME_TAG",
     "sidecar_node": "FETCHLAT_SIDECAR_NODE",
 }
-TIMEOUT_KEYS = ("idle_timeout_s", "partial_frame_timeout_s", "stalled_client_timeout_s", "drain_timeout_s")
+TIMEOUT_KEYS = ("idle_timeout_s", "partial_frame_timeout_s", "stalled_client_timeout_s", "drain_timeout_s",
+                "upstream_hold_timeout_s")
 KNOWN_KEYS = {*ENV_KEYS, "nodes", "connect_timeout_s", "metadata_refresh_s", "wait_time_tag", "proxy_id", *TIMEOUT_KEYS}
 
 

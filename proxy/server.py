@@ -71,6 +71,11 @@ class Proxy:
         self._rr = itertools.count()
         self._tasks: list[asyncio.Task[None]] = []
         self.bootstrap_port = 0
+        self._had_metadata = False
+        self.waiting_upstream = 0  # client connections holding requests for an unreachable broker
+        metrics.waiting_upstream.set_function(lambda: self.waiting_upstream)
+        self._metadata_kick = asyncio.Event()
+        self._log_last: dict[str, tuple[float, int]] = {}  # key -> (last logged monotonic s, suppressed)
 
     # routing -------------------------------------------------------------------------
     def advertise(self, node_id: int, host: str, port: int) -> tuple[str, int]:
@@ -127,9 +132,12 @@ class Proxy:
         self.node_sockets[node_id] = sock
         label = str(node_id)
 
-        def factory() -> ClientSide:
+        def address() -> list[HostPort]:
             b = self.nodes[node_id]
-            return ClientSide(self, label, [(b.host, b.port)], label)
+            return [(b.host, b.port)]
+
+        def factory() -> ClientSide:
+            return ClientSide(self, label, address, label)
 
         async def serve() -> None:
             server = await asyncio.get_running_loop().create_server(factory, sock=sock)
@@ -144,6 +152,37 @@ class Proxy:
         ups = list(self.cfg.upstreams)
         k = next(self._rr) % len(ups)
         return ups[k:] + ups[:k]
+
+    # upstream faults -----------------------------------------------------------------
+    def upstream_failed(self, error: str) -> None:
+        """A round of connection attempts to a broker failed: count it, and re-check metadata now
+        (readiness drops while no broker answers)."""
+        self.metrics.upstream_failures.inc()
+        self.kick_metadata()
+
+    def upstream_lost(self, sess: ClientSide, exc: Exception | None) -> None:
+        self.metrics.upstream_lost.inc()
+        self.log_throttled("upstream_lost", logging.WARNING,
+                           "broker %s:%d closed the connection of client %s (%s); closing the client connection so "
+                           "it reconnects", sess.upstream_addr[0], sess.upstream_addr[1], sess.peer,
+                           exc or "end of stream")
+        self.kick_metadata()
+
+    def kick_metadata(self) -> None:
+        self._metadata_kick.set()
+
+    def log_throttled(self, key: str, level: int, msg: str, *args: object, every_s: float = 5.0) -> None:
+        """One line per ``key`` every ``every_s`` at most, saying how many were suppressed: a broker
+        restart with 1000 clients connected is one event, not 1000 log lines."""
+        now = clock.now_ns() / 1e9
+        last, suppressed = self._log_last.get(key, (-1e18, 0))
+        if now - last < every_s:
+            self._log_last[key] = (last, suppressed + 1)
+            return
+        if suppressed:
+            msg += f" [{suppressed} similar suppressed in the last {now - last:.0f} s]"
+        self._log_last[key] = (now, 0)
+        log.log(level, msg, *args)
 
     # observations --------------------------------------------------------------------
     def next_conn_id(self) -> int:
@@ -172,7 +211,7 @@ class Proxy:
         self.bootstrap_port = sock.getsockname()[1]
         name = "sidecar" if self.cfg.sidecar else "bootstrap"
         server = await loop.create_server(
-            lambda: ClientSide(self, name, self.bootstrap_upstreams(), name), sock=sock
+            lambda: ClientSide(self, name, self.bootstrap_upstreams, name), sock=sock
         )
         self.servers.append(server)
         log.info("%s listener on %s -> %s%s", name, format_hostport(self.cfg.listen),
@@ -203,7 +242,7 @@ class Proxy:
     def reload(self, new: Config) -> None:
         """Apply what is safe to change while running; say what needs a restart."""
         safe = ("idle_timeout_s", "partial_frame_timeout_s", "stalled_client_timeout_s", "metadata_refresh_s",
-                "log_level", "drain_timeout_s")
+                "log_level", "drain_timeout_s", "upstream_hold_timeout_s")
         changed = {k: getattr(new, k) for k in safe if getattr(new, k) != getattr(self.cfg, k)}
         needs_restart = sorted(k for k in ("upstreams", "listen", "advertise_host", "metrics_listen", "trace_dir",
                                            "nodes", "max_frame_bytes", "wait_time_tag", "proxy_id")
@@ -243,18 +282,27 @@ class Proxy:
                 try:
                     brokers = await asyncio.wait_for(fetch_brokers(host, port), self.cfg.connect_timeout_s)
                 except (TimeoutError, OSError, ValueError) as exc:
-                    log.warning("metadata from %s:%d failed: %s", host, port, exc or "timeout")
+                    self.log_throttled("metadata_failed", logging.WARNING, "metadata from %s:%d failed: %s",
+                                       host, port, exc or "timeout")
                     continue
                 self.learn(tuple(brokers))
-                self.metadata_ok = True
+                recovered = not self.metadata_ok and self._had_metadata
+                self.metadata_ok = self._had_metadata = True
+                if recovered:
+                    log.info("upstream metadata fetched again from %s:%d: ready", host, port)
                 break
             else:
+                if self.metadata_ok:
+                    log.warning("no upstream broker answers metadata: not ready until one does")
                 self.metadata_ok = False
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
                 continue
             delay = 0.2
-            await asyncio.sleep(self.cfg.metadata_refresh_s)
+            self._metadata_kick.clear()
+            with contextlib.suppress(TimeoutError):  # a fault elsewhere asks for an early re-check
+                await asyncio.wait_for(self._metadata_kick.wait(), self.cfg.metadata_refresh_s)
+            self._metadata_kick.clear()
 
     def health(self) -> dict[str, object]:
         lag_s = (clock.now_ns() - self.last_beat_ns) / 1e9

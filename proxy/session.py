@@ -12,6 +12,7 @@ import asyncio
 import logging
 import socket
 import struct
+from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
 from fetchlat.protocol.apis import api_name
@@ -55,11 +56,12 @@ def tcp_rtt_ns(sock: object) -> int | None:
 
 
 class ClientSide(asyncio.Protocol):
-    def __init__(self, proxy: Proxy, listener: str, upstreams: list[tuple[str, int]], broker_label: str) -> None:
+    def __init__(self, proxy: Proxy, listener: str, upstreams: Callable[[], list[tuple[str, int]]],
+                 broker_label: str) -> None:
         self.proxy = proxy
         self.listener = listener
-        self.upstreams = upstreams
-        self.upstream_addr = upstreams[0]
+        self.upstreams = upstreams  # asked again on every attempt: a restarted broker may have moved
+        self.upstream_addr = upstreams()[0]
         self.broker_label = broker_label
         self.transport: asyncio.Transport | None = None
         self.broker: BrokerSide | None = None
@@ -67,6 +69,7 @@ class ClientSide(asyncio.Protocol):
         self.pending_bytes = 0
         self.upstream_ready_ns = 0  # requests buffered before this were forwarded only then
         self.closed = False
+        self.client_eof = False  # the client half-closed: the broker closing next is expected
         self.peer = "?"
         self.codec = KafkaConnection(rewriter=proxy.rewriter, max_frame_bytes=proxy.cfg.max_frame_bytes,
                                      wait_time_tag=proxy.cfg.wait_time_tag)
@@ -94,22 +97,51 @@ class ClientSide(asyncio.Protocol):
         asyncio.get_running_loop().create_task(self._connect_upstream())
 
     async def _connect_upstream(self) -> None:
+        """Connect to the broker. While it is unreachable (restarting, refusing) the client's
+        requests are held -- up to MAX_PENDING_BYTES, then its reading pauses -- and the
+        connection is retried with backoff for ``upstream_hold_timeout_s`` (the principle of
+        KIP-286: block a bounded time instead of failing at once); then the client connection
+        is closed, so the client reconnects and retries as it does after any disconnect."""
         loop = asyncio.get_running_loop()
-        broker = None
-        for host, port in self.upstreams:  # the bootstrap listener may try several brokers
-            try:
-                _, broker = await asyncio.wait_for(
-                    loop.create_connection(lambda: BrokerSide(self), host, port),
-                    timeout=self.proxy.cfg.connect_timeout_s,
-                )
-            except (TimeoutError, OSError) as exc:
-                log.warning("client %s: cannot reach broker %s:%s (%s)", self.peer, host, port, exc or "timeout")
-                continue
-            self.upstream_addr = (host, port)
-            break
+        cfg = self.proxy.cfg
+        deadline = loop.time() + cfg.upstream_hold_timeout_s
+        delay, waiting = 0.05, False
+        broker, last_error = None, "timeout"
+        while broker is None and not self.closed:
+            for host, port in self.upstreams():  # the bootstrap listener may try several brokers
+                remaining = deadline - loop.time()
+                try:
+                    _, broker = await asyncio.wait_for(
+                        loop.create_connection(lambda: BrokerSide(self), host, port),
+                        timeout=max(0.05, min(cfg.connect_timeout_s, remaining)),
+                    )
+                except (TimeoutError, OSError) as exc:
+                    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "timeout"
+                    last_error = f"{host}:{port}: {reason}"
+                    continue
+                self.upstream_addr = (host, port)
+                break
+            if broker is not None or self.closed:
+                break
+            self.proxy.upstream_failed(last_error)
+            if loop.time() >= deadline:
+                break
+            if not waiting:
+                waiting = True
+                self.proxy.waiting_upstream += 1
+            await asyncio.sleep(min(delay, max(0.0, deadline - loop.time())))
+            delay = min(delay * 2, 1.0)
+        if waiting:
+            self.proxy.waiting_upstream -= 1
         if broker is None:
-            self.proxy.metrics.connection_errors.labels("upstream_unreachable").inc()
-            self.close()
+            if not self.closed:
+                self.proxy.metrics.connection_errors.labels("upstream_unreachable").inc()
+                self.proxy.log_throttled(
+                    "upstream_unreachable", logging.WARNING,
+                    "client %s via %s: broker unreachable for %.1f s (%s); closing the connection so the client "
+                    "reconnects (%d request(s), %d bytes held)", self.peer, self.listener, cfg.upstream_hold_timeout_s,
+                    last_error, len(self.codec.in_flight), self.pending_bytes)
+                self.close()
             return
         if self.closed:
             broker.close()
@@ -164,6 +196,7 @@ class ClientSide(asyncio.Protocol):
 
     def eof_received(self) -> bool | None:
         # half-close: pass it on, keep reading responses
+        self.client_eof = True
         if self.broker is not None and self.broker.transport is not None and self.broker.transport.can_write_eof():
             self.broker.transport.write_eof()
             return True
@@ -323,7 +356,10 @@ class BrokerSide(asyncio.Protocol):
         return None  # close fully; connection_lost closes the client after its writes
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.client.close()
+        client = self.client
+        if not client.closed and not client.client_eof:  # the broker went first: restart, crash, or it closed on us
+            client.proxy.upstream_lost(client, exc)
+        client.close()
 
     def pause_writing(self) -> None:
         if self.client.transport is not None:

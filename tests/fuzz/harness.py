@@ -1,0 +1,89 @@
+"""The codec fuzz target, shared by the coverage-guided fuzzer (``make fuzz``, atheris) and the
+regression test that replays every input it ever crashed on (tests/fuzz/test_regressions.py).
+
+An input is a conversation: one byte choosing how the streams are cut into reads, then
+records of (direction byte, 2-byte length, bytes). Requests go through
+``receive_from_client``, responses through ``receive_from_broker`` with a rewriter that moves
+every broker, and decoded fetches and produces go through the latency model. The only
+exception allowed out is ``ProtocolError`` -- on a real connection it closes that connection.
+Seeds are the captured conversations of four real clients."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+
+from fetchlat.metrics.model import LatencyModel
+from fetchlat.protocol.connection import KafkaConnection
+from fetchlat.protocol.errors import ProtocolError
+from fetchlat.protocol.events import FetchExchanged, ProduceExchanged
+from fetchlat.protocol.rewrite import ResponseRewriter
+
+MAX_RECORDS = 64
+
+
+def records(data: bytes) -> Iterator[tuple[bool, bytes]]:
+    pos = 1
+    for _ in range(MAX_RECORDS):
+        if pos + 3 > len(data):
+            return
+        is_request = data[pos] % 2 == 0
+        n = struct.unpack_from(">H", data, pos + 1)[0]
+        yield is_request, data[pos + 3:pos + 3 + n]
+        pos += 3 + n
+
+
+def chunks(b: bytes, cut: int) -> Iterator[bytes]:
+    """Split ``b`` into reads of 1..cut+1 bytes (cut 255: one read)."""
+    if cut == 255 or not b:
+        yield b
+        return
+    step = cut + 1
+    for i in range(0, len(b), step):
+        yield b[i:i + step]
+
+
+def one_input(data: bytes) -> None:
+    if not data:
+        return
+    cut = data[0]
+    conn = KafkaConnection(rewriter=ResponseRewriter(lambda node, host, port: ("fuzz.example", 40000 + node % 1000)),
+                           max_frame_bytes=1 << 20, wait_time_tag=99)
+    model = LatencyModel(wall_minus_mono_ns=0)
+    t = 1_000
+    try:
+        for is_request, payload in records(data):
+            for piece in chunks(payload, cut):
+                t += 1_000
+                if is_request:
+                    conn.receive_from_client(piece, t)
+                    continue
+                segments, events = conn.receive_from_broker(piece, t)
+                for s in segments:
+                    bytes(s)  # forwarded segments must be real buffers
+                for ev in events:
+                    if isinstance(ev, FetchExchanged):
+                        model.on_fetch(ev)
+                    elif isinstance(ev, ProduceExchanged):
+                        model.on_produce(ev)
+    except ProtocolError:
+        return
+
+
+def encode_conversation(frames: list[tuple[bool, bytes]], cut: int = 255) -> bytes:
+    out = bytearray([cut])
+    for is_request, wire in frames:
+        for i in range(0, len(wire), 0xFFFF):  # a long frame spans records of one direction
+            part = wire[i:i + 0xFFFF]
+            out += bytes([0 if is_request else 1]) + struct.pack(">H", len(part)) + part
+    return bytes(out)
+
+
+def seeds() -> Iterator[bytes]:
+    from tests.protocol.captures import RUNS, conversations
+
+    for run in RUNS:
+        for frames in conversations(run).values():
+            wires = [(f.direction == "req", f.wire) for f in frames]
+            yield encode_conversation(wires)
+            yield encode_conversation(wires, cut=6)

@@ -1,0 +1,26 @@
+"""Replays every input the fuzzer ever crashed on (tests/data/fuzz-regressions/) and the
+captured seed conversations through the fuzz target: only ProtocolError may come out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from .harness import one_input, seeds
+
+REGRESSIONS = sorted(p for p in (Path(__file__).parents[1] / "data" / "fuzz-regressions").glob("*")
+                     if p.is_file() and p.name != "README.md")
+
+
+@pytest.mark.parametrize("path", REGRESSIONS, ids=[p.name for p in REGRESSIONS])
+def test_crash_found_by_fuzzing_stays_fixed(path: Path) -> None:
+    one_input(path.read_bytes())
+
+
+def test_seed_conversations_run_clean() -> None:
+    n = 0
+    for s in seeds():
+        one_input(s)
+        n += 1
+    assert n > 50
