@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEB_PACKAGES := kcat haproxy prometheus chromium
 
-.PHONY: test demo lint typecheck unit integration deps clean bench-observe bench-analyze
+.PHONY: test demo lint typecheck unit integration deps clean bench-observe bench-analyze load soak fuzz
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -48,3 +48,18 @@ bench-observe: $(STAMP)
 
 bench-analyze: $(STAMP)
 	$(BIN)/python bench/bench_analyze.py --rows 10000000
+
+# Reliability runs (not part of make test; figures in docs/reliability.md)
+load: $(STAMP)
+	$(BIN)/python bench/load_connections.py --connections 1000 --seconds 60
+
+soak: $(STAMP)
+	$(BIN)/python bench/soak.py --seconds 300
+
+FUZZ_SECONDS ?= 300
+$(VENV)/.fuzz: $(STAMP)
+	$(BIN)/pip install -q -e '.[test,fuzz]'
+	touch $@
+
+fuzz: $(VENV)/.fuzz
+	$(BIN)/python tests/fuzz/run_atheris.py --seconds $(FUZZ_SECONDS)

@@ -29,11 +29,21 @@ def _proxy_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     p.add_argument("--sidecar-node", dest="sidecar_node", type=int,
                    help="sidecar mode: front broker N only; brokers advertise their sidecars, so addresses pass "
                         "unchanged and no per-node listeners open (env FETCHLAT_SIDECAR_NODE)")
+    p.add_argument("--tls-cert", dest="tls_cert", help="serve TLS to clients with this PEM certificate")
+    p.add_argument("--tls-key", dest="tls_key", help="private key of --tls-cert (PEM)")
+    p.add_argument("--tls-client-ca", dest="tls_client_ca",
+                   help="require client certificates signed by this CA (mTLS)")
+    p.add_argument("--upstream-tls", dest="upstream_tls", action="store_const", const=True,
+                   help="connect to brokers over TLS")
+    p.add_argument("--upstream-ca", dest="upstream_ca", help="CA to verify brokers with (default: system CAs)")
+    p.add_argument("--upstream-cert", dest="upstream_cert", help="client certificate towards brokers (mTLS)")
+    p.add_argument("--upstream-key", dest="upstream_key", help="private key of --upstream-cert")
     p.add_argument("--config", help="YAML file with the same settings, plus per-node 'nodes:' overrides")
 
 
 PROXY_KEYS = ("upstream", "listen", "advertise_host", "metrics_listen", "trace_dir", "max_frame_bytes", "log_level",
-              "wait_time_tag", "sidecar_node", "config")
+              "wait_time_tag", "sidecar_node", "tls_cert", "tls_key", "tls_client_ca", "upstream_tls", "upstream_ca",
+              "upstream_cert", "upstream_key", "config")
 
 
 def run_proxy(args: argparse.Namespace) -> int:
@@ -52,7 +62,11 @@ def run_proxy(args: argparse.Namespace) -> int:
     metrics = ProxyMetrics()
 
     async def main() -> int:
-        proxy = Proxy(cfg, metrics)
+        try:
+            proxy = Proxy(cfg, metrics)
+        except ConfigError as exc:
+            print(f"fetchlat proxy: {exc}", file=sys.stderr)
+            return 2
         if cfg.trace_dir:
             try:
                 proxy.enable_traces(cfg.trace_dir)

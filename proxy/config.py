@@ -77,6 +77,18 @@ class Config:
     # sidecar mode: this proxy fronts broker ``sidecar_node`` only, and every broker advertises
     # its own sidecar, so addresses pass unchanged and no per-node listeners are opened
     sidecar_node: int | None = None
+    # TLS towards clients: every listener of this proxy serves TLS with this certificate; with
+    # tls_client_ca set, clients must present a certificate signed by it (mTLS)
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_client_ca: str | None = None
+    # TLS towards brokers: verify them against upstream_ca (default: the system's CAs) and,
+    # with upstream_cert/upstream_key, present a client certificate (mTLS)
+    upstream_tls: bool = False
+    upstream_ca: str | None = None
+    upstream_cert: str | None = None
+    upstream_key: str | None = None
+    upstream_server_hostname: str | None = None  # name to verify instead of the broker's host
 
     def node_listen(self, node_id: int) -> HostPort | None:
         o = self.nodes.get(node_id)
@@ -110,10 +122,18 @@ ENV_KEYS = {
     "log_level": "FETCHLAT_LOG_LEVEL",
     "wait_time_tag": "FETCHLAT_WAIT_TIME_TAG",
     "sidecar_node": "FETCHLAT_SIDECAR_NODE",
+    "tls_cert": "FETCHLAT_TLS_CERT",
+    "tls_key": "FETCHLAT_TLS_KEY",
+    "tls_client_ca": "FETCHLAT_TLS_CLIENT_CA",
+    "upstream_tls": "FETCHLAT_UPSTREAM_TLS",
+    "upstream_ca": "FETCHLAT_UPSTREAM_CA",
+    "upstream_cert": "FETCHLAT_UPSTREAM_CERT",
+    "upstream_key": "FETCHLAT_UPSTREAM_KEY",
 }
 TIMEOUT_KEYS = ("idle_timeout_s", "partial_frame_timeout_s", "stalled_client_timeout_s", "drain_timeout_s",
                 "upstream_hold_timeout_s")
-KNOWN_KEYS = {*ENV_KEYS, "nodes", "connect_timeout_s", "metadata_refresh_s", "wait_time_tag", "proxy_id", *TIMEOUT_KEYS}
+KNOWN_KEYS = {*ENV_KEYS, "nodes", "connect_timeout_s", "metadata_refresh_s", "wait_time_tag", "proxy_id",
+              "upstream_server_hostname", *TIMEOUT_KEYS}
 
 
 def _read_yaml(path: str) -> dict[str, Any]:
@@ -176,6 +196,29 @@ def _node_id(raw: Any) -> int | None:
     if n < 0:
         raise ConfigError(f"sidecar_node: {n} is negative; broker node ids start at 0")
     return n
+
+
+def _bool(raw: Any, what: str) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("", "0", "false", "no", "off", "none"):
+        return False
+    raise ConfigError(f"{what}: '{raw}' is not true or false")
+
+
+def _readable(path: Any, what: str) -> str | None:
+    if path is None or path == "":
+        return None
+    p = str(path)
+    try:
+        with open(p, "rb"):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"{what}: cannot read {p} ({exc.strerror}); give the path of a PEM file") from None
+    return p
 
 
 def _nodes(raw: Any) -> dict[int, NodeOverride]:
@@ -244,12 +287,28 @@ def load_config(cli: dict[str, Any], env: dict[str, str] | None = None) -> Confi
         wait_time_tag=_tag(merged.get("wait_time_tag")),
         proxy_id=merged.get("proxy_id"),
         sidecar_node=_node_id(merged.get("sidecar_node")),
+        tls_cert=_readable(merged.get("tls_cert"), "tls_cert"),
+        tls_key=_readable(merged.get("tls_key"), "tls_key"),
+        tls_client_ca=_readable(merged.get("tls_client_ca"), "tls_client_ca"),
+        upstream_tls=_bool(merged.get("upstream_tls", False), "upstream_tls"),
+        upstream_ca=_readable(merged.get("upstream_ca"), "upstream_ca"),
+        upstream_cert=_readable(merged.get("upstream_cert"), "upstream_cert"),
+        upstream_key=_readable(merged.get("upstream_key"), "upstream_key"),
+        upstream_server_hostname=merged.get("upstream_server_hostname") or None,
         **{k: _positive_float(merged[k], k) for k in TIMEOUT_KEYS if k in merged},
     )
     for node_id in cfg.nodes:
         lp = cfg.node_listen(node_id)
         if lp is not None and not 0 < lp[1] <= 65535:
             raise ConfigError(f"node {node_id}: listener port {lp[1]} is out of range; set nodes.{node_id}.listen")
+    if bool(cfg.tls_cert) != bool(cfg.tls_key):
+        raise ConfigError("tls_cert and tls_key go together: give both (PEM certificate and its private key)")
+    if cfg.tls_client_ca and not cfg.tls_cert:
+        raise ConfigError("tls_client_ca (mTLS) needs tls_cert and tls_key: the listeners must serve TLS first")
+    if bool(cfg.upstream_cert) != bool(cfg.upstream_key):
+        raise ConfigError("upstream_cert and upstream_key go together: give both for a client certificate")
+    if (cfg.upstream_ca or cfg.upstream_cert) and not cfg.upstream_tls:
+        raise ConfigError("upstream_ca / upstream_cert are set but upstream_tls is off: add upstream_tls: true")
     if cfg.sidecar and cfg.nodes:
         raise ConfigError("sidecar_node and nodes: exclude each other: a sidecar opens no per-node listeners "
                           "(every broker advertises its own sidecar); drop one of them")

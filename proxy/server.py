@@ -14,6 +14,7 @@ import dataclasses
 import itertools
 import logging
 import socket
+import ssl
 import struct
 
 from fetchlat.metrics.model import FetchSample, LatencyModel, ProduceSample, ReplicationSample
@@ -29,6 +30,7 @@ from fetchlat.protocol.walker import walk
 from . import clock
 from .config import Config, HostPort, format_hostport
 from .session import ClientSide
+from .tls import client_context, server_context
 from .traces import TraceWriter
 
 log = logging.getLogger("fetchlat.proxy")
@@ -56,6 +58,8 @@ class Proxy:
     def __init__(self, cfg: Config, metrics: ProxyMetrics) -> None:
         self.cfg = cfg
         self.metrics = metrics
+        self.server_tls = server_context(cfg)  # raises ConfigError with the fix; TLS is done per session
+        self.upstream_tls = client_context(cfg)
         self.nodes: dict[int, BrokerAddress] = {}
         self.node_servers: dict[int, asyncio.Server] = {}
         self.node_sockets: dict[int, socket.socket] = {}
@@ -72,6 +76,7 @@ class Proxy:
         self._tasks: list[asyncio.Task[None]] = []
         self.bootstrap_port = 0
         self._had_metadata = False
+        self._passive = False  # the upstream requires authentication before Metadata
         self.waiting_upstream = 0  # client connections holding requests for an unreachable broker
         metrics.waiting_upstream.set_function(lambda: self.waiting_upstream)
         self._metadata_kick = asyncio.Event()
@@ -280,7 +285,17 @@ class Proxy:
         while True:
             for host, port in self.cfg.upstreams:
                 try:
-                    brokers = await asyncio.wait_for(fetch_brokers(host, port), self.cfg.connect_timeout_s)
+                    brokers = await asyncio.wait_for(
+                        fetch_brokers(host, port, self.upstream_tls, self.cfg.upstream_server_hostname),
+                        self.cfg.connect_timeout_s)
+                except NoAnswer:
+                    # reachable, but it closes on a Metadata request before authentication (a SASL
+                    # listener does that): ready; brokers are learned from what clients receive
+                    if not self._passive:
+                        log.info("broker %s:%d closes unauthenticated Metadata requests (a SASL listener?): it is "
+                                 "reachable; brokers are learned from the responses clients receive", host, port)
+                    self._passive = True
+                    brokers = []
                 except (TimeoutError, OSError, ValueError) as exc:
                     self.log_throttled("metadata_failed", logging.WARNING, "metadata from %s:%d failed: %s",
                                        host, port, exc or "timeout")
@@ -318,17 +333,26 @@ class Proxy:
         }
 
 
-async def fetch_brokers(host: str, port: int) -> list[BrokerAddress]:
+class NoAnswer(ValueError):
+    """The broker accepted the connection and closed it without answering our Metadata request."""
+
+
+async def fetch_brokers(host: str, port: int, tls: ssl.SSLContext | None = None,
+                        server_hostname: str | None = None) -> list[BrokerAddress]:
     """Ask one broker for the broker list (Metadata v1, no topics)."""
-    reader, writer = await asyncio.open_connection(host, port)
+    reader, writer = await asyncio.open_connection(
+        host, port, ssl=tls, server_hostname=(server_hostname or host) if tls else None)
     try:
         body = encode(load("MetadataRequest"), METADATA_VERSION, {"Topics": []})
         header = struct.pack(">hhi", apis.METADATA, METADATA_VERSION, 1) + encode_string("fetchlat-proxy", False)
         frame = header + body
         writer.write(len(frame).to_bytes(4, "big") + frame)
-        size = int.from_bytes(await reader.readexactly(4), "big")
-        resp = await reader.readexactly(size)
+        head = b""
+        head = await reader.readexactly(4)
+        resp = await reader.readexactly(int.from_bytes(head, "big"))
     except asyncio.IncompleteReadError as exc:
+        if not head and not exc.partial:
+            raise NoAnswer("broker closed the connection without answering") from exc
         raise ValueError("broker closed the connection mid-response") from exc
     finally:
         writer.close()

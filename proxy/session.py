@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import ssl
 import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
@@ -32,12 +33,14 @@ from fetchlat.protocol.events import (
 from fetchlat.protocol.sniff import sniff
 
 from . import clock
+from .tls import TlsServerSide
 
 if TYPE_CHECKING:
     from .server import Proxy
 
 log = logging.getLogger("fetchlat.proxy")
 
+TLS_HANDSHAKE_TIMEOUT_NS = 10_000_000_000
 MAX_PENDING_BYTES = 8 * 1024 * 1024  # client bytes held while the upstream connects
 RTT_SAMPLE_EVERY_NS = 1_000_000_000
 TCP_INFO_RTT_OFFSET = 68  # struct tcp_info: 8 u8 fields, then u32s; tcpi_rtt (µs) is the 16th
@@ -81,6 +84,8 @@ class ClientSide(asyncio.Protocol):
         self.stalled_since_ns = 0  # the client stopped reading responses since then (0: reading)
         self.rtt_ns = 0
         self._rtt_at_ns = 0
+        self.tls = TlsServerSide(proxy.server_tls) if proxy.server_tls is not None else None
+        self.connected_ns = clock.now_ns()
         m = proxy.metrics
         self._bytes_in = m.bytes.labels("client_to_broker", listener)
         self._bytes_out = m.bytes.labels("broker_to_client", listener)
@@ -111,12 +116,15 @@ class ClientSide(asyncio.Protocol):
             for host, port in self.upstreams():  # the bootstrap listener may try several brokers
                 remaining = deadline - loop.time()
                 try:
+                    tls = self.proxy.upstream_tls
                     _, broker = await asyncio.wait_for(
-                        loop.create_connection(lambda: BrokerSide(self), host, port),
+                        loop.create_connection(lambda: BrokerSide(self), host, port, ssl=tls,
+                                               server_hostname=(cfg.upstream_server_hostname or host) if tls
+                                               else None),
                         timeout=max(0.05, min(cfg.connect_timeout_s, remaining)),
                     )
-                except (TimeoutError, OSError) as exc:
-                    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "timeout"
+                except (TimeoutError, OSError) as exc:  # ssl.SSLError is an OSError: a failed TLS handshake
+                    reason = (exc.strerror or str(exc)) if isinstance(exc, OSError) else "timeout"
                     last_error = f"{host}:{port}: {reason}"
                     continue
                 self.upstream_addr = (host, port)
@@ -159,6 +167,11 @@ class ClientSide(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         t_ns = clock.now_ns()
         self.last_active_ns = t_ns
+        if self.tls is not None:
+            plain = self._tls_in(data)
+            if not plain:
+                return
+            data = plain
         if self.first_bytes:
             self.first_bytes = False
             kind = sniff(data[:8])
@@ -194,9 +207,37 @@ class ClientSide(asyncio.Protocol):
         else:
             self.partial_since_ns = 0
 
+    def _tls_in(self, data: bytes) -> bytes:
+        assert self.tls is not None and self.transport is not None
+        was_handshaken = self.tls.handshaken
+        try:
+            plain, reply = self.tls.feed(data)
+        except ssl.SSLError as exc:
+            what = "TLS handshake failed" if not self.tls.handshaken else "TLS error"
+            hint = (" (a plaintext client on a TLS listener?)" if "WRONG_VERSION_NUMBER" in str(exc)
+                    or "HTTP_REQUEST" in str(exc) or "UNKNOWN_PROTOCOL" in str(exc) else "")
+            self.proxy.log_throttled(f"tls:{exc.reason}", logging.WARNING,
+                                     "client %s via %s: %s: %s%s; closing this connection", self.peer, self.listener,
+                                     what, exc.reason or exc, hint)
+            self.proxy.metrics.connection_errors.labels("tls_handshake_failed" if what.endswith("failed")
+                                                        else "tls_error").inc()
+            self.transport.write(self.tls.encrypt([]))  # the alert, if any
+            self.abort()
+            return b""
+        if reply:
+            self.transport.write(reply)
+        if self.tls.handshaken and not was_handshaken:
+            log.debug("client %s via %s: TLS established (client certificate: %s)", self.peer, self.listener,
+                      self.tls.peer_subject() or "none")
+        if self.tls.closed_by_peer:
+            self.close()
+        return plain
+
     def eof_received(self) -> bool | None:
-        # half-close: pass it on, keep reading responses
+        # half-close: pass it on, keep reading responses (not over TLS: its close ends both ways)
         self.client_eof = True
+        if self.tls is not None:
+            return None
         if self.broker is not None and self.broker.transport is not None and self.broker.transport.can_write_eof():
             self.broker.transport.write_eof()
             return True
@@ -230,6 +271,8 @@ class ClientSide(asyncio.Protocol):
     def expire(self, now_ns: int) -> str | None:
         """Why this connection should be closed now, if it should (idle, slowloris, stalled)."""
         cfg = self.proxy.cfg
+        if self.tls is not None and not self.tls.handshaken and now_ns - self.connected_ns > TLS_HANDSHAKE_TIMEOUT_NS:
+            return "tls_handshake_timeout"
         if self.partial_since_ns and now_ns - self.partial_since_ns > cfg.partial_frame_timeout_s * 1e9:
             return "partial_frame_timeout"
         if self.stalled_since_ns and now_ns - self.stalled_since_ns > cfg.stalled_client_timeout_s * 1e9:
@@ -255,7 +298,9 @@ class ClientSide(asyncio.Protocol):
     def write_to_client(self, segments: list[bytes | memoryview]) -> None:
         if self.transport is None or self.closed:
             return
-        if len(segments) == 1:
+        if self.tls is not None:
+            self.transport.write(self.tls.encrypt(segments))
+        elif len(segments) == 1:
             self.transport.write(segments[0])
         elif segments:
             self.transport.writelines(segments)

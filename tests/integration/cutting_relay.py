@@ -1,8 +1,9 @@
-"""A fault injector (not a broker): a TCP relay in front of a real broker that, for
-connections whose first request carries client id ``victim``, forwards only the first half of
-the first response frame and then closes both sides -- a broker dying mid-response, at a
-precise byte, which killing the real broker cannot time. Every other connection is relayed
-untouched.
+"""A fault injector (not a broker): a TCP relay in front of a real broker. For connections
+whose first request carries client id ``victim`` it forwards only the first half of the first
+response frame and then closes both sides -- a broker dying mid-response, at a precise byte,
+which killing the real broker cannot time. For client id ``unsolicited`` it appends a
+response frame that answers no request (correlation id 999999). Every other connection is
+relayed untouched.
 
     python cutting_relay.py LISTEN_PORT TARGET_PORT
 
@@ -20,7 +21,8 @@ class Leg(asyncio.Protocol):
         self.peer: Leg | None = None
         self.transport: asyncio.Transport | None = None
         self.early: list[bytes] = []
-        self.victim: bool | None = None  # decided from the first request (client side)
+        self.victim: str | None = None  # the first request's client id (client side)
+        self.injected = False
         self.buf = b""  # response bytes of a victim connection, until half a frame is in
         self.is_upstream = False
 
@@ -30,8 +32,13 @@ class Leg(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if not self.is_upstream and self.victim is None and len(data) >= 14:
             n = struct.unpack_from(">h", data, 12)[0]
-            self.victim = data[14:14 + n] == b"victim"
-        if self.is_upstream and self.peer is not None and self.peer.victim:
+            self.victim = data[14:14 + n].decode(errors="replace")
+        if self.is_upstream and self.peer is not None and self.peer.victim == "unsolicited" and not self.injected:
+            self.injected = True
+            assert self.peer.transport is not None
+            self.peer.transport.write(data + struct.pack(">ii", 4, 999999))
+            return
+        if self.is_upstream and self.peer is not None and self.peer.victim == "victim":
             self.buf += data
             if len(self.buf) >= 4:
                 size = struct.unpack_from(">i", self.buf)[0]

