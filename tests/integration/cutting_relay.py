@@ -15,6 +15,8 @@ import asyncio
 import struct
 import sys
 
+from delay_relay import serve  # the same relay, run from this directory
+
 
 class Leg(asyncio.Protocol):
     def __init__(self) -> None:
@@ -25,6 +27,9 @@ class Leg(asyncio.Protocol):
         self.injected = False
         self.buf = b""  # response bytes of a victim connection, until half a frame is in
         self.is_upstream = False
+
+    def linked(self) -> None:  # called on the broker-side leg once both legs exist
+        self.is_upstream = True
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -59,35 +64,5 @@ class Leg(asyncio.Protocol):
             self.peer.transport.close()
 
 
-async def main(listen_port: int, target_port: int) -> None:
-    loop = asyncio.get_running_loop()
-    tasks: set[asyncio.Task[None]] = set()
-
-    def factory() -> Leg:
-        client = Leg()
-
-        async def connect() -> None:
-            try:
-                _, up = await loop.create_connection(Leg, "127.0.0.1", target_port)
-            except OSError:
-                if client.transport is not None:
-                    client.transport.close()
-                return
-            up.is_upstream = True
-            client.peer, up.peer = up, client
-            for chunk in client.early:
-                up.transport.write(chunk)  # type: ignore[union-attr]
-            client.early.clear()
-
-        task = loop.create_task(connect())
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
-        return client
-
-    server = await loop.create_server(factory, "127.0.0.1", listen_port)
-    print("ready", flush=True)
-    await server.serve_forever()
-
-
 if __name__ == "__main__":
-    asyncio.run(main(int(sys.argv[1]), int(sys.argv[2])))
+    asyncio.run(serve(int(sys.argv[1]), int(sys.argv[2]), Leg))

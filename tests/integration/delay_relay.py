@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Callable
+from typing import Any
 
 
 class Leg(asyncio.Protocol):
@@ -39,24 +41,27 @@ class Leg(asyncio.Protocol):
             asyncio.get_running_loop().call_later(self.delay_s, self.peer.transport.close)
 
 
-async def main(listen_port: int, target_port: int, delay_ms: float) -> None:
+async def serve(listen_port: int, target_port: int, make_leg: Callable[[], Any]) -> None:
+    """Relay every connection to ``target_port`` with legs made by ``make_leg`` (attributes
+    ``peer``, ``transport``, ``early``, and an optional ``linked()`` hook); prints "ready"."""
     loop = asyncio.get_running_loop()
-    delay_s = delay_ms / 1000
     tasks: set[asyncio.Task[None]] = set()
 
-    def factory() -> Leg:
-        client = Leg(delay_s)
+    def factory() -> Any:
+        client = make_leg()
 
         async def connect() -> None:
             try:
-                _, upstream = await loop.create_connection(lambda: Leg(delay_s), "127.0.0.1", target_port)
+                _, upstream = await loop.create_connection(make_leg, "127.0.0.1", target_port)
             except OSError:
                 if client.transport is not None:
                     client.transport.close()
                 return
             client.peer, upstream.peer = upstream, client
+            if hasattr(upstream, "linked"):
+                upstream.linked()
             for chunk in client.early:
-                upstream.transport.write(chunk)  # type: ignore[union-attr]
+                upstream.transport.write(chunk)
             client.early.clear()
 
         task = loop.create_task(connect())
@@ -67,6 +72,10 @@ async def main(listen_port: int, target_port: int, delay_ms: float) -> None:
     server = await loop.create_server(factory, "127.0.0.1", listen_port)
     print("ready", flush=True)
     await server.serve_forever()
+
+
+async def main(listen_port: int, target_port: int, delay_ms: float) -> None:
+    await serve(listen_port, target_port, lambda: Leg(delay_ms / 1000))
 
 
 if __name__ == "__main__":

@@ -6,16 +6,14 @@ from __future__ import annotations
 import os
 import socket
 import struct
-import threading
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from .conftest import Broker, ProxyProc, start_proxy, stop_proxy
-from .test_ground_truth import create_topic
+from .traffic import steady_traffic
 
 pytestmark = pytest.mark.integration
 
@@ -55,42 +53,31 @@ def attack(port: int, payload: bytes, within_s: float = 5.0) -> bool:
 
 
 def test_bad_input_closes_only_the_offending_connection(strict_proxy: ProxyProc) -> None:
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-
     p = strict_proxy
-    topic = f"healthy-{uuid.uuid4().hex[:6]}"
-    create_topic(p.bootstrap, topic, 0)
-    sent: list[bytes] = []
-    got: list[bytes] = []
-    stop = threading.Event()
+    with steady_traffic(p.bootstrap) as healthy:
+        time.sleep(1.0)
+        _attacks(p)
+        time.sleep(1.0)
+    assert len(healthy.sent) > 20 and healthy.got == healthy.sent  # every record, in order: nothing lost
+    health = p.health()
+    assert health["live"] and health["ready"]
+    log = p.log()
+    for words, count in (("sent a TLS ClientHello to a plaintext Kafka listener", 1),
+                         ("sent an HTTP request to a plaintext Kafka listener", 1),
+                         ("request framing lost", 4), ("partial frame timeout", 2)):
+        assert log.count(words) == count, (words, log)
+    # the silent attacker, and also the healthy clients' own idle bootstrap connections (2 s here,
+    # as a broker's connections.max.idle.ms would): they reconnect, and nothing was lost above
+    assert log.count("idle timeout") >= 1
+    assert "Traceback" not in log
+    metrics = p.metrics()
+    assert 'fetchlat_requests_total{api="unknown",broker="111"} 1.0' in metrics
+    for reason in ("tls_on_plaintext", "http_on_plaintext", "request_framing", "partial_frame_timeout",
+                   "idle_timeout"):
+        assert f'fetchlat_connection_errors_total{{reason="{reason}"}}' in metrics, reason
 
-    def produce() -> None:
-        prod = Producer({"bootstrap.servers": p.bootstrap, "linger.ms": 0})
-        i = 0
-        while not stop.is_set():
-            v = f"r{i}".encode()
-            prod.produce(topic, value=v, partition=0)
-            sent.append(v)
-            prod.poll(0)
-            i += 1
-            stop.wait(0.05)
-        assert prod.flush(20) == 0
 
-    def consume() -> None:
-        c = Consumer({"bootstrap.servers": p.bootstrap, "group.id": "healthy", "enable.auto.commit": False,
-                      "fetch.wait.max.ms": 100})
-        c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not (stop.is_set() and len(got) >= len(sent)):
-            m = c.poll(0.1)
-            if m is not None and m.error() is None:
-                got.append(m.value())
-        c.close()
-
-    threads = [threading.Thread(target=produce), threading.Thread(target=consume)]
-    for t in threads:
-        t.start()
-    time.sleep(1.0)
+def _attacks(p: ProxyProc) -> None:
     port = p.listen_port
     node_port = p.listen_port + 112
     unknown_api = struct.pack(">hhi", 999, 0, 1) + b"\x00\x01x"
@@ -110,24 +97,3 @@ def test_bad_input_closes_only_the_offending_connection(strict_proxy: ProxyProc)
     s.sendall(len(unknown_api).to_bytes(4, "big") + unknown_api)
     time.sleep(0.5)
     s.close()
-    time.sleep(1.0)
-    stop.set()
-    for t in threads:
-        t.join(90)
-    assert len(sent) > 20 and got == sent  # every record, in order: nothing lost
-    health = p.health()
-    assert health["live"] and health["ready"]
-    log = p.log()
-    for words, count in (("sent a TLS ClientHello to a plaintext Kafka listener", 1),
-                         ("sent an HTTP request to a plaintext Kafka listener", 1),
-                         ("request framing lost", 4), ("partial frame timeout", 2)):
-        assert log.count(words) == count, (words, log)
-    # the silent attacker, and also the healthy clients' own idle bootstrap connections (2 s here,
-    # as a broker's connections.max.idle.ms would): they reconnect, and nothing was lost above
-    assert log.count("idle timeout") >= 1
-    assert "Traceback" not in log
-    metrics = p.metrics()
-    assert 'fetchlat_requests_total{api="unknown",broker="111"} 1.0' in metrics
-    for reason in ("tls_on_plaintext", "http_on_plaintext", "request_framing", "partial_frame_timeout",
-                   "idle_timeout"):
-        assert f'fetchlat_connection_errors_total{{reason="{reason}"}}' in metrics, reason

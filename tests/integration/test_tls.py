@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import socket
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from .certs import Certs, make_certs
 from .conftest import Broker, ProxyProc, start_proxy, stop_proxy
 from .test_bad_input import closed_by_proxy
 from .test_faults import api_versions_frame
+from .traffic import expected, roundtrip
 
 pytestmark = pytest.mark.integration
 
@@ -34,31 +34,6 @@ def tls_conf(certs: Certs, client: bool = True, rogue: bool = False) -> dict[str
         pair = certs.rogue_client if rogue else certs.client
         conf.update({"ssl.certificate.location": str(pair.cert), "ssl.key.location": str(pair.key)})
     return conf
-
-
-def roundtrip(bootstrap: str, extra: dict[str, object], n: int = 5) -> list[bytes]:
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    topic = f"tls-{uuid.uuid4().hex[:6]}"
-    base = {"bootstrap.servers": bootstrap, **extra}
-    admin = AdminClient(base)  # kept referenced until the futures resolve
-    for f in admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)]).values():
-        f.result(timeout=20)
-    p = Producer({**base, "linger.ms": 0})
-    for i in range(n):
-        p.produce(topic, value=f"r{i}".encode(), partition=0)
-    assert p.flush(20) == 0
-    c = Consumer({**base, "group.id": topic, "fetch.wait.max.ms": 50})
-    c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-    got: list[bytes] = []
-    deadline = time.monotonic() + 20
-    while len(got) < n and time.monotonic() < deadline:
-        m = c.poll(0.2)
-        if m is not None and m.error() is None:
-            got.append(m.value())
-    c.close()
-    return got
 
 
 def refused(bootstrap: str, extra: dict[str, object]) -> bool:
@@ -79,13 +54,13 @@ def tls_proxy(tansu: Broker, tmp_path: Path, certs: Certs) -> ProxyProc:
 def test_clients_speak_tls_with_mtls_to_the_proxy(tansu: Broker, tmp_path: Path, certs: Certs) -> None:
     front = tls_proxy(tansu, tmp_path, certs)
     try:
-        assert roundtrip(front.bootstrap, tls_conf(certs)) == [f"r{i}".encode() for i in range(5)]
+        assert roundtrip(front.bootstrap, "mtls", extra=tls_conf(certs)) == expected("mtls")
         assert refused(front.bootstrap, tls_conf(certs, client=False))  # no client certificate
         assert refused(front.bootstrap, tls_conf(certs, rogue=True))  # signed by another CA
         with socket.create_connection(("127.0.0.1", front.listen_port), timeout=10) as s:  # plaintext Kafka
             s.sendall(api_versions_frame())
             assert closed_by_proxy(s, within_s=5)  # at most a TLS alert comes back, then the close
-        assert roundtrip(front.bootstrap, tls_conf(certs)) == [f"r{i}".encode() for i in range(5)]  # unharmed
+        assert roundtrip(front.bootstrap, "after", extra=tls_conf(certs)) == expected("after")  # unharmed
         assert front.health()["ready"]
     finally:
         stop_proxy(front)
@@ -100,7 +75,7 @@ def test_the_proxy_speaks_tls_with_a_client_certificate_to_its_upstream(tansu: B
     back = start_proxy(front.bootstrap, tmp_path, "--upstream-tls", "--upstream-ca", str(certs.ca),
                        "--upstream-cert", str(certs.client.cert), "--upstream-key", str(certs.client.key))
     try:
-        assert roundtrip(back.bootstrap, {}) == [f"r{i}".encode() for i in range(5)]
+        assert roundtrip(back.bootstrap, "chained") == expected("chained")
         fetches = [line for line in front.metrics().splitlines() if line.startswith("fetchlat_fetches_total")]
         assert fetches, "the TLS hop saw the fetches"
     finally:
