@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEB_PACKAGES := kcat haproxy prometheus chromium
 
-.PHONY: test demo lint typecheck unit integration deps clean bench-observe bench-analyze load soak fuzz
+.PHONY: test demo lint typecheck unit integration deps clean bench-observe bench-analyze load soak fuzz bench-proxy
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -48,6 +48,9 @@ bench-observe: $(STAMP)
 
 bench-analyze: $(STAMP)
 	$(BIN)/python bench/bench_analyze.py --rows 10000000
+
+bench-proxy: deps
+	$(BIN)/python bench/bench_proxy.py --trials 5 --out bench-proxy.json
 
 # Reliability runs (not part of make test; figures in docs/reliability.md)
 load: $(STAMP)

