@@ -36,7 +36,7 @@ from fetchlat.protocol import apis
 from fetchlat.proxy.demo import connects, free_port_block, wait_until
 
 from bench.kafka_client import AsyncClient, fetch_request
-from bench.procs import cpu_s, rss_mb
+from bench.procs import cpu_s, rss_mb, stop_processes
 
 TARGETS = ("direct", "haproxy", "fetchlat")
 NODE = 111
@@ -77,12 +77,7 @@ def target(kind: str, work: Path) -> Iterator[tuple[int, int | None]]:
             wait_until(lambda: connects(front + 1 + NODE), "fetchlat's broker listener")
         yield front, procs[-1].pid
     finally:
-        for p in reversed(procs):
-            p.terminate()
-            try:
-                p.wait(15)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_processes(procs)
         log.close()
 
 

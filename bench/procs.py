@@ -62,12 +62,17 @@ def broker_and_proxy(workdir: Path, *proxy_args: str) -> Iterator[Running]:
             wait_until(lambda: urllib.request.urlopen(ready, timeout=1).status == 200, "the proxy")
             yield Running(broker_port, base, base + 1000, proxy.pid, workdir)
         finally:
-            for p in reversed(procs):
-                p.terminate()
-                try:
-                    p.wait(15)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+            stop_processes(procs)
+
+
+def stop_processes(procs: list[subprocess.Popen[bytes]]) -> None:
+    """Stop the processes we started, last first, by pid (SIGTERM, then SIGKILL after 15 s)."""
+    for p in reversed(procs):
+        p.terminate()
+        try:
+            p.wait(15)
+        except subprocess.TimeoutExpired:
+            p.kill()
 
 
 def rss_mb(pid: int) -> float:
