@@ -135,6 +135,8 @@ def start_proxy(upstream: str, tmp_path: Path, *extra: str, base: int | None = N
         except OSError:
             pass
         time.sleep(0.05)
+    proc.terminate()  # never leave a half-started proxy behind
+    proc.wait(10)
     raise TimeoutError(f"proxy never became ready: {log_path.read_text()}")
 
 

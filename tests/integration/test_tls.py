@@ -72,8 +72,12 @@ def test_clients_speak_tls_with_mtls_to_the_proxy(tansu: Broker, tmp_path: Path,
 def test_the_proxy_speaks_tls_with_a_client_certificate_to_its_upstream(tansu: Broker, tmp_path: Path,
                                                                          certs: Certs) -> None:
     front = tls_proxy(tansu, tmp_path, certs)
-    back = start_proxy(front.bootstrap, tmp_path, "--upstream-tls", "--upstream-ca", str(certs.ca),
-                       "--upstream-cert", str(certs.client.cert), "--upstream-key", str(certs.client.key))
+    try:
+        back = start_proxy(front.bootstrap, tmp_path, "--upstream-tls", "--upstream-ca", str(certs.ca),
+                           "--upstream-cert", str(certs.client.cert), "--upstream-key", str(certs.client.key))
+    except Exception:
+        stop_proxy(front)
+        raise
     try:
         assert roundtrip(back.bootstrap, "chained") == expected("chained")
         fetches = [line for line in front.metrics().splitlines() if line.startswith("fetchlat_fetches_total")]
