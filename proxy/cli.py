@@ -46,9 +46,14 @@ PROXY_KEYS = ("upstream", "listen", "advertise_host", "metrics_listen", "trace_d
               "upstream_cert", "upstream_key", "config")
 
 
+def config_from_args(args: argparse.Namespace, env: dict[str, str] | None = None) -> Config:
+    """The configuration the parsed ``fetchlat proxy`` flags, the environment and the YAML give."""
+    return load_config({k: getattr(args, k) for k in PROXY_KEYS}, env=env)
+
+
 def run_proxy(args: argparse.Namespace) -> int:
     try:
-        cfg = load_config({k: getattr(args, k) for k in PROXY_KEYS})
+        cfg = config_from_args(args)
     except ConfigError as exc:
         print(f"fetchlat proxy: {exc}", file=sys.stderr)
         return 2
@@ -97,7 +102,7 @@ def run_proxy(args: argparse.Namespace) -> int:
 
         def reload() -> None:
             try:
-                proxy.reload(load_config({k: getattr(args, k) for k in PROXY_KEYS}))
+                proxy.reload(config_from_args(args))
             except ConfigError as exc:
                 logging.getLogger("fetchlat.proxy").error("SIGHUP: configuration not reloaded: %s", exc)
 
@@ -214,8 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def proxy_config(argv: list[str], env: dict[str, str] | None = None) -> Config:
     """The configuration ``fetchlat proxy ARGV`` would run with (deploy files are checked with it)."""
-    args = build_parser().parse_args(["proxy", *argv])
-    return load_config({k: getattr(args, k) for k in PROXY_KEYS}, env=env)
+    return config_from_args(build_parser().parse_args(["proxy", *argv]), env)
 
 
 def main(argv: list[str] | None = None) -> int:

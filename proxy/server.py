@@ -159,7 +159,7 @@ class Proxy:
         return ups[k:] + ups[:k]
 
     # upstream faults -----------------------------------------------------------------
-    def upstream_failed(self, error: str) -> None:
+    def upstream_failed(self) -> None:
         """A round of connection attempts to a broker failed: count it, and re-check metadata now
         (readiness drops while no broker answers)."""
         self.metrics.upstream_failures.inc()
@@ -248,10 +248,9 @@ class Proxy:
         """Apply what is safe to change while running; say what needs a restart."""
         safe = ("idle_timeout_s", "partial_frame_timeout_s", "stalled_client_timeout_s", "metadata_refresh_s",
                 "log_level", "drain_timeout_s", "upstream_hold_timeout_s")
-        changed = {k: getattr(new, k) for k in safe if getattr(new, k) != getattr(self.cfg, k)}
-        needs_restart = sorted(k for k in ("upstreams", "listen", "advertise_host", "metrics_listen", "trace_dir",
-                                           "nodes", "max_frame_bytes", "wait_time_tag", "proxy_id")
-                               if getattr(new, k) != getattr(self.cfg, k))
+        differ = [f.name for f in dataclasses.fields(new) if getattr(new, f.name) != getattr(self.cfg, f.name)]
+        changed = {k: getattr(new, k) for k in differ if k in safe}
+        needs_restart = sorted(k for k in differ if k not in safe)  # every other setting, TLS included
         self.cfg = dataclasses.replace(self.cfg, **changed)
         logging.getLogger("fetchlat").setLevel(self.cfg.log_level)
         log.info("reloaded: %s", ", ".join(f"{k}={v}" for k, v in changed.items()) or "nothing changed")

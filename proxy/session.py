@@ -131,7 +131,7 @@ class ClientSide(asyncio.Protocol):
                 break
             if broker is not None or self.closed:
                 break
-            self.proxy.upstream_failed(last_error)
+            self.proxy.upstream_failed()
             if loop.time() >= deadline:
                 break
             if not waiting:

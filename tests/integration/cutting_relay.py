@@ -15,14 +15,15 @@ import asyncio
 import struct
 import sys
 
-from delay_relay import serve  # the same relay, run from this directory
+import delay_relay  # the same relay, run from this directory
+from delay_relay import serve
 
 
-class Leg(asyncio.Protocol):
+class Leg(delay_relay.Leg):
+    """The delay relay's leg with no delay, plus the two faults."""
+
     def __init__(self) -> None:
-        self.peer: Leg | None = None
-        self.transport: asyncio.Transport | None = None
-        self.early: list[bytes] = []
+        super().__init__(0.0)
         self.victim: str | None = None  # the first request's client id (client side)
         self.injected = False
         self.buf = b""  # response bytes of a victim connection, until half a frame is in
@@ -31,37 +32,25 @@ class Leg(asyncio.Protocol):
     def linked(self) -> None:  # called on the broker-side leg once both legs exist
         self.is_upstream = True
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-
     def data_received(self, data: bytes) -> None:
+        peer = self.peer
         if not self.is_upstream and self.victim is None and len(data) >= 14:
             n = struct.unpack_from(">h", data, 12)[0]
             self.victim = data[14:14 + n].decode(errors="replace")
-        if self.is_upstream and self.peer is not None and self.peer.victim == "unsolicited" and not self.injected:
+        victim = peer.victim if self.is_upstream and isinstance(peer, Leg) else None
+        if victim == "unsolicited" and not self.injected:
             self.injected = True
-            assert self.peer.transport is not None
-            self.peer.transport.write(data + struct.pack(">ii", 4, 999999))
-            return
-        if self.is_upstream and self.peer is not None and self.peer.victim == "victim":
+            super().data_received(data + struct.pack(">ii", 4, 999999))
+        elif victim == "victim":
             self.buf += data
-            if len(self.buf) >= 4:
-                size = struct.unpack_from(">i", self.buf)[0]
-                half = 4 + size // 2
-                if len(self.buf) >= half:
-                    assert self.peer.transport is not None and self.transport is not None
-                    self.peer.transport.write(self.buf[:half])
-                    self.peer.transport.close()
-                    self.transport.close()
-            return
-        if self.peer is not None and self.peer.transport is not None:
-            self.peer.transport.write(data)
+            half = 4 + struct.unpack_from(">i", self.buf)[0] // 2 if len(self.buf) >= 4 else None
+            if half is not None and len(self.buf) >= half:
+                assert peer is not None and peer.transport is not None and self.transport is not None
+                peer.transport.write(self.buf[:half])
+                peer.transport.close()
+                self.transport.close()
         else:
-            self.early.append(data)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self.peer is not None and self.peer.transport is not None:
-            self.peer.transport.close()
+            super().data_received(data)
 
 
 if __name__ == "__main__":
