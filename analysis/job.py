@@ -8,10 +8,14 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import shutil
 import time
 from collections.abc import Callable
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark import StorageLevel
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 
@@ -30,10 +34,13 @@ def build_session(master: str | None) -> SparkSession:
         b = b.master("local[*]")
     # a local driver is also the executor: give it room (spark-submit sets its own)
     b = b.config("spark.driver.memory", os.environ.get("FETCHLAT_SPARK_DRIVER_MEMORY", "4g"))
+    if master is None or master.startswith("local"):
+        # the throughput collector: the one pass allocates a sketch per group, G1 spent ~20% of it in GC
+        b = b.config("spark.driver.extraJavaOptions", "-XX:+UseParallelGC")
     spark = (b.config("spark.sql.session.timeZone", "UTC")
              .config("spark.ui.showConsoleProgress", "false")
-             # percentile_approx is an object-hash aggregate; past 128 groups Spark falls back to
-             # sorting, which made per-window x client tables ~10x slower
+             # sketches are object-hash aggregates; past 128 groups Spark falls back to sorting,
+             # which made per-window x client tables ~10x slower
              .config("spark.sql.objectHashAggregate.sortBased.fallbackThreshold", "1000000")
              .config("spark.sql.shuffle.partitions", os.environ.get("FETCHLAT_SHUFFLE_PARTITIONS", "8"))
              .getOrCreate())
@@ -59,52 +66,63 @@ def read_table(spark: SparkSession, dirs: list[str], table: str) -> DataFrame:
         raise
 
 
-def _rows(df: DataFrame) -> list[dict[str, Any]]:
-    out = []
-    for r in df.collect():
-        d = r.asDict()
+def _rows(table: pa.Table) -> list[dict[str, Any]]:
+    out = table.to_pylist()
+    for d in out:
         for k, v in d.items():
             if isinstance(v, dt.datetime):
-                d[k] = v.replace(tzinfo=dt.UTC).isoformat()
-        out.append(d)
+                d[k] = (v.astimezone(dt.UTC) if v.tzinfo else v.replace(tzinfo=dt.UTC)).isoformat()
     return out
+
+
+def write_table(df: DataFrame, path: str, order: tuple[str, ...] = ()) -> pa.Table:
+    """One Spark job: the result comes to the driver as Arrow batches and is written, ordered by
+    ``order`` there (a Spark sort would be a pass of its own), as one Parquet file."""
+    table = df.toArrow()
+    if order:
+        table = table.sort_by([(k, "ascending") for k in order])
+    shutil.rmtree(path, ignore_errors=True)
+    os.makedirs(path)
+    pq.write_table(table, os.path.join(path, "part-00000.parquet"), compression="zstd")
+    return table
 
 
 def run(dirs: list[str], out: str, *, master: str | None = None, since_ns: int | None = None,
         until_ns: int | None = None, window: str = "1m", sla_ms: float = 5000.0, top_n: int = 10,
         spark: SparkSession | None = None, progress: Progress = lambda s: None) -> dict[str, Any]:
     t0 = time.monotonic()
-    tf.spark_interval(window)  # fail early on a bad window
+    tf.window_us(window)  # fail early on a bad window
     own = spark is None
     progress("starting Spark")
     spark = spark or build_session(master)
     try:
         progress("reading traces")
-        ex = tf.in_range(read_table(spark, dirs, "exchanges"), since_ns, until_ns).cache()
+        ex = tf.in_range(read_table(spark, dirs, "exchanges"), since_ns, until_ns)
         parts = tf.in_range(read_table(spark, dirs, "partitions"), since_ns, until_ns)
         repl = tf.in_range(read_table(spark, dirs, "replication"), since_ns, until_ns)
-        fetch_df = tf.with_window(tf.fetches(ex), window).cache()
+        progress("sketching latency per window x broker x kind x client (one pass over the exchanges)")
+        fine = tf.fine(tf.with_window(tf.timed(ex), window)).persist(StorageLevel.MEMORY_AND_DISK)
+        fine.count()  # the only pass over the exchanges; every latency table below merges its sketches
+        brokers = tf.without_clients(fine).persist(StorageLevel.MEMORY_AND_DISK)
         rec = tf.record_latency(parts, sla_ms).cache()
-        pairs = tf.flag_shifts(tf.pair_latency(fetch_df)).cache()
         tables: dict[str, DataFrame] = {
-            "latency_by_window": tf.latency_by_window(fetch_df),
-            "summary": tf.summary(fetch_df),
-            "outcome_mix": tf.outcome_mix(fetch_df),
-            "pair_latency": pairs,
+            "latency_by_window": tf.latency_by_window(fine),
+            "summary": tf.summary(brokers),
+            "outcome_mix": tf.outcome_mix(brokers),
+            "pair_latency": tf.flag_shifts(tf.pair_latency(brokers)),
             "record_latency": rec,
-            "produce_latency": tf.produce_latency(ex),
+            "produce_latency": tf.produce_latency(brokers),
             "replication_latency": tf.replication_latency(repl),
-            "slowest_clients": tf.slowest_clients(fetch_df, top_n),
+            "slowest_clients": tf.slowest_clients(fine, top_n),
             "slowest_partitions": tf.slowest_partitions(rec, top_n),
-            "timeline": tf.timeline(fetch_df),
+            "timeline": tf.timeline(brokers),
         }
         collected: dict[str, list[dict[str, Any]]] = {}
         for name, df in tables.items():
             progress(f"computing {name.replace('_', ' ')}")
-            path = os.path.join(out, "tables", name)
-            df.repartition(1).write.mode("overwrite").parquet(path)  # coalesce(1) would serialise the aggregation
-            if name != "latency_by_window":  # small: read back what was written instead of computing it again
-                collected[name] = _rows(spark.read.parquet(path).orderBy(*df.columns[:3]))
+            table = write_table(df, os.path.join(out, "tables", name), tf.ORDER.get(name, ()))
+            if name != "latency_by_window":  # the report reads the small ones
+                collected[name] = _rows(table)
         rows_in = ex.count()
         progress("writing the report")
         summary = _summary(collected, dirs, window, sla_ms, rows_in, time.monotonic() - t0)

@@ -1,5 +1,7 @@
 """Pure transforms of trace DataFrames: no session, paths or configuration; built-in Spark
-SQL functions only (no Python UDFs on the data path). Durations come out in milliseconds."""
+SQL functions only (no Python UDFs on the data path). Durations come out in milliseconds.
+Tables come out unordered (a global sort is a pass of its own); the job orders the small
+results it writes (``ORDER``)."""
 
 from __future__ import annotations
 
@@ -10,21 +12,23 @@ from pyspark.sql import functions as F
 
 QUANTILES = (0.5, 0.9, 0.99, 0.999)
 QNAMES = ("p50", "p90", "p99", "p999")
-ACCURACY = 10_000  # percentile_approx: the answer's rank is within 1/ACCURACY of the requested one
 PARTS = ("total", "wait", "local", "e2e")
+# Quantiles come from DataSketches KLL sketches (Spark's built-in kll_* functions): mergeable,
+# so one pass over the rows builds a sketch per window x broker x kind x client x replica and
+# every coarser table merges those instead of reading the rows again. A sketch holds its first
+# K values exactly; past that, a returned quantile's rank is within RANK_ERROR of the requested
+# one (DataSketches' bound for K, 99% confidence). The answer is always a value of the data.
+K = 200
+RANK_ERROR = 0.0133
+FINE_KEYS = ("window_start", "broker", "api", "kind", "client_id", "replica_id", "acks")
+OUTCOMES = ("immediate", "woken", "expired", "error", "unknown")
 
 
-def spark_interval(window: str) -> str:
-    """'30s', '1m', '5m', '1h', '1d' -> a Spark interval ('1 minute')."""
+def window_us(window: str) -> int:
     m = re.fullmatch(r"\s*(\d+)\s*([smhd])\s*", window)
-    if not m:
+    if not m or int(m.group(1)) == 0:
         raise ValueError(f"window '{window}': write a number and a unit, e.g. 30s, 1m, 5m, 1h")
-    unit = {"s": "second", "m": "minute", "h": "hour", "d": "day"}[m.group(2)]
-    return f"{m.group(1)} {unit}{'s' if m.group(1) != '1' else ''}"
-
-
-def _ts(col: str = "ts_ns") -> Column:
-    return F.timestamp_micros(F.floor(F.col(col) / 1000).cast("long"))
+    return int(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)] * 1_000_000
 
 
 def in_range(df: DataFrame, since_ns: int | None, until_ns: int | None) -> DataFrame:
@@ -36,70 +40,109 @@ def in_range(df: DataFrame, since_ns: int | None, until_ns: int | None) -> DataF
 
 
 def with_window(df: DataFrame, window: str) -> DataFrame:
-    return df.withColumn("window_start", F.window(_ts(), spark_interval(window)).start)
+    """``window_start``: the start of the epoch-aligned window holding ``ts_ns`` (UTC)."""
+    us = window_us(window)
+    return df.withColumn("window_start", F.timestamp_micros(F.floor(F.col("ts_ns") / (us * 1000)).cast("long") * us))
 
 
-def fetches(exchanges: DataFrame) -> DataFrame:
-    """Fetch exchanges with their durations in ms."""
-    df = exchanges.where((F.col("api") == "Fetch") & F.col("total_ns").isNotNull())
-    for part in PARTS:
-        df = df.withColumn(f"{part}_ms", F.col(f"{part}_ns") / 1e6)
-    return df
+def timed(exchanges: DataFrame) -> DataFrame:
+    """The exchanges the latency tables read: fetches and produces with a duration."""
+    return exchanges.where(F.col("api").isin("Fetch", "Produce") & F.col("total_ns").isNotNull())
 
 
-def _quantile_cols(part: str) -> list[Column]:
-    arr = F.percentile_approx(F.col(f"{part}_ms"), list(QUANTILES), ACCURACY)
-    return [arr.alias(f"_{part}_q")]
+ORDER = {
+    "latency_by_window": ("window_start", "broker", "kind", "client_id"),
+    "summary": ("broker", "kind"),
+    "outcome_mix": ("window_start", "broker", "kind"),
+    "pair_latency": ("leader", "follower", "window_start"),
+    "record_latency": ("topic", "partition", "client_id"),
+    "produce_latency": ("broker", "acks"),
+    "replication_latency": ("broker", "follower"),
+    "timeline": ("window_start", "kind"),
+}
 
 
-def _explode_quantiles(df: DataFrame) -> DataFrame:
-    for part in PARTS:
-        for i, name in enumerate(QNAMES):
-            df = df.withColumn(f"{part}_{name}", F.col(f"_{part}_q")[i])
-        df = df.drop(f"_{part}_q")
-    return df
+def sketch(col: str | Column) -> Column:
+    return F.kll_sketch_agg_bigint(col, K)
 
 
-def percentiles(df: DataFrame, keys: list[str]) -> DataFrame:
-    """Count and p50/p90/p99/p99.9 of total, wait, local and e2e per group."""
-    aggs = [F.count(F.lit(1)).alias("fetches")]
-    for part in PARTS:
-        aggs += _quantile_cols(part)
-    return _explode_quantiles(df.groupBy(*keys).agg(*aggs))  # unordered: written tables need no global sort
+def merged(col: str) -> Column:
+    return F.kll_merge_agg_bigint(col, K)
 
 
-def latency_by_window(fetch_df: DataFrame) -> DataFrame:
-    """Per window x broker x kind x client."""
-    return percentiles(fetch_df, ["window_start", "broker", "kind", "client_id"])
+def quantile_ms(sk: str | Column, q: float) -> Column:
+    return F.kll_sketch_get_quantile_bigint(sk, F.lit(q)) / 1e6
 
 
-def summary(fetch_df: DataFrame) -> DataFrame:
+def fine(timed_df: DataFrame) -> DataFrame:
+    """The one pass over the rows: per window x broker x api x kind x client x replica x acks,
+    counts, outcome counts, sums and a KLL sketch of each duration (``{part}_sk``, ns). Produces
+    are kept per broker x acks only (no client key: nothing reports them per client)."""
+    client = F.when(F.col("api") == "Fetch", F.col("client_id")).alias("client_id")
+    return timed_df.groupBy("window_start", "broker", "api", "kind", client, "replica_id", "acks").agg(
+        F.count(F.lit(1)).alias("requests"), F.sum("records").alias("records"),
+        *[F.sum(F.when(F.col("outcome") == o, 1).otherwise(0)).alias(o) for o in OUTCOMES],
+        F.sum(F.when(F.col("records") > 0, 1).otherwise(0)).alias("with_records"),
+        F.sum("wait_ns").alias("wait_sum_ns"), F.sum("total_ns").alias("total_sum_ns"),
+        *[sketch(f"{part}_ns").alias(f"{part}_sk") for part in PARTS])
+
+
+def _sums() -> list[Column]:
+    cols = ("requests", "records", *OUTCOMES, "with_records", "wait_sum_ns", "total_sum_ns")
+    return [F.sum(c).alias(c) for c in cols]
+
+
+def without_clients(fine_df: DataFrame) -> DataFrame:
+    """``fine`` merged over clients (per window x broker x api x kind x replica x acks): a few
+    thousand rows that every per-broker table reads instead of the per-client ones."""
+    return fine_df.groupBy("window_start", "broker", "api", "kind", "replica_id", "acks").agg(
+        *_sums(), *[merged(f"{part}_sk").alias(f"{part}_sk") for part in PARTS])
+
+
+def _quantile_table(sketches: DataFrame, keys: list[str]) -> DataFrame:
+    ranks = F.array(*[F.lit(q) for q in QUANTILES])  # one sketch read per part, not per quantile
+    q = sketches.select(*keys, F.col("requests").alias("fetches"),
+                        *[F.kll_sketch_get_quantile_bigint(f"{part}_sk", ranks).alias(part) for part in PARTS])
+    return q.select(*keys, "fetches", *[(F.col(part)[i] / 1e6).alias(f"{part}_{name}")
+                                        for part in PARTS for i, name in enumerate(QNAMES)])
+
+
+def _fetches(fine_df: DataFrame) -> DataFrame:
+    return fine_df.where(F.col("api") == "Fetch")
+
+
+def latency_by_window(fine_df: DataFrame) -> DataFrame:
+    """Per window x broker x kind x client (and replica, for followers): count and
+    p50/p90/p99/p99.9 of each duration."""
+    return _quantile_table(_fetches(fine_df), ["window_start", "broker", "kind", "client_id", "replica_id"])
+
+
+def summary(fine_df: DataFrame) -> DataFrame:
     """The headline: per broker x kind over the whole range."""
-    return percentiles(fetch_df, ["broker", "kind"])
+    g = _fetches(fine_df).groupBy("broker", "kind").agg(F.sum("requests").alias("requests"),
+                                              *[merged(f"{part}_sk").alias(f"{part}_sk") for part in PARTS])
+    return _quantile_table(g, ["broker", "kind"])
 
 
-def outcome_mix(fetch_df: DataFrame) -> DataFrame:
+def outcome_mix(fine_df: DataFrame) -> DataFrame:
     """Per window x broker x kind: fetches by outcome, and long-poll efficiency (the share of
     fetches that brought records back, and the share of fetch time spent parked)."""
-    return (fetch_df.groupBy("window_start", "broker", "kind").agg(
-        F.count(F.lit(1)).alias("fetches"),
-        *[F.sum(F.when(F.col("outcome") == o, 1).otherwise(0)).alias(o)
-          for o in ("immediate", "woken", "expired", "error", "unknown")],
-        F.sum(F.when(F.col("records") > 0, 1).otherwise(0)).alias("with_records"),
-        F.sum("wait_ns").alias("_wait"), F.sum("total_ns").alias("_total"),
+    return (_fetches(fine_df).groupBy("window_start", "broker", "kind").agg(
+        F.sum("requests").alias("fetches"), *[F.sum(o).alias(o) for o in OUTCOMES],
+        F.sum("with_records").alias("with_records"),
+        F.sum("wait_sum_ns").alias("_wait"), F.sum("total_sum_ns").alias("_total"),
     ).withColumn("data_efficiency", F.col("with_records") / F.col("fetches"))
      .withColumn("wait_share", F.when(F.col("_total") > 0, F.col("_wait") / F.col("_total")))
-     .drop("_wait", "_total").orderBy("window_start", "broker", "kind"))
+     .drop("_wait", "_total"))
 
 
-def pair_latency(fetch_df: DataFrame) -> DataFrame:
+def pair_latency(fine_df: DataFrame) -> DataFrame:
     """Follower -> leader: per window, the median and p99 true local fetch latency."""
-    f = fetch_df.where(F.col("kind") == "follower")
+    f = _fetches(fine_df).where(F.col("kind") == "follower")
     return (f.groupBy("window_start", F.col("broker").alias("leader"), F.col("replica_id").alias("follower"))
-            .agg(F.count(F.lit(1)).alias("fetches"),
-                 F.percentile_approx("local_ms", 0.5, ACCURACY).alias("local_p50"),
-                 F.percentile_approx("local_ms", 0.99, ACCURACY).alias("local_p99"))
-            .orderBy("leader", "follower", "window_start"))
+            .agg(F.sum("requests").alias("fetches"), merged("local_sk").alias("sk"))
+            .select("window_start", "leader", "follower", "fetches", quantile_ms("sk", 0.5).alias("local_p50"),
+                    quantile_ms("sk", 0.99).alias("local_p99")))
 
 
 def flag_shifts(pairs: DataFrame, *, factor: float = 2.0, min_delta_ms: float = 5.0) -> DataFrame:
@@ -107,66 +150,57 @@ def flag_shifts(pairs: DataFrame, *, factor: float = 2.0, min_delta_ms: float = 
     ``factor`` times the pair's baseline (the median of its window medians, which a few bad
     windows cannot move) and at least ``min_delta_ms`` above it. ``shift_ms`` says by how much."""
     w = Window.partitionBy("leader", "follower")
-    baseline = F.percentile_approx("local_p50", 0.5, ACCURACY).over(w)
+    baseline = F.percentile_approx("local_p50", 0.5, 10_000).over(w)  # over a pair's windows: a few hundred values
     return (pairs.withColumn("baseline_ms", baseline)
             .withColumn("shift_ms", F.col("local_p50") - F.col("baseline_ms"))
             .withColumn("flagged", (F.col("local_p50") > F.col("baseline_ms") * factor)
-                        & (F.col("shift_ms") >= min_delta_ms))
-            .orderBy("leader", "follower", "window_start"))
+                        & (F.col("shift_ms") >= min_delta_ms)))
 
 
 def record_latency(partitions: DataFrame, sla_ms: float) -> DataFrame:
     """KIP-489 record latency per topic x partition x client, with SLA breaches."""
-    p = (partitions.where((F.col("api") == "Fetch") & F.col("record_latency_ns").isNotNull())
-         .withColumn("lat_ms", F.col("record_latency_ns") / 1e6))
+    p = partitions.where((F.col("api") == "Fetch") & F.col("record_latency_ns").isNotNull())
+    ns = F.col("record_latency_ns")
     return (p.groupBy("topic", "partition", "client_id").agg(
-        F.count(F.lit(1)).alias("samples"),
-        F.percentile_approx("lat_ms", 0.5, ACCURACY).alias("p50_ms"),
-        F.percentile_approx("lat_ms", 0.99, ACCURACY).alias("p99_ms"),
-        F.max("lat_ms").alias("max_ms"),
-        F.avg("lat_ms").alias("avg_ms"),
-        F.sum(F.when(F.col("lat_ms") > sla_ms, 1).otherwise(0)).alias("sla_breaches"),
-    ).orderBy("topic", "partition", "client_id"))
+        F.count(F.lit(1)).alias("samples"), sketch(ns).alias("sk"), F.max(ns).alias("_max"), F.avg(ns).alias("_avg"),
+        F.sum(F.when(ns > sla_ms * 1e6, 1).otherwise(0)).alias("sla_breaches"),
+    ).select("topic", "partition", "client_id", "samples", quantile_ms("sk", 0.5).alias("p50_ms"),
+             quantile_ms("sk", 0.99).alias("p99_ms"), (F.col("_max") / 1e6).alias("max_ms"),
+             (F.col("_avg") / 1e6).alias("avg_ms"), "sla_breaches")
+     )
 
 
-def produce_latency(exchanges: DataFrame) -> DataFrame:
-    p = exchanges.where((F.col("api") == "Produce") & F.col("total_ns").isNotNull()).withColumn(
-        "ms", F.col("total_ns") / 1e6)
-    return (p.groupBy("broker", "acks").agg(
-        F.count(F.lit(1)).alias("requests"), F.sum("records").alias("records"),
-        F.percentile_approx("ms", 0.5, ACCURACY).alias("p50_ms"),
-        F.percentile_approx("ms", 0.99, ACCURACY).alias("p99_ms"),
-        F.max("ms").alias("max_ms"),
-    ).orderBy("broker", "acks"))
+def produce_latency(fine_df: DataFrame) -> DataFrame:
+    return (fine_df.where(F.col("api") == "Produce").groupBy("broker", "acks")
+            .agg(F.sum("requests").alias("requests"), F.sum("records").alias("records"), merged("total_sk").alias("sk"))
+            .select("broker", "acks", "requests", "records", quantile_ms("sk", 0.5).alias("p50_ms"),
+                    quantile_ms("sk", 0.99).alias("p99_ms"), (F.kll_sketch_get_quantile_bigint("sk", F.lit(1.0)) / 1e6)
+                    .alias("max_ms")))
 
 
 def replication_latency(replication: DataFrame) -> DataFrame:
-    r = replication.withColumn("ms", F.col("latency_ns") / 1e6)
-    return (r.groupBy("broker", "follower").agg(
-        F.count(F.lit(1)).alias("samples"),
-        F.percentile_approx("ms", 0.5, ACCURACY).alias("p50_ms"),
-        F.percentile_approx("ms", 0.99, ACCURACY).alias("p99_ms"),
-        F.max("ms").alias("max_ms"),
-    ).orderBy("broker", "follower"))
+    ns = F.col("latency_ns")
+    return (replication.groupBy("broker", "follower").agg(F.count(F.lit(1)).alias("samples"), sketch(ns).alias("sk"),
+                                                          F.max(ns).alias("_max"))
+            .select("broker", "follower", "samples", quantile_ms("sk", 0.5).alias("p50_ms"),
+                    quantile_ms("sk", 0.99).alias("p99_ms"), (F.col("_max") / 1e6).alias("max_ms")))
 
 
-def slowest_clients(fetch_df: DataFrame, n: int) -> DataFrame:
-    return (fetch_df.groupBy("client_id", "kind").agg(
-        F.count(F.lit(1)).alias("fetches"),
-        F.percentile_approx("local_ms", 0.99, ACCURACY).alias("local_p99"),
-        F.percentile_approx("local_ms", 0.5, ACCURACY).alias("local_p50"),
-    ).orderBy(F.col("local_p99").desc(), "client_id").limit(n))
+def slowest_clients(fine_df: DataFrame, n: int) -> DataFrame:
+    return (_fetches(fine_df).groupBy("client_id", "kind")
+            .agg(F.sum("requests").alias("fetches"), merged("local_sk").alias("sk"))
+            .select("client_id", "kind", "fetches", quantile_ms("sk", 0.99).alias("local_p99"),
+                    quantile_ms("sk", 0.5).alias("local_p50"))
+            .orderBy(F.col("local_p99").desc(), "client_id").limit(n))
 
 
 def slowest_partitions(record_lat: DataFrame, n: int) -> DataFrame:
     return record_lat.orderBy(F.col("p99_ms").desc(), "topic", "partition").limit(n)
 
 
-def timeline(fetch_df: DataFrame) -> DataFrame:
+def timeline(fine_df: DataFrame) -> DataFrame:
     """Per window x kind: median naive total vs true local (for the report's main chart)."""
-    return (fetch_df.groupBy("window_start", "kind").agg(
-        F.percentile_approx("total_ms", 0.5, ACCURACY).alias("total_p50"),
-        F.percentile_approx("local_ms", 0.5, ACCURACY).alias("local_p50"),
-        F.percentile_approx("wait_ms", 0.5, ACCURACY).alias("wait_p50"),
-        F.count(F.lit(1)).alias("fetches"),
-    ).orderBy("window_start", "kind"))
+    return (_fetches(fine_df).groupBy("window_start", "kind").agg(
+        *[merged(f"{p}_sk").alias(p) for p in ("total", "local", "wait")], F.sum("requests").alias("fetches"))
+        .select("window_start", "kind", *[quantile_ms(p, 0.5).alias(f"{p}_p50") for p in ("total", "local", "wait")],
+                "fetches"))

@@ -179,9 +179,9 @@ def run_analyze(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     since, until = parse_time_ns(args.since, "--since"), parse_time_ns(args.until, "--until")
     try:
-        from fetchlat.analysis.transforms import spark_interval
+        from fetchlat.analysis.transforms import window_us
 
-        spark_interval(args.window)
+        window_us(args.window)
     except ValueError as exc:
         print(f"fetchlat analyze: {exc}", file=sys.stderr)
         return 2

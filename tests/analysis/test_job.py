@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pytest
 from fetchlat.analysis import job
-from fetchlat.analysis.transforms import ACCURACY, PARTS, QNAMES, QUANTILES
+from fetchlat.analysis.transforms import PARTS, QNAMES, QUANTILES, RANK_ERROR
 from pyspark.sql import SparkSession
 
 from .gen import load
@@ -40,14 +40,14 @@ def independent_values(trace_dir: Path) -> dict[tuple[str, str], dict[str, list[
 
 
 def check_summary(summary: dict[str, Any], expected: dict[tuple[str, str], dict[str, list[float]]]) -> None:
-    """Every percentile in summary.json is a real value whose rank is within Spark's documented
+    """Every percentile in summary.json is a real value whose rank is within the KLL sketch's
     bound of the requested one: p +- (1/accuracy + 1/n)."""
     got = {(b["broker"], b["kind"]): b for b in summary["brokers"]}
     assert set(got) == set(expected)
     for key, parts in expected.items():
         n = len(parts["total"])
         assert got[key]["fetches"] == n
-        eps = 1 / ACCURACY + 1 / n
+        eps = RANK_ERROR + 1 / n
         for part, vals in parts.items():
             for q, name in zip(QUANTILES, QNAMES, strict=True):
                 v = got[key][f"{part}_ms"][name]

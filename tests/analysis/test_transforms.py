@@ -35,21 +35,22 @@ def test_schema_matches_the_writer(spark: SparkSession) -> None:
         assert spark_schema(table).fieldNames() == schema.names
 
 
-@pytest.mark.parametrize(("text", "expected"), [("30s", "30 seconds"), ("1m", "1 minute"), ("5m", "5 minutes"),
-                                                ("1h", "1 hour")])
-def test_spark_interval(text: str, expected: str) -> None:
-    assert tf.spark_interval(text) == expected
+@pytest.mark.parametrize(("text", "expected"), [("30s", 30_000_000), ("1m", 60_000_000), ("5m", 300_000_000),
+                                                ("1h", 3_600_000_000)])
+def test_window_length(text: str, expected: int) -> None:
+    assert tf.window_us(text) == expected
 
 
-def test_spark_interval_rejects_nonsense() -> None:
+@pytest.mark.parametrize("text", ["soon", "0s", "1w"])
+def test_window_length_rejects_nonsense(text: str) -> None:
     with pytest.raises(ValueError, match=r"e\.g\. 30s"):
-        tf.spark_interval("soon")
+        tf.window_us(text)
 
 
 def test_percentiles_per_window_broker_kind_client(spark: SparkSession) -> None:
     df = exchanges(spark, [fetch(1, 501, 500), fetch(2, 503, 500), fetch(3, 502, 500), fetch(70, 510, 500),
                            {"ts_ns": T0, "api": "Produce", "total_ns": 3 * MS}])
-    got = tf.latency_by_window(tf.with_window(tf.fetches(df), "1m")).select(
+    got = tf.latency_by_window(tf.fine(tf.with_window(tf.timed(df), "1m"))).select(
         "window_start", "broker", "kind", "client_id", "fetches", "total_p50", "wait_p50", "local_p50", "local_p99")
     w0 = dt.datetime.fromtimestamp(T0 / 1e9, UTC).replace(tzinfo=None)
     w1 = w0 + dt.timedelta(minutes=1)
@@ -63,7 +64,7 @@ def test_percentiles_per_window_broker_kind_client(spark: SparkSession) -> None:
 def test_outcome_mix_and_long_poll_efficiency(spark: SparkSession) -> None:
     df = exchanges(spark, [fetch(1, 501, 500), fetch(2, 40, 30, outcome="woken", records=5),
                            fetch(3, 2, 0, outcome="immediate", records=9), fetch(4, 501, 500)])
-    got = tf.outcome_mix(tf.with_window(tf.fetches(df), "1m")).select(
+    got = tf.outcome_mix(tf.fine(tf.with_window(tf.timed(df), "1m"))).select(
         "fetches", "immediate", "woken", "expired", "error", "unknown", "with_records", "data_efficiency", "wait_share")
     expected = spark.createDataFrame([(4, 1, 1, 2, 0, 0, 2, 0.5, 1030.0 / 1044.0)], got.schema)
     assertDataFrameEqual(got, expected)
@@ -77,7 +78,7 @@ def test_grey_failure_on_one_pair_is_flagged_with_its_size(spark: SparkSession) 
                 local = 25.0  # the grey failure: 3 -> 1 slows by ~21 ms for one minute
             for k in range(3):
                 rows.append(fetch(minute * 60 + k, local + 500, 500, kind="follower", replica=follower))
-    pairs = tf.flag_shifts(tf.pair_latency(tf.with_window(tf.fetches(exchanges(spark, rows)), "1m")))
+    pairs = tf.flag_shifts(tf.pair_latency(tf.fine(tf.with_window(tf.timed(exchanges(spark, rows)), "1m"))))
     flagged = pairs.where("flagged").select("leader", "follower", "local_p50", "baseline_ms", "shift_ms")
     expected = spark.createDataFrame([("1", 3, 25.0, 4.0, 21.0)], flagged.schema)
     assertDataFrameEqual(flagged, expected)
@@ -85,7 +86,7 @@ def test_grey_failure_on_one_pair_is_flagged_with_its_size(spark: SparkSession) 
 
 def test_a_clean_run_flags_nothing(spark: SparkSession) -> None:
     rows = [fetch(m * 60 + k, 500 + 3 + (k % 2), 500, kind="follower", replica=2) for m in range(6) for k in range(4)]
-    pairs = tf.flag_shifts(tf.pair_latency(tf.with_window(tf.fetches(exchanges(spark, rows)), "1m")))
+    pairs = tf.flag_shifts(tf.pair_latency(tf.fine(tf.with_window(tf.timed(exchanges(spark, rows)), "1m"))))
     assert pairs.where("flagged").count() == 0 and pairs.count() == 6
 
 
@@ -102,3 +103,22 @@ def test_record_latency_with_sla_breaches(spark: SparkSession) -> None:
 def test_in_range(spark: SparkSession) -> None:
     df = exchanges(spark, [fetch(s, 2, 0) for s in (0, 10, 20)])
     assert tf.in_range(df, T0 + 5 * 10**9, T0 + 20 * 10**9).count() == 1
+
+
+def test_per_broker_tables_merge_the_per_client_sketches(spark: SparkSession) -> None:
+    """One pass sketches per client; summary, timeline and produce latency merge those sketches
+    (exact below K values per sketch) and give the quantiles of all the rows together."""
+    rows = [fetch(s, 500 + v, 500, client=c) for s, (c, v) in enumerate(
+        [("a", 1), ("a", 2), ("a", 9), ("b", 3), ("b", 4), ("b", 5)])]
+    rows += [{"ts_ns": T0 + k, "api": "Produce", "broker": "1", "kind": "producer", "client_id": f"p{k}",
+              "total_ns": (k + 1) * MS, "acks": -1, "records": 10} for k in range(4)]
+    fine = tf.fine(tf.with_window(tf.timed(exchanges(spark, rows)), "1m"))
+    assert fine.where("api = 'Fetch'").count() == 2  # one row per client
+    brokers = tf.without_clients(fine)
+    got = tf.summary(brokers).select("broker", "kind", "fetches", "local_p50", "local_p90", "local_p999", "wait_p50")
+    expected = spark.createDataFrame([("1", "consumer", 6, 3.0, 9.0, 9.0, 500.0)], got.schema)
+    assertDataFrameEqual(got, expected)
+    timeline = tf.timeline(brokers).select("fetches", "local_p50", "total_p50")
+    assertDataFrameEqual(timeline, spark.createDataFrame([(6, 3.0, 503.0)], timeline.schema))
+    produce = tf.produce_latency(brokers)
+    assertDataFrameEqual(produce, spark.createDataFrame([("1", -1, 4, 40, 2.0, 4.0, 4.0)], produce.schema))
