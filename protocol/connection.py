@@ -57,6 +57,12 @@ class InFlight:
     request_bytes: int = 0
 
 
+# A response a rewriter wants is held whole, except a Fetch v16+ response larger than this: it
+# streams, and only its last STREAM_TAIL_BYTES wait until the top-level tags have been read.
+HOLD_LIMIT_BYTES = 1 << 20
+STREAM_TAIL_BYTES = 4 << 10  # any held-back byte would do: a client acts only on a whole frame
+
+
 def observed(api_key: int, api_version: int) -> bool:
     """Fetch and Produce exchanges are decoded for the latency model."""
     if api_key == apis.FETCH:
@@ -122,6 +128,7 @@ class KafkaConnection:
         self._b_left = 0
         self._b_size = 0
         self._b_hold: list[Segment] | None = None
+        self._b_tail: list[Segment] | None = None  # a guarded stream's held-back last bytes
         self._b_current: InFlight | None = None
         self._b_t_first = 0
         self._b_feeder: Feeder | None = None
@@ -267,6 +274,11 @@ class KafkaConnection:
                 piece = view[pos : pos + take]
             if self._b_hold is not None:
                 self._b_hold.append(piece)
+            elif self._b_tail is not None and self._b_left - take < STREAM_TAIL_BYTES:
+                cut = max(0, self._b_left - STREAM_TAIL_BYTES)  # bytes of this piece before the tail
+                if cut:
+                    out.append(piece[:cut])
+                self._b_tail.append(piece[cut:] if cut else piece)
             else:
                 out.append(piece)
             if self._b_feeder is not None:
@@ -295,10 +307,18 @@ class KafkaConnection:
         self._b_size = size
         self._b_left = size - (len(self._b_prefix) - 4)
         self._b_t_first = t_ns
+        self._b_tail = None
         if head.sasl_mechanism is not None or (
             self.rewriter is not None and head.api_key >= 0 and self.rewriter.wants(head.api_key, head.api_version)
         ):
-            self._b_hold = list(self._b_prefix_pieces)
+            if head.api_key == apis.FETCH and size > HOLD_LIMIT_BYTES and head.info is not None:
+                # a big Fetch v16+ response: a broker lists NodeEndpoints only beside partitions that
+                # failed (no records), so stream it, holding back its last bytes (where the tag lives)
+                out.extend(self._b_prefix_pieces)
+                self._b_hold = None
+                self._b_tail = []
+            else:
+                self._b_hold = list(self._b_prefix_pieces)
         else:
             out.extend(self._b_prefix_pieces)
             self._b_hold = None
@@ -344,6 +364,15 @@ class KafkaConnection:
         if self._b_feeder is not None:
             self._exchange_complete(cur, self._b_feeder, t_ns, events)
             self._b_feeder = None
+        if self._b_tail is not None:
+            tail, self._b_tail = self._b_tail, None
+            last = events[-1] if events else None
+            if isinstance(last, FetchExchanged) and last.response.node_endpoints:
+                raise FramingError(
+                    f"a streamed Fetch v{cur.api_version} response of {self._b_size + 4} bytes names brokers in "
+                    "NodeEndpoints (a leader moved); its size went out before the tag could be rewritten, so "
+                    "the connection is closed before the client sees it (the client refetches through the proxy)")
+            out.extend(tail)
         events.append(ResponseSeen(
             correlation_id=cur.correlation_id, api_key=cur.api_key, api_version=cur.api_version,
             client_id=cur.client_id, size_bytes=self._b_size, t_request_ns=cur.t_request_ns,

@@ -74,10 +74,14 @@ class FetchResponseInfo:
     session_id: int
     partitions: tuple[FetchPartitionResponse, ...]
     wait_time_ms: int | None  # a broker-reported WaitTimeMs (KIP-736), if the tag is present
+    node_endpoints: bool = False  # v16+: the NodeEndpoints tag lists at least one broker
 
     @property
     def records_bytes(self) -> int:
         return sum(p.batches.size_bytes for p in self.partitions if p.batches is not None)
+
+
+NODE_ENDPOINTS_TAG = 0  # Fetch v16+ top-level tag (KIP-951)
 
 
 def parse_request(version: int) -> Parser[FetchRequestInfo]:
@@ -172,10 +176,16 @@ def parse_response(version: int, wait_time_tag: int | None = None, *,
             yield from s.tags(r)
     wait_ms = None
     if flex:
-        wanted = {wait_time_tag: "WaitTimeMs"} if wait_time_tag is not None else None
+        wanted = {NODE_ENDPOINTS_TAG: "NodeEndpoints"} if version >= 16 else {}
+        if wait_time_tag is not None:
+            wanted[wait_time_tag] = "WaitTimeMs"
         found = yield from s.tags(r, wanted)
         if "WaitTimeMs" in found:
             raw = found["WaitTimeMs"][1]
             wait_ms = I32.unpack_from(raw, 0)[0] if len(raw) == 4 else None
+        endpoints = found.get("NodeEndpoints")
+        has_endpoints = endpoints is not None and endpoints[1][:1] not in (b"", b"\x00", b"\x01")  # count + 1
+    else:
+        has_endpoints = False
     return FetchResponseInfo(throttle_time_ms=throttle, error_code=error, session_id=session_id,
-                             partitions=tuple(parts), wait_time_ms=wait_ms)
+                             partitions=tuple(parts), wait_time_ms=wait_ms, node_endpoints=has_endpoints)

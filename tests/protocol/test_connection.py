@@ -176,3 +176,69 @@ def test_garbage_responses_to_rewritten_apis_are_forwarded_untouched(junk: bytes
     assert len(done) == 1
     if not done[0].rewritten:
         assert forwarded == wire
+
+
+def _big_fetch(endpoints: list[dict[str, object]], records: int = 3 << 20) -> tuple[bytes, bytes]:
+    """A Fetch v16 request and a response with ``records`` bytes of (opaque) records and ``endpoints``."""
+    import uuid
+
+    tid = uuid.UUID(int=5)
+    req = encode(load("FetchRequest"), 16, {
+        "MaxWaitMs": 500, "MinBytes": 1, "MaxBytes": 64 << 20, "IsolationLevel": 0, "SessionId": 0, "SessionEpoch": -1,
+        "Topics": [{"TopicId": tid, "Partitions": [{"Partition": 0, "CurrentLeaderEpoch": -1, "FetchOffset": 0,
+                                                   "LastFetchedEpoch": -1, "LogStartOffset": -1,
+                                                   "PartitionMaxBytes": 64 << 20}]}],
+        "ForgottenTopicsData": [], "RackId": ""})
+    resp = encode(load("FetchResponse"), 16, {
+        "ThrottleTimeMs": 0, "ErrorCode": 0, "SessionId": 0, "NodeEndpoints": endpoints,
+        "Responses": [{"TopicId": tid, "Partitions": [{
+            "PartitionIndex": 0, "ErrorCode": 0, "HighWatermark": 10, "LastStableOffset": 10, "LogStartOffset": 0,
+            "AbortedTransactions": [], "PreferredReadReplica": -1, "Records": b"\x00" * records}]}]})
+    return req, resp
+
+
+def _push(c: KafkaConnection, frame: bytes, chunk: int) -> tuple[list[bytes], int]:
+    """Feed ``frame`` in chunks; return what came out and the most bytes waiting in the codec."""
+    outs: list[bytes] = []
+    waiting = 0
+    for i in range(0, len(frame), chunk):
+        out, _ = c.receive_from_broker(frame[i : i + chunk], 10 + i)
+        outs.extend(bytes(s) for s in out)
+        waiting = max(waiting, i + min(chunk, len(frame) - i) - sum(map(len, outs)))
+    return outs, waiting
+
+
+def test_a_big_fetch_v16_response_streams_and_only_its_tail_waits() -> None:
+    from fetchlat.protocol.connection import STREAM_TAIL_BYTES
+
+    c = KafkaConnection(rewriter=ResponseRewriter(lambda n, h, p: ("proxy", 9001)))
+    req, resp = _big_fetch([])
+    c.receive_from_client(request(apis.FETCH, 16, 3, req), 1)
+    frame = response(apis.FETCH, 16, 3, resp)
+    outs, waiting = _push(c, frame, 256 << 10)
+    assert b"".join(outs) == frame  # untouched, whole
+    assert waiting <= STREAM_TAIL_BYTES + (256 << 10)  # never the whole 3 MiB
+
+
+def test_a_big_streamed_fetch_naming_brokers_closes_before_the_client_has_the_frame() -> None:
+    c = KafkaConnection(rewriter=ResponseRewriter(lambda n, h, p: ("proxy", 9001)))
+    req, resp = _big_fetch([{"NodeId": 2, "Host": "kafka-2.internal", "Port": 9092, "Rack": None}])
+    c.receive_from_client(request(apis.FETCH, 16, 4, req), 1)
+    frame = response(apis.FETCH, 16, 4, resp)
+    outs: list[bytes] = []
+    with pytest.raises(FramingError, match="NodeEndpoints"):
+        for i in range(0, len(frame), 1 << 20):
+            out, _ = c.receive_from_broker(frame[i : i + (1 << 20)], 10 + i)
+            outs.extend(bytes(s) for s in out)
+    sent = b"".join(outs)
+    assert len(sent) < len(frame) and b"kafka-2.internal" not in sent
+
+
+def test_a_small_fetch_v16_response_naming_brokers_is_rewritten() -> None:
+    c = KafkaConnection(rewriter=ResponseRewriter(lambda n, h, p: ("proxy", 9001)))
+    req, resp = _big_fetch([{"NodeId": 2, "Host": "kafka-2.internal", "Port": 9092, "Rack": None}], records=100)
+    c.receive_from_client(request(apis.FETCH, 16, 5, req), 1)
+    out, events = c.receive_from_broker(response(apis.FETCH, 16, 5, resp), 2)
+    sent = b"".join(bytes(s) for s in out)
+    assert b"proxy" in sent and b"kafka-2.internal" not in sent
+    assert any(isinstance(e, BrokersLearned) for e in events)

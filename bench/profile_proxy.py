@@ -1,0 +1,95 @@
+"""Where does the proxy's CPU go? py-spy samples the real proxy process while the bench's
+produce and consume workloads run through it (fresh Tansu), then prints the functions with
+the most samples, self and inclusive, and writes the raw collapsed stacks (flamegraph input).
+
+    python bench/profile_proxy.py [--records 100000] [--batch-size 16384] [--linger-ms 5]
+                                  [--out bench-profile] [--rate 250]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.bench_proxy import create_topics, perf, target
+from bench.procs import cpu_s
+
+
+def top(collapsed: Path, n: int) -> tuple[list[tuple[str, int]], list[tuple[str, int]], int]:
+    """(self, inclusive, total samples) from py-spy's raw collapsed stacks."""
+    own: collections.Counter[str] = collections.Counter()
+    incl: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in collapsed.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack:
+            continue
+        k = int(count)
+        total += k
+        frames = [f.split(" (")[0] + " (" + f.split(" (")[1].split(":")[0].rsplit("/", 1)[-1] + ")" if " (" in f else f
+                  for f in stack.split(";")]
+        own[frames[-1]] += k
+        for f in set(frames):
+            incl[f] += k
+    return own.most_common(n), incl.most_common(n), total
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--records", type=int, default=100_000)
+    ap.add_argument("--batch-size", default="16384")
+    ap.add_argument("--linger-ms", default="5")
+    ap.add_argument("--rate", default="250", help="py-spy samples per second")
+    ap.add_argument("--out", default="bench-profile")
+    ap.add_argument("--top", type=int, default=25)
+    args = ap.parse_args()
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    out = Path(args.out)
+    out.mkdir(exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="fetchlat-profile-"))
+    with target("fetchlat", work) as (port, pid):
+        assert pid is not None
+        bootstrap = f"127.0.0.1:{port}"
+        topic = f"p-{uuid.uuid4().hex[:6]}"
+        create_topics(bootstrap, topic)
+        for phase in ("produce", "consume"):
+            raw = out / f"{phase}.collapsed"
+            rec = subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", args.rate, "--format", "raw",
+                                    "--output", str(raw), "--nonblocking"], stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL)
+            c0 = cpu_s(pid)
+            if phase == "produce":
+                perf("produce", "--bootstrap-server", bootstrap, "--topic", topic, "--num-records", str(args.records),
+                     "--record-size", "1024", "--acks", "1", "--batch-size", args.batch_size,
+                     "--linger-ms", args.linger_ms)
+            else:
+                perf("consume", "--bootstrap-server", bootstrap, "--topic", topic, "--messages", str(args.records),
+                     "--timeout", "20000", "--group", f"g-{topic}")
+            cpu = cpu_s(pid) - c0
+            rec.send_signal(signal.SIGINT)
+            rec.wait(30)
+            own, incl, total = top(raw, args.top)
+            gb = args.records * 1024 / 1e9
+            print(f"\n== {phase}: proxy CPU {cpu:.2f} s for {gb:.3f} GB = {cpu / gb:.2f} CPU-s/GB; "
+                  f"{total} samples (idle included)")
+            print("  self%   function")
+            for name, k in own:
+                print(f"  {100 * k / total:5.1f}   {name}")
+            print("  incl%   function")
+            for name, k in incl:
+                print(f"  {100 * k / total:5.1f}   {name}")
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
