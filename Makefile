@@ -5,7 +5,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEB_PACKAGES := kcat haproxy prometheus chromium
 
-.PHONY: test demo lint typecheck unit integration deps clean bench-observe bench-analyze load soak fuzz bench-proxy
+.PHONY: test demo lint typecheck unit integration deps clean bench-observe bench-analyze load soak fuzz bench-proxy \
+	bench-memory bench-codec profile-proxy
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -51,6 +52,15 @@ bench-analyze: $(STAMP)
 
 bench-proxy: deps
 	$(BIN)/python bench/bench_proxy.py --trials 5 --out bench-proxy.json
+
+bench-memory: deps
+	$(BIN)/python bench/memory.py --connections 200 --seconds 30 --response-mb 50
+
+bench-codec: $(STAMP)
+	$(BIN)/pytest -q -p no:cacheprovider bench/codec --benchmark-enable --benchmark-only --benchmark-columns=min,median,mean,ops,rounds
+
+profile-proxy: deps
+	$(BIN)/python bench/profile_proxy.py --records 100000 --out bench-profile
 
 # Reliability runs (not part of make test; figures in docs/reliability.md)
 load: $(STAMP)

