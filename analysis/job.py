@@ -67,7 +67,7 @@ def read_table(spark: SparkSession, dirs: list[str], table: str) -> DataFrame:
 
 
 def _rows(table: pa.Table) -> list[dict[str, Any]]:
-    out = table.to_pylist()
+    out: list[dict[str, Any]] = table.to_pylist()
     for d in out:
         for k, v in d.items():
             if isinstance(v, dt.datetime):
