@@ -9,17 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Final
 
-from prometheus_client import (
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    ProcessCollector,
-    disable_created_metrics,
-)
+from prometheus_client import CollectorRegistry, Gauge, ProcessCollector, disable_created_metrics
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from .fast import FastCounter as Counter
+from .fast import FastHistogram as Histogram
 from .model import FetchSample, ProduceSample, ReplicationSample
 
 # 50 µs to 60 s, eight buckets below 1 ms (KIP-403: sub-millisecond precision).
