@@ -336,25 +336,34 @@ class KafkaConnection:
         cur = self._b_current
         assert cur is not None  # set by _start_response, which always precedes
         rewritten = False
+        info = self._b_feeder.finish() if self._b_feeder is not None else None
         if self._b_hold is not None:
             pieces = self._b_hold
-            frame = b"".join(pieces)  # held frames are small, or must be rewritten whole
-            body = memoryview(frame)[4:]
             new = None
-            if self.rewriter is not None and self.rewriter.wants(cur.api_key, cur.api_version):
-                try:
-                    result = self.rewriter.rewrite(cur.api_key, cur.api_version, body)
-                except ProtocolError as exc:
-                    events.append(DecodeFailed(api_key=cur.api_key, api_version=cur.api_version,
-                                               direction="response", reason=str(exc)))
-                else:
-                    new = result.body
-                    if result.learned:
-                        events.append(BrokersLearned(api_key=cur.api_key, brokers=tuple(result.learned)))
-                    if result.topic_ids:
-                        events.append(TopicIdsLearned(topics=tuple(result.topic_ids)))
-            if cur.sasl_mechanism is not None:
-                self._after_sasl_handshake_v0(cur.sasl_mechanism, body, events)
+            # a Fetch/Produce the codec read whole and whose NodeEndpoints is empty names no
+            # broker: forwarded as it came, without the walk a rewrite needs
+            names_brokers = not (cur.api_key in (apis.FETCH, apis.PRODUCE) and info is not None
+                                 and not info.node_endpoints)
+            rewrite = self.rewriter is not None and names_brokers and self.rewriter.wants(cur.api_key,
+                                                                                          cur.api_version)
+            if rewrite or cur.sasl_mechanism is not None:
+                frame = b"".join(pieces)  # held frames are small, or must be rewritten whole
+                body = memoryview(frame)[4:]
+                if rewrite:
+                    assert self.rewriter is not None
+                    try:
+                        result = self.rewriter.rewrite(cur.api_key, cur.api_version, body)
+                    except ProtocolError as exc:
+                        events.append(DecodeFailed(api_key=cur.api_key, api_version=cur.api_version,
+                                                   direction="response", reason=str(exc)))
+                    else:
+                        new = result.body
+                        if result.learned:
+                            events.append(BrokersLearned(api_key=cur.api_key, brokers=tuple(result.learned)))
+                        if result.topic_ids:
+                            events.append(TopicIdsLearned(topics=tuple(result.topic_ids)))
+                if cur.sasl_mechanism is not None:
+                    self._after_sasl_handshake_v0(cur.sasl_mechanism, body, events)
             if new is not None:
                 out.append(len(new).to_bytes(4, "big") + new)
                 rewritten = True

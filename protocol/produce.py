@@ -49,6 +49,10 @@ class ProducePartitionResponse:
 class ProduceResponseInfo:
     throttle_time_ms: int
     partitions: tuple[ProducePartitionResponse, ...]
+    node_endpoints: bool = False  # v10+: the NodeEndpoints tag lists at least one broker
+
+
+NODE_ENDPOINTS_TAG = 0  # Produce v10+ top-level tag (KIP-951)
 
 
 def parse_request(version: int) -> Parser[ProduceRequestInfo]:
@@ -101,6 +105,9 @@ def parse_response(version: int, *, after_correlation_id: bool = False) -> Parse
         if flex:
             yield from s.tags(r)
     throttle = (yield from s.i32(r)) if version >= 1 else 0
+    has_endpoints = False
     if flex:
-        yield from s.tags(r)
-    return ProduceResponseInfo(throttle_time_ms=throttle, partitions=tuple(parts))
+        found = yield from s.tags(r, {NODE_ENDPOINTS_TAG: "NodeEndpoints"} if version >= 10 else None)
+        endpoints = found.get("NodeEndpoints")
+        has_endpoints = endpoints is not None and endpoints[1][:1] not in (b"", b"\x00", b"\x01")  # count + 1
+    return ProduceResponseInfo(throttle_time_ms=throttle, partitions=tuple(parts), node_endpoints=has_endpoints)

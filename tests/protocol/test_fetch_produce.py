@@ -104,6 +104,7 @@ def test_fetch_response(version: int, data: st.DataObject) -> None:
     ref = walk(spec, version, body).to_plain(body)
     assert (info.throttle_time_ms, info.error_code, info.session_id) == (
         ref.get("ThrottleTimeMs", 0), ref.get("ErrorCode", 0), ref.get("SessionId", 0))
+    assert info.node_endpoints == bool(ref.get("NodeEndpoints"))  # decides whether a response is walked
     expected = [(t.get("Topic"), t.get("TopicId"), p["PartitionIndex"], p["ErrorCode"], p["HighWatermark"],
                  p["LastStableOffset"], p.get("LogStartOffset", -1), p.get("PreferredReadReplica", -1),
                  oracle_stats(p["Records"])) for t in ref["Responses"] or [] for p in t["Partitions"] or []]
@@ -157,6 +158,7 @@ def test_produce_request_and_response(version: int, data: st.DataObject) -> None
     rinfo = feed_split(produce.parse_response(version), rbody, cuts_for(data, len(rbody)))
     rref = walk(resp_spec, version, rbody).to_plain(rbody)
     assert rinfo.throttle_time_ms == rref.get("ThrottleTimeMs", 0)
+    assert rinfo.node_endpoints == bool(rref.get("NodeEndpoints"))
     assert [(p.topic, p.topic_id, p.partition, p.error_code, p.base_offset, p.log_append_time_ms,
              p.log_start_offset) for p in rinfo.partitions] == [
         (t.get("Name"), t.get("TopicId"), p["Index"], p["ErrorCode"], p["BaseOffset"], p.get("LogAppendTimeMs", -1),
