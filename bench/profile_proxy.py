@@ -56,7 +56,7 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="fetchlat-profile-"))
-    with target("fetchlat", work) as (port, pid):
+    with target("fetchlat", work) as (port, pid, _broker):
         assert pid is not None
         bootstrap = f"127.0.0.1:{port}"
         topic = f"p-{uuid.uuid4().hex[:6]}"

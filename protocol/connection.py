@@ -96,6 +96,27 @@ def _sasl_mechanism(api_version: int, buf: Buf, pos: int) -> str | None:
     return mech
 
 
+def _covers(out: list[Segment], data: bytes) -> bool:
+    """``out`` is ``data`` whole, as its own slices in order (they never overlap)."""
+    total = 0
+    for piece in out:
+        if not isinstance(piece, memoryview) or piece.obj is not data:
+            return False
+        total += len(piece)
+    return total == len(data)
+
+
+@dataclass(slots=True)
+class _Finish:
+    """A streamed response that ended, its parse deferred (``defer_parsing``)."""
+
+    cur: InFlight
+    feeder: Feeder | None
+    size: int
+    t_first: int
+    t_last: int
+
+
 class KafkaConnection:
     """Decodes one client<->broker connection. Never does I/O."""
 
@@ -105,8 +126,14 @@ class KafkaConnection:
         rewriter: ResponseRewriter | None = None,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         wait_time_tag: int | None = None,
+        defer_parsing: bool = False,
     ) -> None:
+        """``defer_parsing``: the parse of a streamed response (and its events) waits for
+        ``complete_deferred()``, which the caller runs once the bytes were handed on, so the
+        parse is off the forwarding path. Held responses are parsed before they go out."""
         self.rewriter = rewriter
+        self.defer_parsing = defer_parsing
+        self._b_pending: list[tuple[Feeder, Segment] | _Finish] = []
         self.max_frame_bytes = max_frame_bytes
         self.wait_time_tag = wait_time_tag
         self.sessions = FetchSessions()
@@ -282,11 +309,16 @@ class KafkaConnection:
             else:
                 out.append(piece)
             if self._b_feeder is not None:
-                self._b_feeder.feed(piece)
+                if self.defer_parsing and self._b_hold is None and self._b_tail is None:
+                    self._b_pending.append((self._b_feeder, piece))
+                else:
+                    self._b_feeder.feed(piece)
             pos += take
             self._b_left -= take
             if self._b_left == 0:
                 self._finish_response(t_ns, out, events)
+        if len(out) > 1 and view is not None and _covers(out, data):
+            out = [data]  # frames cut apart only by the parse: one object, one write
         return out, events
 
     def _start_response(self, t_ns: int, out: list[Segment]) -> None:
@@ -332,9 +364,33 @@ class KafkaConnection:
         self._b_prefix = bytearray()
         self._b_prefix_pieces = []
 
+    def complete_deferred(self) -> list[Event]:
+        """Run the parses ``receive_from_broker`` deferred; their events, in order."""
+        events: list[Event] = []
+        pending, self._b_pending = self._b_pending, []
+        for item in pending:
+            if isinstance(item, _Finish):
+                if item.feeder is not None:
+                    self._exchange_complete(item.cur, item.feeder, item.size, item.t_first, item.t_last, events)
+                events.append(ResponseSeen(
+                    correlation_id=item.cur.correlation_id, api_key=item.cur.api_key,
+                    api_version=item.cur.api_version, client_id=item.cur.client_id, size_bytes=item.size,
+                    t_request_ns=item.cur.t_request_ns, t_first_ns=item.t_first, t_last_ns=item.t_last,
+                    rewritten=False))
+            else:
+                item[0].feed(item[1])
+        return events
+
     def _finish_response(self, t_ns: int, out: list[Segment], events: list[Event]) -> None:
         cur = self._b_current
         assert cur is not None  # set by _start_response, which always precedes
+        if self.defer_parsing and self._b_hold is None and self._b_tail is None:
+            self._b_pending.append(_Finish(cur, self._b_feeder, self._b_size, self._b_t_first, t_ns))
+            self._b_feeder = None
+            self._b_current = None
+            return
+        if self._b_pending:
+            events.extend(self.complete_deferred())  # earlier responses' events come first
         rewritten = False
         info = self._b_feeder.finish() if self._b_feeder is not None else None
         if self._b_hold is not None:
@@ -371,7 +427,7 @@ class KafkaConnection:
                 out.extend(pieces)
             self._b_hold = None
         if self._b_feeder is not None:
-            self._exchange_complete(cur, self._b_feeder, t_ns, events)
+            self._exchange_complete(cur, self._b_feeder, self._b_size, self._b_t_first, t_ns, events)
             self._b_feeder = None
         if self._b_tail is not None:
             tail, self._b_tail = self._b_tail, None
@@ -389,7 +445,8 @@ class KafkaConnection:
         ))
         self._b_current = None
 
-    def _exchange_complete(self, cur: InFlight, feeder: Feeder, t_ns: int, events: list[Event]) -> None:
+    def _exchange_complete(self, cur: InFlight, feeder: Feeder, size: int, t_first: int, t_ns: int,
+                           events: list[Event]) -> None:
         info = feeder.finish()
         if info is None:
             events.append(DecodeFailed(api_key=cur.api_key, api_version=cur.api_version, direction="response",
@@ -400,13 +457,12 @@ class KafkaConnection:
             events.append(FetchExchanged(
                 correlation_id=cur.correlation_id, client_id=cur.client_id, api_version=cur.api_version,
                 request=cur.info, response=info, covered=cur.covered, t_request_ns=cur.t_request_ns,
-                t_first_ns=self._b_t_first, t_last_ns=t_ns, request_bytes=cur.request_bytes,
-                response_bytes=self._b_size + 4))
+                t_first_ns=t_first, t_last_ns=t_ns, request_bytes=cur.request_bytes, response_bytes=size + 4))
         elif isinstance(cur.info, produce.ProduceRequestInfo):
             events.append(ProduceExchanged(
                 correlation_id=cur.correlation_id, client_id=cur.client_id, api_version=cur.api_version,
-                request=cur.info, response=info, t_request_ns=cur.t_request_ns, t_first_ns=self._b_t_first,
-                t_last_ns=t_ns, request_bytes=cur.request_bytes, response_bytes=self._b_size + 4))
+                request=cur.info, response=info, t_request_ns=cur.t_request_ns, t_first_ns=t_first,
+                t_last_ns=t_ns, request_bytes=cur.request_bytes, response_bytes=size + 4))
 
     def _after_sasl_handshake_v0(self, mechanism: str, body: memoryview, events: list[Event]) -> None:
         try:

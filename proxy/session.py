@@ -58,6 +58,9 @@ def tcp_rtt_ns(sock: object) -> int | None:
     return int(struct.unpack_from("I", raw, TCP_INFO_RTT_OFFSET)[0]) * 1000
 
 
+COALESCE_BYTES = 256 << 10  # pieces of a response up to this size are joined into one write
+
+
 class ClientSide(asyncio.Protocol):
     def __init__(self, proxy: Proxy, listener: str, upstreams: Callable[[], list[tuple[str, int]]],
                  broker_label: str) -> None:
@@ -75,7 +78,7 @@ class ClientSide(asyncio.Protocol):
         self.client_eof = False  # the client half-closed: the broker closing next is expected
         self.peer = "?"
         self.codec = KafkaConnection(rewriter=proxy.rewriter, max_frame_bytes=proxy.cfg.max_frame_bytes,
-                                     wait_time_tag=proxy.cfg.wait_time_tag)
+                                     wait_time_tag=proxy.cfg.wait_time_tag, defer_parsing=True)
         self.deferred: list[FetchExchanged | ProduceExchanged] = []
         self.conn_id = proxy.next_conn_id()
         self.first_bytes = True
@@ -298,15 +301,19 @@ class ClientSide(asyncio.Protocol):
     def write_to_client(self, segments: list[bytes | memoryview]) -> None:
         if self.transport is None or self.closed:
             return
+        n = 0
+        for s in segments:
+            n += len(s)
         if self.tls is not None:
             self.transport.write(self.tls.encrypt(segments))
         elif len(segments) == 1:
             self.transport.write(segments[0])
-        elif segments:
+        elif not segments:
+            return
+        elif n <= COALESCE_BYTES:  # one send: a client woken by a frame's first bytes reads twice
+            self.transport.write(b"".join(segments))
+        else:
             self.transport.writelines(segments)
-        n = 0
-        for s in segments:
-            n += len(s)
         self._bytes_out.inc(n)
 
     def handle(self, events: list[Event]) -> None:
@@ -337,10 +344,11 @@ class ClientSide(asyncio.Protocol):
                 log.info("client %s: SASL mechanism %s over raw frames; forwarding without observation",
                          self.peer, ev.mechanism)
 
-    def observe_exchanges(self, t_received_ns: int) -> None:
-        """Feed decoded exchanges to the latency model, after their bytes went out."""
+    def observe_exchanges(self, t_received_ns: int, t_forwarded_ns: int | None = None) -> None:
+        """Feed decoded exchanges to the latency model, after their bytes went out. The proxy's
+        own time: from reading the bytes to handing them on (not the parse after that)."""
         now = clock.now_ns()
-        proxy_ns = now - t_received_ns
+        proxy_ns = (t_forwarded_ns if t_forwarded_ns is not None else now) - t_received_ns
         if now - self._rtt_at_ns > RTT_SAMPLE_EVERY_NS and self.transport is not None:
             rtt = tcp_rtt_ns(self.transport.get_extra_info("socket"))
             if rtt is not None:
@@ -389,13 +397,20 @@ class BrokerSide(asyncio.Protocol):
         except FramingError as exc:
             client.protocol_failure("response", exc)
             return
-        if events:
+        if events and any(isinstance(e, BrokersLearned) for e in events):
             client.handle(events)  # learn brokers (bind listeners) before clients see them
+            events = []
+        t_out_ns = t_ns
         if segments:
             client.write_to_client(segments)
-            client.proxy.metrics.added.observe((clock.now_ns() - t_ns) / 1e9)
+            t_out_ns = clock.now_ns()
+            client.proxy.metrics.added.observe((t_out_ns - t_ns) / 1e9)
+        if client.codec.defer_parsing:
+            events += client.codec.complete_deferred()  # parse what is already on its way
+        if events:
+            client.handle(events)  # the bookkeeping waits until the bytes are on their way
         if client.deferred:
-            client.observe_exchanges(t_ns)
+            client.observe_exchanges(t_ns, t_out_ns)
 
     def eof_received(self) -> bool | None:
         return None  # close fully; connection_lost closes the client after its writes
