@@ -38,7 +38,7 @@ from fetchlat.proxy.demo import connects, free_port_block, wait_until
 from bench.kafka_client import AsyncClient, fetch_request
 from bench.procs import cpu_s, rss_mb, stop_processes
 
-TARGETS = ("direct", "haproxy", "fetchlat")
+TARGETS = ("direct", "haproxy", "fetchlat", "relay")  # relay: bench/relay.py, zero-decode Python on uvloop
 NODE = 111
 
 
@@ -49,7 +49,7 @@ def target(kind: str, work: Path) -> Iterator[tuple[int, int | None]]:
 
     base = free_port_block(0, 1, 2, 2 + 1 + NODE, 1002)
     broker_port, front = base, base + 2
-    advertised = front if kind == "haproxy" else broker_port  # haproxy cannot rewrite metadata
+    advertised = front if kind in ("haproxy", "relay") else broker_port  # relays cannot rewrite metadata
     procs: list[subprocess.Popen[bytes]] = []
     log = open(work / f"{kind}-{base}.log", "wb")  # noqa: SIM115 - closed below
     try:
@@ -67,6 +67,10 @@ def target(kind: str, work: Path) -> Iterator[tuple[int, int | None]]:
                            f"frontend f\n  bind 127.0.0.1:{front}\n  default_backend b\n"
                            f"backend b\n  server s 127.0.0.1:{broker_port}\n")
             procs.append(subprocess.Popen(["haproxy", "-f", str(cfg), "-db"], stdout=log, stderr=subprocess.STDOUT))
+        elif kind == "relay":
+            procs.append(subprocess.Popen([sys.executable, str(Path(__file__).with_name("relay.py")), "--listen",
+                                           f"127.0.0.1:{front}", "--upstream", f"127.0.0.1:{broker_port}"],
+                                          stdout=log, stderr=subprocess.STDOUT))
         else:
             procs.append(subprocess.Popen(
                 [sys.executable, "-m", "fetchlat.proxy", "proxy", "--upstream", f"127.0.0.1:{broker_port}",
@@ -173,12 +177,16 @@ def measure(kind: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 res[f"cpu s/GB produce {batch_name}"] = round((cpu1 - cpu0) / gb, 3)
                 res[f"cpu s/GB consume {batch_name}"] = round((cpu2 - cpu1) / gb, 3)
                 res["proxy rss MB"] = round(rss_mb(pid), 1)
-    with target(kind, work) as (port, _pid, broker_port):
+    with target(kind, work) as (port, rt_pid, broker_port):
         topic = f"rt-{uuid.uuid4().hex[:6]}"
         create_topics(f"127.0.0.1:{port}", topic, topic + "-idle")
         rt_port = port + 1 + NODE if kind == "fetchlat" else port  # fetchlat: the broker's own listener
         direct = None if kind == "direct" else broker_port
-        for name, v in asyncio.run(round_trips(rt_port, topic, args.round_trips, direct)).items():
+        cpu0 = cpu_s(rt_pid) if rt_pid else 0.0
+        trips = asyncio.run(round_trips(rt_port, topic, args.round_trips, direct))
+        if rt_pid:
+            res["proxy cpu us per round trip"] = round((cpu_s(rt_pid) - cpu0) / (4 * args.round_trips) * 1e6, 1)
+        for name, v in trips.items():
             res[f"rtt {name} p50 ms"] = round(v["p50_ms"], 3)
             res[f"rtt {name} p99 ms"] = round(v["p99_ms"], 3)
             if "added_p50_us" in v:
@@ -198,7 +206,8 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="fetchlat-bench-"))
     raw: dict[str, list[dict[str, Any]]] = {t: [] for t in TARGETS}
     for trial in range(args.trials):
-        order = TARGETS[trial % 3:] + TARGETS[:trial % 3]  # rotate: no target always runs first
+        k = trial % len(TARGETS)
+        order = TARGETS[k:] + TARGETS[:k]  # rotate: no target always runs first
         for kind in order:
             t0 = time.monotonic()
             raw[kind].append(measure(kind, args, work))
@@ -225,25 +234,28 @@ def summarize(raw: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]
 
 
 def render(report: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
-    lines = [f"{'measure':42} {'direct':>16} {'haproxy':>16} {'fetchlat':>16} {'fl/hap':>7} {'fl/dir':>7}"]
+    head = "".join(f" {t:>16}" for t in TARGETS)
+    lines = [f"{'measure':42}{head} {'fl/hap':>7} {'fl/dir':>7} {'rl/hap':>7}"]
     for k, row in report.items():
         cells = []
         for t in TARGETS:
             c = row.get(t)
             cells.append(f"{c['median']:.3f} ({c['min']:.3g}-{c['max']:.3g})" if c else "-")
-        fl, hp, dr = (row.get(t, {}).get("median") for t in TARGETS[::-1])
-        r1 = f"{fl / hp:.2f}" if fl and hp else "-"
-        r2 = f"{fl / dr:.2f}" if fl and dr else "-"
-        lines.append(f"{k:42} {cells[0]:>16} {cells[1]:>16} {cells[2]:>16} {r1:>7} {r2:>7}")
+        med = {t: row.get(t, {}).get("median") for t in TARGETS}
+        def ratio(a: str, b: str, med: dict[str, Any] = med) -> str:
+            return f"{med[a] / med[b]:.2f}" if med[a] and med[b] else "-"
+        ratios = f" {ratio('fetchlat', 'haproxy'):>7} {ratio('fetchlat', 'direct'):>7} {ratio('relay', 'haproxy'):>7}"
+        lines.append(f"{k:42}" + "".join(f" {c:>16}" for c in cells) + ratios)
     lines.append("added over direct, paired on the same broker (median of per-request differences; p99: the "
                  "path's p99 minus direct's):")
     for name in ("ApiVersions", "Metadata", "Fetch(max_wait 0)", "Produce(1 record)"):
         for q in ("p50", "p99"):
             k = f"added {name} {q} us"
-            if k in report and all(t in report[k] for t in TARGETS[1:]):
+            if k in report and all(t in report[k] for t in ("haproxy", "fetchlat")):
                 h, f = report[k]["haproxy"]["median"], report[k]["fetchlat"]["median"]
-                lines.append(f"added {q} {name:24} haproxy {h:8.1f} µs   fetchlat {f:8.1f} µs"
-                             f"   ratio {f / h if h > 0 else float('nan'):.2f}")
+                r = report[k].get("relay", {}).get("median", float("nan"))
+                lines.append(f"added {q} {name:24} haproxy {h:8.1f} µs   relay {r:8.1f} µs   fetchlat {f:8.1f} µs"
+                             f"   fetchlat/haproxy {f / h if h > 0 else float('nan'):.2f}")
     lines.append(f"({args.trials} trials, {args.records} records of 1 KiB per produce/consume, "
                  f"{args.round_trips} round trips per request type; medians (min-max))")
     return "\n".join(lines)

@@ -65,27 +65,70 @@ def skip(r: Reader, n: int) -> Parser[None]:
         r.pos = 0
 
 
+# The fixed-size readers take the bytes straight from the chunk when they are there (the
+# common case) and only fall back to ``need`` (a nested generator) when a field straddles.
 def i8(r: Reader) -> Parser[int]:
-    p = yield from need(r, 1)
-    return int(I8.unpack_from(r.buf, p)[0])
+    p = r.pos
+    if len(r.buf) - p >= 1:
+        r.pos = p + 1
+    else:
+        p = yield from need(r, 1)
+    v: int = I8.unpack_from(r.buf, p)[0]
+    return v
 
 
 def i16(r: Reader) -> Parser[int]:
-    p = yield from need(r, 2)
-    return int(I16.unpack_from(r.buf, p)[0])
+    p = r.pos
+    if len(r.buf) - p >= 2:
+        r.pos = p + 2
+    else:
+        p = yield from need(r, 2)
+    v: int = I16.unpack_from(r.buf, p)[0]
+    return v
 
 
 def i32(r: Reader) -> Parser[int]:
-    p = yield from need(r, 4)
-    return int(I32.unpack_from(r.buf, p)[0])
+    p = r.pos
+    if len(r.buf) - p >= 4:
+        r.pos = p + 4
+    else:
+        p = yield from need(r, 4)
+    v: int = I32.unpack_from(r.buf, p)[0]
+    return v
 
 
 def i64(r: Reader) -> Parser[int]:
-    p = yield from need(r, 8)
-    return int(I64.unpack_from(r.buf, p)[0])
+    p = r.pos
+    if len(r.buf) - p >= 8:
+        r.pos = p + 8
+    else:
+        p = yield from need(r, 8)
+    v: int = I64.unpack_from(r.buf, p)[0]
+    return v
+
+
+def uvarint_now(r: Reader) -> int | None:
+    """An unsigned varint wholly in the current chunk (consumed), or None (nothing consumed)."""
+    buf, p = r.buf, r.pos
+    n = len(buf)
+    result = shift = 0
+    while p < n:
+        b = buf[p]
+        p += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            r.pos = p
+            return result
+        shift += 7
+        if shift > 63:
+            raise DecodeError("varint longer than 10 bytes")
+    return None
 
 
 def uvarint(r: Reader) -> Parser[int]:
+    v = uvarint_now(r)
+    if v is not None:
+        return v
     result = shift = 0
     while True:
         p = yield from need(r, 1)
@@ -101,7 +144,10 @@ def uvarint(r: Reader) -> Parser[int]:
 def length(r: Reader, flexible: bool, wide: bool = True) -> Parser[int]:
     """An array/bytes length (int32, or int16 for classic strings); -1 is null."""
     if flexible:
-        return (yield from uvarint(r)) - 1
+        v = uvarint_now(r)
+        if v is None:
+            v = yield from uvarint(r)
+        return v - 1
     return (yield from (i32(r) if wide else i16(r)))
 
 
@@ -138,7 +184,11 @@ def topic(r: Reader, flexible: bool, by_id: bool) -> Parser[tuple[str | None, _u
 def tags(r: Reader, wanted: dict[int, str] | None = None) -> Parser[dict[str, tuple[int, bytes]]]:
     """Skip a tag buffer; return the raw bytes of the ``wanted`` tags (tag -> name)."""
     found: dict[str, tuple[int, bytes]] = {}
-    count = yield from uvarint(r)
+    count = uvarint_now(r)
+    if count is None:
+        count = yield from uvarint(r)
+    if count == 0:  # the common case: an empty tag buffer
+        return found
     for _ in range(count):
         tag = yield from uvarint(r)
         size = yield from uvarint(r)
