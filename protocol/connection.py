@@ -210,7 +210,8 @@ class KafkaConnection:
         self._c_header = header
         if observed(header.api_key, header.api_version):
             mod = fetch if header.api_key == apis.FETCH else produce
-            self._c_feeder = Feeder(mod.parse_request(header.api_version))
+            v = header.api_version
+            self._c_feeder = Feeder(mod.parse_request(v), lambda b: mod.parse_request_now(b, v))
             self._c_feeder.feed(bytes(self._c_peek[header.body_start :]))
 
     def _request_complete(self, t_ns: int, events: list[Event]) -> None:
@@ -356,11 +357,13 @@ class KafkaConnection:
             self._b_hold = None
         self._b_feeder = None
         if head.info is not None:
+            v, tag = head.api_version, self.wait_time_tag
             if head.api_key == apis.FETCH:
-                self._b_feeder = Feeder(
-                    fetch.parse_response(head.api_version, self.wait_time_tag, after_correlation_id=True))
+                self._b_feeder = Feeder(fetch.parse_response(v, tag, after_correlation_id=True),
+                                        lambda b: fetch.parse_response_now(b, v, tag, after_correlation_id=True))
             else:
-                self._b_feeder = Feeder(produce.parse_response(head.api_version, after_correlation_id=True))
+                self._b_feeder = Feeder(produce.parse_response(v, after_correlation_id=True),
+                                        lambda b: produce.parse_response_now(b, v, after_correlation_id=True))
         self._b_prefix = bytearray()
         self._b_prefix_pieces = []
 

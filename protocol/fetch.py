@@ -189,3 +189,8 @@ def parse_response(version: int, wait_time_tag: int | None = None, *,
         has_endpoints = False
     return FetchResponseInfo(throttle_time_ms=throttle, error_code=error, session_id=session_id,
                              partitions=tuple(parts), wait_time_ms=wait_ms, node_endpoints=has_endpoints)
+
+
+# direct twins (stream.twin): the same parsers as plain functions, for frames whole in one chunk
+parse_request_now = s.twin(parse_request, globals())
+parse_response_now = s.twin(parse_response, globals())

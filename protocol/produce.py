@@ -111,3 +111,8 @@ def parse_response(version: int, *, after_correlation_id: bool = False) -> Parse
         endpoints = found.get("NodeEndpoints")
         has_endpoints = endpoints is not None and endpoints[1][:1] not in (b"", b"\x00", b"\x01")  # count + 1
     return ProduceResponseInfo(throttle_time_ms=throttle, partitions=tuple(parts), node_endpoints=has_endpoints)
+
+
+# direct twins (stream.twin): the same parsers as plain functions, for frames whole in one chunk
+parse_request_now = s.twin(parse_request, globals())
+parse_response_now = s.twin(parse_response, globals())

@@ -9,9 +9,12 @@ two chunks is the only thing joined. Must never: keep a memoryview in a result, 
 
 from __future__ import annotations
 
+import inspect
+import re
 import struct
+import textwrap
 import uuid as _uuid
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
@@ -107,7 +110,7 @@ def i64(r: Reader) -> Parser[int]:
     return v
 
 
-def uvarint_now(r: Reader) -> int | None:
+def uvarint_here(r: Reader) -> int | None:
     """An unsigned varint wholly in the current chunk (consumed), or None (nothing consumed)."""
     buf, p = r.buf, r.pos
     n = len(buf)
@@ -126,7 +129,7 @@ def uvarint_now(r: Reader) -> int | None:
 
 
 def uvarint(r: Reader) -> Parser[int]:
-    v = uvarint_now(r)
+    v = uvarint_here(r)
     if v is not None:
         return v
     result = shift = 0
@@ -144,11 +147,13 @@ def uvarint(r: Reader) -> Parser[int]:
 def length(r: Reader, flexible: bool, wide: bool = True) -> Parser[int]:
     """An array/bytes length (int32, or int16 for classic strings); -1 is null."""
     if flexible:
-        v = uvarint_now(r)
+        v = uvarint_here(r)
         if v is None:
             v = yield from uvarint(r)
         return v - 1
-    return (yield from (i32(r) if wide else i16(r)))
+    if wide:
+        return (yield from i32(r))
+    return (yield from i16(r))
 
 
 def array_len(r: Reader, flexible: bool) -> Parser[int]:
@@ -184,7 +189,7 @@ def topic(r: Reader, flexible: bool, by_id: bool) -> Parser[tuple[str | None, _u
 def tags(r: Reader, wanted: dict[int, str] | None = None) -> Parser[dict[str, tuple[int, bytes]]]:
     """Skip a tag buffer; return the raw bytes of the ``wanted`` tags (tag -> name)."""
     found: dict[str, tuple[int, bytes]] = {}
-    count = uvarint_now(r)
+    count = uvarint_here(r)
     if count is None:
         count = yield from uvarint(r)
     if count == 0:  # the common case: an empty tag buffer
@@ -259,23 +264,43 @@ def records(r: Reader, flexible: bool) -> Parser[BatchStats | None]:
 
 
 class Feeder:
-    """Drives a parser generator over the chunks of one frame."""
+    """Drives a parser generator over the chunks of one frame. With ``direct`` (the parser's
+    non-suspending twin, see ``twin``), a frame that arrives as one chunk is parsed by the
+    twin instead: the first chunk waits, and only a second one starts the generator."""
 
-    __slots__ = ("done", "error", "gen", "result")
+    __slots__ = ("_direct", "_first", "done", "error", "gen", "result")
 
-    def __init__(self, gen: Parser[Any]) -> None:
+    def __init__(self, gen: Parser[Any], direct: Callable[[Buf], Any] | None = None) -> None:
         self.gen = gen
         self.result: Any = None
         self.done = False
         self.error: str | None = None
+        self._direct = direct
+        self._first: Buf | None = None
+        if direct is None:
+            self._start()
+
+    def _start(self) -> None:
         try:
-            next(gen)
+            next(self.gen)
         except StopIteration as stop:
             self.done, self.result = True, stop.value
 
     def feed(self, chunk: Buf) -> None:
         if self.done or self.error is not None or not len(chunk):
             return
+        if self._direct is not None:
+            if self._first is None:
+                self._first = chunk
+                return
+            first, self._first, self._direct = self._first, None, None
+            self._start()
+            self._send(first)
+            if self.done or self.error is not None:
+                return
+        self._send(chunk)
+
+    def _send(self, chunk: Buf) -> None:
         try:
             self.gen.send(chunk)
         except StopIteration as stop:
@@ -287,10 +312,66 @@ class Feeder:
 
     def finish(self) -> Any:
         """The result, or None (with ``error`` set) when the frame ended early or was bad."""
+        if self._direct is not None:
+            direct, self._direct = self._direct, None
+            self.gen.close()
+            try:
+                self.result, self.done = direct(self._first if self._first is not None else b""), True
+            except DecodeError as exc:
+                self.error = str(exc)
+            except (struct.error, ValueError, IndexError) as exc:
+                self.error = f"{type(exc).__name__}: {exc}"
+            self._first = None
         if not self.done and self.error is None:
-            self.error = "frame ended before the message did"
+            self.error = ENDED_EARLY
             self.gen.close()
         return self.result if self.done else None
+
+
+ENDED_EARLY: Final = "frame ended before the message did"
+
+
+# ---------------------------------------------------------------- direct twins
+# A parser above suspends only in ``need`` and ``skip``. For a frame that is whole in one
+# buffer, the same source with every ``yield from f(`` read as ``f_now(`` is a plain function
+# (no generator per field): ``twin`` builds it, so the two can never disagree on the format.
+
+def need_now(r: Reader, n: int) -> int:
+    p = r.pos
+    if len(r.buf) - p < n:
+        raise DecodeError(ENDED_EARLY)
+    r.pos = p + n
+    return p
+
+
+def skip_now(r: Reader, n: int) -> None:
+    need_now(r, n)
+
+
+def uvarint_now(r: Reader) -> int:
+    v = uvarint_here(r)
+    if v is None:
+        raise DecodeError(ENDED_EARLY)
+    return v
+
+
+_YIELD_FROM = re.compile(r"yield from (s\.)?(\w+)\(")
+
+
+def twin(fn: Callable[..., Any], namespace: dict[str, Any]) -> Callable[..., Any]:
+    """``fn_now``: ``fn`` (a parser generator function) as a plain function, defined in
+    ``namespace`` (the module of ``fn``); a message parser's twin takes the whole buffer first."""
+    src = textwrap.dedent(inspect.getsource(fn))
+    src = _YIELD_FROM.sub(lambda m: f"{m.group(1) or ''}{m.group(2)}_now(", src)
+    if "r = Reader()" in src:  # a whole message's parser: it reads the buffer it is given
+        src = src.replace(f"def {fn.__name__}(", f"def {fn.__name__}_now(_buf, ", 1).replace(
+            "r = Reader()", "r = Reader(_buf)")
+    else:  # a helper: it reads the caller's Reader
+        src = src.replace(f"def {fn.__name__}(", f"def {fn.__name__}_now(", 1)
+    if re.search(r"\byield\b", src):
+        raise AssertionError(f"{fn.__name__}: cannot build a direct twin (a bare yield)")
+    exec(compile(src, inspect.getsourcefile(fn) or "<twin>", "exec"), namespace)  # our own source, rewritten
+    return namespace[f"{fn.__name__}_now"]  # type: ignore[no-any-return]
 
 
 def parse_whole(gen: Parser[T], data: Buf) -> T:
@@ -301,3 +382,7 @@ def parse_whole(gen: Parser[T], data: Buf) -> T:
     if f.error is not None:
         raise DecodeError(f.error)
     return result  # type: ignore[no-any-return]
+
+
+for _fn in (i8, i16, i32, i64, length, array_len, string, uuid, topic, tags, records):
+    twin(_fn, globals())

@@ -105,6 +105,7 @@ def test_fetch_response(version: int, data: st.DataObject) -> None:
     assert (info.throttle_time_ms, info.error_code, info.session_id) == (
         ref.get("ThrottleTimeMs", 0), ref.get("ErrorCode", 0), ref.get("SessionId", 0))
     assert info.node_endpoints == bool(ref.get("NodeEndpoints"))  # decides whether a response is walked
+    assert fetch.parse_response_now(body, version) == info  # the direct twin reads the same
     expected = [(t.get("Topic"), t.get("TopicId"), p["PartitionIndex"], p["ErrorCode"], p["HighWatermark"],
                  p["LastStableOffset"], p.get("LogStartOffset", -1), p.get("PreferredReadReplica", -1),
                  oracle_stats(p["Records"])) for t in ref["Responses"] or [] for p in t["Partitions"] or []]
@@ -121,6 +122,7 @@ def test_fetch_request(version: int, data: st.DataObject) -> None:
     value = data.draw(struct_strategy(spec.fields, version))
     body = encode(spec, version, value)
     info = feed_split(fetch.parse_request(version), body, cuts_for(data, len(body)))
+    assert fetch.parse_request_now(body, version) == info  # the direct twin reads the same
     ref = walk(spec, version, body).to_plain(body)
     rid = ref.get("ReplicaId", -1)
     if rid == -1 and "ReplicaState" in ref:
@@ -146,6 +148,7 @@ def test_produce_request_and_response(version: int, data: st.DataObject) -> None
     value = with_records(data.draw(struct_strategy(req_spec.fields, version)), data)
     body = encode(req_spec, version, value)
     info = feed_split(produce.parse_request(version), body, cuts_for(data, len(body)))
+    assert produce.parse_request_now(body, version) == info  # the direct twin reads the same
     ref = walk(req_spec, version, body).to_plain(body)
     assert (info.acks, info.timeout_ms, info.transactional) == (
         ref["Acks"], ref["TimeoutMs"], ref["TransactionalId"] is not None)
@@ -156,6 +159,7 @@ def test_produce_request_and_response(version: int, data: st.DataObject) -> None
     rvalue = data.draw(struct_strategy(resp_spec.fields, version))
     rbody = encode(resp_spec, version, rvalue)
     rinfo = feed_split(produce.parse_response(version), rbody, cuts_for(data, len(rbody)))
+    assert produce.parse_response_now(rbody, version) == rinfo
     rref = walk(resp_spec, version, rbody).to_plain(rbody)
     assert rinfo.throttle_time_ms == rref.get("ThrottleTimeMs", 0)
     assert rinfo.node_endpoints == bool(rref.get("NodeEndpoints"))
@@ -193,3 +197,19 @@ def test_captured_fetches_and_produces(run: str) -> None:
         if f.api_key == apis.FETCH and f.direction == "req":
             assert info.replica_id == -1 and info.max_wait_ms == 500 and info.min_bytes == 1
     assert n >= 4
+
+
+@settings(max_examples=200, deadline=None)
+@given(body=st.binary(max_size=200), version=st.integers(4, 18), cut=st.integers(0, 200))
+def test_the_direct_twin_fails_where_the_generator_fails(body: bytes, version: int, cut: int) -> None:
+    """Garbage: a Feeder given the frame in one chunk (the twin) or in two (the generator)
+    agrees on the result, or on failing."""
+    from fetchlat.protocol.stream import Feeder
+
+    one = Feeder(fetch.parse_response(version), lambda b: fetch.parse_response_now(b, version))
+    one.feed(body)
+    two = Feeder(fetch.parse_response(version), lambda b: fetch.parse_response_now(b, version))
+    two.feed(body[:cut])
+    two.feed(body[cut:])
+    a, b = one.finish(), two.finish()
+    assert a == b and (one.error is None) == (two.error is None)
