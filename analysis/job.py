@@ -24,6 +24,7 @@ from . import transforms as tf
 from .schema import SCHEMA_VERSION, spark_schema
 
 Progress = Callable[[str], None]
+JAVA_OPTIONS = "-XX:+UseParallelGC"  # local mode's driver JVM (FETCHLAT_SPARK_JAVA_OPTIONS overrides)
 
 
 def build_session(master: str | None) -> SparkSession:
@@ -36,7 +37,7 @@ def build_session(master: str | None) -> SparkSession:
     b = b.config("spark.driver.memory", os.environ.get("FETCHLAT_SPARK_DRIVER_MEMORY", "4g"))
     if master is None or master.startswith("local"):
         # the throughput collector: the one pass allocates a sketch per group, G1 spent ~20% of it in GC
-        b = b.config("spark.driver.extraJavaOptions", "-XX:+UseParallelGC")
+        b = b.config("spark.driver.extraJavaOptions", os.environ.get("FETCHLAT_SPARK_JAVA_OPTIONS", JAVA_OPTIONS))
     spark = (b.config("spark.sql.session.timeZone", "UTC")
              .config("spark.ui.showConsoleProgress", "false")
              # sketches are object-hash aggregates; past 128 groups Spark falls back to sorting,

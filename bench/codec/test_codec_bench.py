@@ -221,3 +221,17 @@ def test_feeder_in_small_pieces(benchmark: Any) -> None:
         return f.finish()
 
     assert benchmark(run) is not None
+
+
+@pytest.mark.parametrize("version", [12, 16])
+def test_parse_fetch_request_direct_twin(benchmark: Any, version: int) -> None:
+    """The plain-function twin the proxy uses when a request arrives in one chunk."""
+    body = _fetch_request(version, partitions=8)
+    info = benchmark(fetch.parse_request_now, body, version)
+    assert len(info.partitions) == 8
+
+
+def test_parse_fetch_response_1mib_direct_twin(benchmark: Any) -> None:
+    body = _fetch_response(12, BATCH_1MIB)
+    info = benchmark(fetch.parse_response_now, body, 12)
+    assert info.partitions[0].batches.records == 1024
