@@ -3,7 +3,13 @@ produce and consume workloads run through it (fresh Tansu), then prints the func
 the most samples, self and inclusive, and writes the raw collapsed stacks (flamegraph input).
 
     python bench/profile_proxy.py [--records 100000] [--batch-size 16384] [--linger-ms 5]
-                                  [--out bench-profile] [--rate 250]
+                                  [--round-trips 5000] [--out bench-profile] [--rate 250]
+
+The third phase is the small round trips (ApiVersions, Metadata, Fetch max_wait 0, Produce of
+one record, one at a time): where the added latency per request goes. py-spy sees Python frames
+only (time in uvloop's C code and the kernel lands on ``Runner.run``), so when Linux ``perf`` is
+installed the phases are also sampled with it and split by library: the CPython interpreter
+against the kernel's socket work and uvloop.
 """
 
 from __future__ import annotations
@@ -20,7 +26,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_proxy import create_topics, perf, target
+import asyncio
+
+from bench.bench_proxy import create_topics, perf, round_trips, target
 from bench.procs import cpu_s
 
 
@@ -43,11 +51,19 @@ def top(collapsed: Path, n: int) -> tuple[list[tuple[str, int]], list[tuple[str,
     return own.most_common(n), incl.most_common(n), total
 
 
+def by_library(data: Path) -> list[str]:
+    """``perf report --sort dso``: the share of CPU samples per library (libpython = interpreting)."""
+    rep = subprocess.run(["perf", "report", "-i", str(data), "--sort", "dso", "--stdio"], capture_output=True,
+                         text=True, check=False)
+    return [ln.strip() for ln in rep.stdout.splitlines() if ln.strip() and not ln.startswith("#") and "%" in ln]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=100_000)
     ap.add_argument("--batch-size", default="16384")
     ap.add_argument("--linger-ms", default="5")
+    ap.add_argument("--round-trips", type=int, default=5000, help="per request type")
     ap.add_argument("--rate", default="250", help="py-spy samples per second")
     ap.add_argument("--out", default="bench-profile")
     ap.add_argument("--top", type=int, default=25)
@@ -61,32 +77,51 @@ def main() -> int:
         bootstrap = f"127.0.0.1:{port}"
         topic = f"p-{uuid.uuid4().hex[:6]}"
         create_topics(bootstrap, topic)
-        for phase in ("produce", "consume"):
+        for phase in ("produce", "consume", "round-trips"):
             raw = out / f"{phase}.collapsed"
             rec = subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", args.rate, "--format", "raw",
                                     "--output", str(raw), "--nonblocking"], stdout=subprocess.DEVNULL,
                                    stderr=subprocess.DEVNULL)
+            native = None
+            if shutil.which("perf"):
+                native = subprocess.Popen(["perf", "record", "-F", "999", "-p", str(pid), "-o",
+                                           str(out / f"{phase}.perf.data")], stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.DEVNULL)
             c0 = cpu_s(pid)
             if phase == "produce":
                 perf("produce", "--bootstrap-server", bootstrap, "--topic", topic, "--num-records", str(args.records),
                      "--record-size", "1024", "--acks", "1", "--batch-size", args.batch_size,
                      "--linger-ms", args.linger_ms)
+            elif phase == "round-trips":
+                asyncio.run(round_trips(port, topic, args.round_trips))
             else:
                 perf("consume", "--bootstrap-server", bootstrap, "--topic", topic, "--messages", str(args.records),
                      "--timeout", "20000", "--group", f"g-{topic}")
             cpu = cpu_s(pid) - c0
             rec.send_signal(signal.SIGINT)
             rec.wait(30)
+            if native is not None:
+                native.send_signal(signal.SIGINT)
+                native.wait(60)
             own, incl, total = top(raw, args.top)
-            gb = args.records * 1024 / 1e9
-            print(f"\n== {phase}: proxy CPU {cpu:.2f} s for {gb:.3f} GB = {cpu / gb:.2f} CPU-s/GB; "
-                  f"{total} samples (idle included)")
+            if phase == "round-trips":
+                n = 4 * args.round_trips + max(5, args.round_trips // 100)
+                print(f"\n== {phase}: proxy CPU {cpu:.2f} s for {n} round trips = {1e6 * cpu / n:.1f} µs each; "
+                      f"{total} samples (idle included)")
+            else:
+                gb = args.records * 1024 / 1e9
+                print(f"\n== {phase}: proxy CPU {cpu:.2f} s for {gb:.3f} GB = {cpu / gb:.2f} CPU-s/GB; "
+                      f"{total} samples (idle included)")
             print("  self%   function")
             for name, k in own:
                 print(f"  {100 * k / total:5.1f}   {name}")
             print("  incl%   function")
             for name, k in incl:
                 print(f"  {100 * k / total:5.1f}   {name}")
+            if native is not None:
+                print("  perf: CPU samples by library")
+                for line in by_library(out / f"{phase}.perf.data")[:8]:
+                    print(f"  {line}")
     shutil.rmtree(work, ignore_errors=True)
     return 0
 
