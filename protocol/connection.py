@@ -38,6 +38,9 @@ from .stream import Feeder
 
 DEFAULT_MAX_FRAME_BYTES: Final = 100 * 1024 * 1024
 REQUEST_PEEK_BYTES: Final = 512  # header + what we read of a body; the rest is skipped
+# A Fetch/Produce request up to this size that arrives in pieces is parsed once whole (the pieces
+# are kept as references until it ends; one join), not by the generator piece by piece.
+REQUEST_COLLECT_BYTES: Final = 1 << 20
 SASL_TOKEN: Final = -1  # pseudo api key of a raw SASL token exchange
 SASL_ROUNDS: Final[dict[str, int]] = {"PLAIN": 1, "SCRAM-SHA-256": 2, "SCRAM-SHA-512": 2}
 
@@ -211,7 +214,8 @@ class KafkaConnection:
         if observed(header.api_key, header.api_version):
             mod = fetch if header.api_key == apis.FETCH else produce
             v = header.api_version
-            self._c_feeder = Feeder(mod.parse_request(v), lambda b: mod.parse_request_now(b, v))
+            self._c_feeder = Feeder(mod.parse_request(v), lambda b: mod.parse_request_now(b, v),
+                                    collect=self._c_size <= REQUEST_COLLECT_BYTES)
             self._c_feeder.feed(bytes(self._c_peek[header.body_start :]))
 
     def _request_complete(self, t_ns: int, events: list[Event]) -> None:

@@ -266,17 +266,21 @@ def records(r: Reader, flexible: bool) -> Parser[BatchStats | None]:
 class Feeder:
     """Drives a parser generator over the chunks of one frame. With ``direct`` (the parser's
     non-suspending twin, see ``twin``), a frame that arrives as one chunk is parsed by the
-    twin instead: the first chunk waits, and only a second one starts the generator."""
+    twin instead: the first chunk waits, and only a second one starts the generator. With
+    ``collect`` too (the caller knows the frame is small), every chunk waits -- references,
+    no copy -- and the twin parses them joined once the frame is complete."""
 
-    __slots__ = ("_direct", "_first", "done", "error", "gen", "result")
+    __slots__ = ("_collect", "_direct", "_first", "_pieces", "done", "error", "gen", "result")
 
-    def __init__(self, gen: Parser[Any], direct: Callable[[Buf], Any] | None = None) -> None:
+    def __init__(self, gen: Parser[Any], direct: Callable[[Buf], Any] | None = None, collect: bool = False) -> None:
         self.gen = gen
         self.result: Any = None
         self.done = False
         self.error: str | None = None
         self._direct = direct
         self._first: Buf | None = None
+        self._collect = collect and direct is not None
+        self._pieces: list[Buf] | None = None
         if direct is None:
             self._start()
 
@@ -292,6 +296,11 @@ class Feeder:
         if self._direct is not None:
             if self._first is None:
                 self._first = chunk
+                return
+            if self._collect:
+                if self._pieces is None:
+                    self._pieces = [self._first]
+                self._pieces.append(chunk)
                 return
             first, self._first, self._direct = self._first, None, None
             self._start()
@@ -315,13 +324,14 @@ class Feeder:
         if self._direct is not None:
             direct, self._direct = self._direct, None
             self.gen.close()
+            whole = b"".join(self._pieces) if self._pieces is not None else self._first
             try:
-                self.result, self.done = direct(self._first if self._first is not None else b""), True
+                self.result, self.done = direct(whole if whole is not None else b""), True
             except DecodeError as exc:
                 self.error = str(exc)
             except (struct.error, ValueError, IndexError) as exc:
                 self.error = f"{type(exc).__name__}: {exc}"
-            self._first = None
+            self._first = self._pieces = None
         if not self.done and self.error is None:
             self.error = ENDED_EARLY
             self.gen.close()

@@ -235,3 +235,25 @@ def test_parse_fetch_response_1mib_direct_twin(benchmark: Any) -> None:
     body = _fetch_response(12, BATCH_1MIB)
     info = benchmark(fetch.parse_response_now, body, 12)
     assert info.partitions[0].batches.records == 1024
+
+
+def test_forward_a_produce_exchange_in_4kib_reads(benchmark: Any) -> None:
+    """The same produce when its request arrives in 4 KiB reads (a pipelining producer's
+    requests straddle reads): the pieces are kept and parsed once whole."""
+    req = _request(apis.PRODUCE, 9, 1, encode(load("ProduceRequest"), 9, {
+        "TransactionalId": None, "Acks": 1, "TimeoutMs": 30000,
+        "TopicData": [{"Name": "orders", "PartitionData": [{"Index": 0, "Records": BATCH_16KIB}]}]}))
+    resp = _response(apis.PRODUCE, 9, 1, encode(load("ProduceResponse"), 9, {"Responses": [
+        {"Name": "orders", "PartitionResponses": [{"Index": 0, "ErrorCode": 0, "BaseOffset": 5, "LogAppendTimeMs": -1,
+                                                   "LogStartOffset": 0, "RecordErrors": [], "ErrorMessage": None}]}],
+        "ThrottleTimeMs": 0}))
+    chunks = [req[i : i + 4096] for i in range(0, len(req), 4096)]
+
+    def run() -> int:
+        c = KafkaConnection(rewriter=ADVERTISE)
+        for ch in chunks:
+            c.receive_from_client(ch, 1)
+        _, events = c.receive_from_broker(resp, 2)
+        return len(events)
+
+    assert benchmark(run) == 2

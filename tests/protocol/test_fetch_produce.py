@@ -213,3 +213,28 @@ def test_the_direct_twin_fails_where_the_generator_fails(body: bytes, version: i
     two.feed(body[cut:])
     a, b = one.finish(), two.finish()
     assert a == b and (one.error is None) == (two.error is None)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data(), version=st.integers(3, 12), garbage=st.booleans())
+def test_a_collected_request_parses_as_the_generator_does(data: st.DataObject, version: int, garbage: bool) -> None:
+    """A small request in pieces is kept as references and parsed once whole (``collect``);
+    for any cutting, valid or garbage, it agrees with the generator fed piece by piece."""
+    if garbage:
+        body = data.draw(st.binary(max_size=300))
+    else:
+        n = data.draw(st.integers(1, 3))
+        body = encode(apis.table()[apis.PRODUCE].request(), version, {
+            "TransactionalId": None, "Acks": -1, "TimeoutMs": 1000, "TopicData": [
+                {"Name": f"t{i}", "PartitionData": [{"Index": i, "Records": b""}]} for i in range(n)]})
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(body)), max_size=4)))
+    pieces = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]
+    collected = Feeder(produce.parse_request(version), lambda b: produce.parse_request_now(b, version), collect=True)
+    streamed = Feeder(produce.parse_request(version))
+    for p in pieces:
+        collected.feed(memoryview(p))
+        streamed.feed(p)
+    a, b = collected.finish(), streamed.finish()
+    assert a == b and (collected.error is None) == (streamed.error is None)
+    if not garbage:
+        assert a is not None and len(a.partitions) == n
