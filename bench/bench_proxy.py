@@ -137,7 +137,7 @@ async def round_trips(port: int, topic: str, n: int, direct_port: int | None = N
             out[name]["added_p50_us"] = _q(diffs, 0.5) * 1e6
             out[name]["added_p99_us"] = (_q(rtts, 0.99) - _q(direct, 0.99)) * 1e6
     lp = []
-    for _ in range(max(5, n // 100)):
+    for _ in range(long_polls(n)):
         _, rtt = await c.call(apis.FETCH, 12, fetch_request(topic + "-idle", tid, 0, 100))
         lp.append(rtt)
     lp.sort()
@@ -146,6 +146,11 @@ async def round_trips(port: int, topic: str, n: int, direct_port: int | None = N
     if d is not None:
         await d.close()
     return out
+
+
+def long_polls(n: int) -> int:
+    """How many long polls ``round_trips`` sends after ``n`` of each small request."""
+    return max(5, n // 100)
 
 
 def _q(xs: list[float], q: float) -> float:

@@ -15,6 +15,7 @@ against the kernel's socket work and uvloop.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import collections
 import shutil
 import signal
@@ -26,9 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import asyncio
-
-from bench.bench_proxy import create_topics, perf, round_trips, target
+from bench.bench_proxy import create_topics, long_polls, perf, round_trips, target
 from bench.procs import cpu_s
 
 
@@ -105,7 +104,7 @@ def main() -> int:
                 native.wait(60)
             own, incl, total = top(raw, args.top)
             if phase == "round-trips":
-                n = 4 * args.round_trips + max(5, args.round_trips // 100)
+                n = 4 * args.round_trips + long_polls(args.round_trips)
                 print(f"\n== {phase}: proxy CPU {cpu:.2f} s for {n} round trips = {1e6 * cpu / n:.1f} µs each; "
                       f"{total} samples (idle included)")
             else:

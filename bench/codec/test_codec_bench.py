@@ -131,8 +131,8 @@ def test_forward_a_1mib_fetch_response_in_64kib_reads(benchmark: Any) -> None:
     assert benchmark(run) >= len(chunks)
 
 
-def test_forward_a_produce_exchange(benchmark: Any) -> None:
-    """One produce of a 16 KiB batch and its response through the connection state machine."""
+def _produce_exchange() -> tuple[bytes, bytes]:
+    """A produce request of one 16 KiB batch and its response, as frames."""
     req = _request(apis.PRODUCE, 9, 1, encode(load("ProduceRequest"), 9, {
         "TransactionalId": None, "Acks": 1, "TimeoutMs": 30000,
         "TopicData": [{"Name": "orders", "PartitionData": [{"Index": 0, "Records": BATCH_16KIB}]}]}))
@@ -140,14 +140,21 @@ def test_forward_a_produce_exchange(benchmark: Any) -> None:
         {"Name": "orders", "PartitionResponses": [{"Index": 0, "ErrorCode": 0, "BaseOffset": 5, "LogAppendTimeMs": -1,
                                                    "LogStartOffset": 0, "RecordErrors": [], "ErrorMessage": None}]}],
         "ThrottleTimeMs": 0}))
+    return req, resp
 
-    def run() -> int:
-        c = KafkaConnection(rewriter=ADVERTISE)
-        c.receive_from_client(req, 1)
-        _, events = c.receive_from_broker(resp, 2)
-        return len(events)
 
-    assert benchmark(run) == 2  # the exchange and the response
+def _forward_produce(request_chunks: list[bytes], resp: bytes) -> int:
+    c = KafkaConnection(rewriter=ADVERTISE)
+    for ch in request_chunks:
+        c.receive_from_client(ch, 1)
+    _, events = c.receive_from_broker(resp, 2)
+    return len(events)
+
+
+def test_forward_a_produce_exchange(benchmark: Any) -> None:
+    """One produce of a 16 KiB batch and its response through the connection state machine."""
+    req, resp = _produce_exchange()
+    assert benchmark(_forward_produce, [req], resp) == 2  # the exchange and the response
 
 
 @pytest.mark.parametrize("seen", ["first", "repeat"])
@@ -240,20 +247,6 @@ def test_parse_fetch_response_1mib_direct_twin(benchmark: Any) -> None:
 def test_forward_a_produce_exchange_in_4kib_reads(benchmark: Any) -> None:
     """The same produce when its request arrives in 4 KiB reads (a pipelining producer's
     requests straddle reads): the pieces are kept and parsed once whole."""
-    req = _request(apis.PRODUCE, 9, 1, encode(load("ProduceRequest"), 9, {
-        "TransactionalId": None, "Acks": 1, "TimeoutMs": 30000,
-        "TopicData": [{"Name": "orders", "PartitionData": [{"Index": 0, "Records": BATCH_16KIB}]}]}))
-    resp = _response(apis.PRODUCE, 9, 1, encode(load("ProduceResponse"), 9, {"Responses": [
-        {"Name": "orders", "PartitionResponses": [{"Index": 0, "ErrorCode": 0, "BaseOffset": 5, "LogAppendTimeMs": -1,
-                                                   "LogStartOffset": 0, "RecordErrors": [], "ErrorMessage": None}]}],
-        "ThrottleTimeMs": 0}))
+    req, resp = _produce_exchange()
     chunks = [req[i : i + 4096] for i in range(0, len(req), 4096)]
-
-    def run() -> int:
-        c = KafkaConnection(rewriter=ADVERTISE)
-        for ch in chunks:
-            c.receive_from_client(ch, 1)
-        _, events = c.receive_from_broker(resp, 2)
-        return len(events)
-
-    assert benchmark(run) == 2
+    assert benchmark(_forward_produce, chunks, resp) == 2
