@@ -104,7 +104,8 @@ def run(dirs: list[str], out: str, *, master: str | None = None, since_ns: int |
         progress("sketching latency per window x broker x kind x client (one pass over the exchanges)")
         fine = tf.fine(tf.with_window(tf.timed(ex), window)).persist(StorageLevel.MEMORY_AND_DISK)
         fine.count()  # the only pass over the exchanges; every latency table below merges its sketches
-        brokers = tf.without_clients(fine).persist(StorageLevel.MEMORY_AND_DISK)
+        # every per-broker table's sketches, merged in one aggregation (a few thousand rows)
+        brokers = tf.coarse(tf.without_clients(fine)).persist(StorageLevel.MEMORY_AND_DISK)
         rec = tf.record_latency(parts, sla_ms).cache()
         tables: dict[str, DataFrame] = {
             "latency_by_window": tf.latency_by_window(fine),

@@ -77,14 +77,26 @@ def quantile_ms(sk: str | Column, q: float) -> Column:
 def fine(timed_df: DataFrame) -> DataFrame:
     """The one pass over the rows: per window x broker x api x kind x client x replica x acks,
     counts, outcome counts, sums and a KLL sketch of each duration (``{part}_sk``, ns). Produces
-    are kept per broker x acks only (no client key: nothing reports them per client)."""
-    client = F.when(F.col("api") == "Fetch", F.col("client_id")).alias("client_id")
-    return timed_df.groupBy("window_start", "broker", "api", "kind", client, "replica_id", "acks").agg(
+    are kept per broker x acks only (no client key: nothing reports them per client).
+
+    The pass is an object-hash aggregation (sketches are objects), which Spark runs row by row
+    on rows it first copies out of the columnar scan: ``api`` goes in as a boolean and
+    ``outcome`` as a small number, so the strings copied and hashed per row are only the ones
+    that have to be (broker, kind, client)."""
+    is_fetch = F.col("api") == "Fetch"
+    outcome = F.coalesce(*[F.when(F.col("outcome") == o, F.lit(i)) for i, o in enumerate(OUTCOMES)]).cast("byte")
+    rows = timed_df.select("window_start", "broker", is_fetch.alias("_fetch"), "kind",
+                           F.when(is_fetch, F.col("client_id")).alias("client_id"), "replica_id", "acks", "records",
+                           outcome.alias("_outcome"), *[f"{part}_ns" for part in PARTS])
+    g = rows.groupBy("window_start", "broker", "_fetch", "kind", "client_id", "replica_id", "acks").agg(
         F.count(F.lit(1)).alias("requests"), F.sum("records").alias("records"),
-        *[F.sum(F.when(F.col("outcome") == o, 1).otherwise(0)).alias(o) for o in OUTCOMES],
+        *[F.sum(F.when(F.col("_outcome") == i, 1).otherwise(0)).alias(o) for i, o in enumerate(OUTCOMES)],
         F.sum(F.when(F.col("records") > 0, 1).otherwise(0)).alias("with_records"),
         F.sum("wait_ns").alias("wait_sum_ns"), F.sum("total_ns").alias("total_sum_ns"),
         *[sketch(f"{part}_ns").alias(f"{part}_sk") for part in PARTS])
+    api = F.when(F.col("_fetch"), F.lit("Fetch")).otherwise(F.lit("Produce")).alias("api")
+    return g.select("window_start", "broker", api, *[c for c in g.columns if c not in ("window_start", "broker",
+                                                                                       "_fetch")])
 
 
 def _sums() -> list[Column]:
@@ -97,6 +109,43 @@ def without_clients(fine_df: DataFrame) -> DataFrame:
     thousand rows that every per-broker table reads instead of the per-client ones."""
     return fine_df.groupBy("window_start", "broker", "api", "kind", "replica_id", "acks").agg(
         *_sums(), *[merged(f"{part}_sk").alias(f"{part}_sk") for part in PARTS])
+
+
+# The per-broker tables, each a grouping of ``without_clients``: one grouping-sets aggregation
+# merges the sketches for all of them at once (one Spark job instead of one per table).
+COARSE_KEYS = ("window_start", "broker", "api", "kind", "replica_id", "acks")
+COARSE_SETS = {
+    "summary": ("api", "broker", "kind"),
+    "outcome_mix": ("api", "window_start", "broker", "kind"),
+    "pair_latency": ("api", "window_start", "broker", "kind", "replica_id"),
+    "produce_latency": ("api", "broker", "acks"),
+    "timeline": ("api", "window_start", "kind"),
+}
+
+
+def _grouping_id(keys: tuple[str, ...]) -> int:
+    """Spark's ``grouping_id()`` of a set: one bit per COARSE_KEYS column, set when aggregated away."""
+    return sum(1 << (len(COARSE_KEYS) - 1 - i) for i, c in enumerate(COARSE_KEYS) if c not in keys)
+
+
+def coarse(brokers: DataFrame) -> DataFrame:
+    """Every per-broker grouping of ``without_clients`` in one aggregation; ``grouping`` names the
+    table a row belongs to (a key column a grouping does not use is null there)."""
+    gid = F.grouping_id(*COARSE_KEYS)
+    name = F.lit(None).cast("string")
+    for table, keys in COARSE_SETS.items():
+        name = F.when(gid == _grouping_id(keys), F.lit(table)).otherwise(name)
+    return (brokers.groupingSets([list(k) for k in COARSE_SETS.values()], *COARSE_KEYS)
+            .agg(*_sums(), *[merged(f"{part}_sk").alias(f"{part}_sk") for part in PARTS], name.alias("grouping")))
+
+
+def _grouped(df: DataFrame, table: str) -> DataFrame:
+    """The rows of one grouping: of ``coarse`` when given it, else ``df`` grouped here (the same
+    result, one aggregation per table)."""
+    if "grouping" in df.columns:
+        return df.where(F.col("grouping") == table)
+    keys = COARSE_SETS[table]
+    return df.groupBy(*keys).agg(*_sums(), *[merged(f"{part}_sk").alias(f"{part}_sk") for part in PARTS])
 
 
 def _quantile_table(sketches: DataFrame, keys: list[str]) -> DataFrame:
@@ -119,30 +168,24 @@ def latency_by_window(fine_df: DataFrame) -> DataFrame:
 
 def summary(fine_df: DataFrame) -> DataFrame:
     """The headline: per broker x kind over the whole range."""
-    g = _fetches(fine_df).groupBy("broker", "kind").agg(F.sum("requests").alias("requests"),
-                                              *[merged(f"{part}_sk").alias(f"{part}_sk") for part in PARTS])
-    return _quantile_table(g, ["broker", "kind"])
+    return _quantile_table(_fetches(_grouped(fine_df, "summary")), ["broker", "kind"])
 
 
 def outcome_mix(fine_df: DataFrame) -> DataFrame:
     """Per window x broker x kind: fetches by outcome, and long-poll efficiency (the share of
     fetches that brought records back, and the share of fetch time spent parked)."""
-    return (_fetches(fine_df).groupBy("window_start", "broker", "kind").agg(
-        F.sum("requests").alias("fetches"), *[F.sum(o).alias(o) for o in OUTCOMES],
-        F.sum("with_records").alias("with_records"),
-        F.sum("wait_sum_ns").alias("_wait"), F.sum("total_sum_ns").alias("_total"),
-    ).withColumn("data_efficiency", F.col("with_records") / F.col("fetches"))
-     .withColumn("wait_share", F.when(F.col("_total") > 0, F.col("_wait") / F.col("_total")))
-     .drop("_wait", "_total"))
+    g = _fetches(_grouped(fine_df, "outcome_mix"))
+    return g.select("window_start", "broker", "kind", F.col("requests").alias("fetches"), *OUTCOMES, "with_records",
+                    (F.col("with_records") / F.col("requests")).alias("data_efficiency"),
+                    F.when(F.col("total_sum_ns") > 0, F.col("wait_sum_ns") / F.col("total_sum_ns")).alias("wait_share"))
 
 
 def pair_latency(fine_df: DataFrame) -> DataFrame:
     """Follower -> leader: per window, the median and p99 true local fetch latency."""
-    f = _fetches(fine_df).where(F.col("kind") == "follower")
-    return (f.groupBy("window_start", F.col("broker").alias("leader"), F.col("replica_id").alias("follower"))
-            .agg(F.sum("requests").alias("fetches"), merged("local_sk").alias("sk"))
-            .select("window_start", "leader", "follower", "fetches", quantile_ms("sk", 0.5).alias("local_p50"),
-                    quantile_ms("sk", 0.99).alias("local_p99")))
+    f = _fetches(_grouped(fine_df, "pair_latency")).where(F.col("kind") == "follower")
+    return f.select("window_start", F.col("broker").alias("leader"), F.col("replica_id").alias("follower"),
+                    F.col("requests").alias("fetches"), quantile_ms("local_sk", 0.5).alias("local_p50"),
+                    quantile_ms("local_sk", 0.99).alias("local_p99"))
 
 
 def flag_shifts(pairs: DataFrame, *, factor: float = 2.0, min_delta_ms: float = 5.0) -> DataFrame:
@@ -171,11 +214,10 @@ def record_latency(partitions: DataFrame, sla_ms: float) -> DataFrame:
 
 
 def produce_latency(fine_df: DataFrame) -> DataFrame:
-    return (fine_df.where(F.col("api") == "Produce").groupBy("broker", "acks")
-            .agg(F.sum("requests").alias("requests"), F.sum("records").alias("records"), merged("total_sk").alias("sk"))
-            .select("broker", "acks", "requests", "records", quantile_ms("sk", 0.5).alias("p50_ms"),
-                    quantile_ms("sk", 0.99).alias("p99_ms"), (F.kll_sketch_get_quantile_bigint("sk", F.lit(1.0)) / 1e6)
-                    .alias("max_ms")))
+    g = _grouped(fine_df, "produce_latency").where(F.col("api") == "Produce")
+    return g.select("broker", "acks", "requests", "records", quantile_ms("total_sk", 0.5).alias("p50_ms"),
+                    quantile_ms("total_sk", 0.99).alias("p99_ms"),
+                    (F.kll_sketch_get_quantile_bigint("total_sk", F.lit(1.0)) / 1e6).alias("max_ms"))
 
 
 def replication_latency(replication: DataFrame) -> DataFrame:
@@ -200,7 +242,7 @@ def slowest_partitions(record_lat: DataFrame, n: int) -> DataFrame:
 
 def timeline(fine_df: DataFrame) -> DataFrame:
     """Per window x kind: median naive total vs true local (for the report's main chart)."""
-    return (_fetches(fine_df).groupBy("window_start", "kind").agg(
-        *[merged(f"{p}_sk").alias(p) for p in ("total", "local", "wait")], F.sum("requests").alias("fetches"))
-        .select("window_start", "kind", *[quantile_ms(p, 0.5).alias(f"{p}_p50") for p in ("total", "local", "wait")],
-                "fetches"))
+    g = _fetches(_grouped(fine_df, "timeline"))
+    return g.select("window_start", "kind", *[quantile_ms(f"{p}_sk", 0.5).alias(f"{p}_p50") for p in ("total", "local",
+                                                                                                     "wait")],
+                    F.col("requests").alias("fetches"))

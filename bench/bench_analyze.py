@@ -1,8 +1,11 @@
 """``fetchlat analyze`` throughput on N trace rows, with its baselines in the same run.
 
-    python bench/bench_analyze.py [--rows 10000000] [--dir /tmp/fetchlat-bench-traces] [--master local[*]]
+    python bench/bench_analyze.py [--rows 10000000] [--layout proxy|mixed] [--dir /tmp/fetchlat-bench-traces]
+                                  [--master local[*]]
 
-1. generate N rows once (bench/gen_traces.py; kept in --dir for later runs);
+1. generate N rows once (bench/gen_traces.py; kept in --dir for later runs), laid out as the
+   proxies write them (``--layout proxy``: a file per broker per 5 minutes) or with every
+   file spanning every broker and the whole hour (``--layout mixed``);
 2. a bare Spark scan of the same files (every table and column the job reads, summed or counted:
    no shortcut);
 3. the full job (every table, summary.json, report.html);
@@ -45,12 +48,13 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=10_000_000)
     ap.add_argument("--dir", default="/tmp/fetchlat-bench-traces")
     ap.add_argument("--master", default="local[*]")
+    ap.add_argument("--layout", choices=("proxy", "mixed"), default="proxy")
     args = ap.parse_args()
-    trace_dir = Path(args.dir) / str(args.rows)
+    trace_dir = Path(args.dir) / f"{args.rows}-{args.layout}"
     if not (trace_dir / "exchanges").is_dir():
         t = time.monotonic()
         _gen().generate(str(trace_dir), args.rows, brokers=6, clients=200, topics=50,  # type: ignore[attr-defined]
-                        duration_s=3600, grey=_gen().Grey(2, 5, 1800, 300, 12.0))  # type: ignore[attr-defined]
+                        duration_s=3600, grey=_gen().Grey(2, 5, 1800, 300, 12.0), layout=args.layout)  # type: ignore[attr-defined]
         print(f"generated {args.rows:,} rows in {time.monotonic() - t:.1f} s", flush=True)
     size = sum(f.stat().st_size for f in trace_dir.rglob("*.parquet"))
 
@@ -58,8 +62,8 @@ def main() -> None:
     from pyspark.sql import functions as F
 
     spark = job.build_session(args.master)
-    results: dict[str, object] = {"rows": args.rows, "bytes_on_disk": size, "master": args.master,
-                                  "cores": os.cpu_count()}
+    results: dict[str, object] = {"rows": args.rows, "layout": args.layout, "bytes_on_disk": size,
+                                  "master": args.master, "cores": os.cpu_count()}
     # warm-up: the JVM and the file listing (both runs below pay the same from here on)
     job.read_table(spark, [str(trace_dir)], "exchanges").limit(1).collect()
 

@@ -122,3 +122,22 @@ def test_per_broker_tables_merge_the_per_client_sketches(spark: SparkSession) ->
     assertDataFrameEqual(timeline, spark.createDataFrame([(6, 3.0, 503.0)], timeline.schema))
     produce = tf.produce_latency(brokers)
     assertDataFrameEqual(produce, spark.createDataFrame([("1", -1, 4, 40, 2.0, 4.0, 4.0)], produce.schema))
+
+
+def test_one_grouping_sets_aggregation_gives_every_per_broker_table(spark: SparkSession) -> None:
+    """``coarse`` merges the sketches of all per-broker tables in one aggregation; each table read
+    from it equals the same table grouped on its own, for every table and every row."""
+    rows = [fetch(s * 7.0, 500 + (s % 9), 500, broker=str(1 + s % 2), client=f"c{s % 3}", outcome=o, records=s % 4)
+            for s, o in zip(range(40), ["expired", "immediate", "woken", "error", "unknown"] * 8, strict=True)]
+    rows += [fetch(s * 11.0, 3 + s % 5, 0, broker="2", kind="follower", client="broker-1", replica=1,
+                   outcome="immediate", records=5) for s in range(20)]
+    rows += [{"ts_ns": T0 + k * 10**9, "api": "Produce", "broker": str(1 + k % 2), "kind": "producer",
+              "client_id": "p", "total_ns": (k + 1) * MS, "acks": k % 2, "records": 10} for k in range(8)]
+    brokers = tf.without_clients(tf.fine(tf.with_window(tf.timed(exchanges(spark, rows)), "1m")))
+    both = tf.coarse(brokers)
+    groupings = {r["grouping"] for r in both.select("grouping").distinct().collect()}
+    assert groupings == set(tf.COARSE_SETS)
+    for table in (tf.summary, tf.outcome_mix, tf.pair_latency, tf.produce_latency, tf.timeline):
+        alone = table(brokers)
+        assert alone.count() > 0
+        assertDataFrameEqual(table(both), alone)
