@@ -99,6 +99,10 @@ def fine(timed_df: DataFrame) -> DataFrame:
                                                                                        "_fetch")])
 
 
+def _merged_sketches() -> list[Column]:
+    return [merged(f"{part}_sk").alias(f"{part}_sk") for part in PARTS]
+
+
 def _sums() -> list[Column]:
     cols = ("requests", "records", *OUTCOMES, "with_records", "wait_sum_ns", "total_sum_ns")
     return [F.sum(c).alias(c) for c in cols]
@@ -108,7 +112,7 @@ def without_clients(fine_df: DataFrame) -> DataFrame:
     """``fine`` merged over clients (per window x broker x api x kind x replica x acks): a few
     thousand rows that every per-broker table reads instead of the per-client ones."""
     return fine_df.groupBy("window_start", "broker", "api", "kind", "replica_id", "acks").agg(
-        *_sums(), *[merged(f"{part}_sk").alias(f"{part}_sk") for part in PARTS])
+        *_sums(), *_merged_sketches())
 
 
 # The per-broker tables, each a grouping of ``without_clients``: one grouping-sets aggregation
@@ -136,7 +140,7 @@ def coarse(brokers: DataFrame) -> DataFrame:
     for table, keys in COARSE_SETS.items():
         name = F.when(gid == _grouping_id(keys), F.lit(table)).otherwise(name)
     return (brokers.groupingSets([list(k) for k in COARSE_SETS.values()], *COARSE_KEYS)
-            .agg(*_sums(), *[merged(f"{part}_sk").alias(f"{part}_sk") for part in PARTS], name.alias("grouping")))
+            .agg(*_sums(), *_merged_sketches(), name.alias("grouping")))
 
 
 def _grouped(df: DataFrame, table: str) -> DataFrame:
@@ -145,7 +149,7 @@ def _grouped(df: DataFrame, table: str) -> DataFrame:
     if "grouping" in df.columns:
         return df.where(F.col("grouping") == table)
     keys = COARSE_SETS[table]
-    return df.groupBy(*keys).agg(*_sums(), *[merged(f"{part}_sk").alias(f"{part}_sk") for part in PARTS])
+    return df.groupBy(*keys).agg(*_sums(), *_merged_sketches())
 
 
 def _quantile_table(sketches: DataFrame, keys: list[str]) -> DataFrame:
