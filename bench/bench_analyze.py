@@ -1,7 +1,7 @@
 """``fetchlat analyze`` throughput on N trace rows, with its baselines in the same run.
 
     python bench/bench_analyze.py [--rows 10000000] [--layout proxy|mixed] [--dir /tmp/fetchlat-bench-traces]
-                                  [--master local[*]]
+                                  [--master local[*]] [--repeat 3]
 
 1. generate N rows once (bench/gen_traces.py; kept in --dir for later runs), laid out as the
    proxies write them (``--layout proxy``: a file per broker per 5 minutes) or with every
@@ -11,6 +11,11 @@
 3. the full job (every table, summary.json, report.html);
 4. DuckDB computing the same headline percentiles, as a single-machine reference.
 Prints rows/s for each and the job/scan ratio (goal: the job within 4x the bare scan).
+
+``--repeat N`` runs the whole comparison N times, each in a fresh process (a fresh JVM: a user's
+``fetchlat analyze`` starts cold, so a warm second run would flatter the job), and prints every
+run and the median, lowest and highest ratio: on a shared 2-core machine one run's two
+timings move together, but runs differ by 20% or more.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ import importlib.util
 import json
 import os
 import shutil
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -49,7 +56,11 @@ def main() -> None:
     ap.add_argument("--dir", default="/tmp/fetchlat-bench-traces")
     ap.add_argument("--master", default="local[*]")
     ap.add_argument("--layout", choices=("proxy", "mixed"), default="proxy")
+    ap.add_argument("--repeat", type=int, default=1, help="runs, each in a fresh process; prints the median too")
     args = ap.parse_args()
+    if args.repeat > 1:
+        repeat(args)
+        return
     trace_dir = Path(args.dir) / f"{args.rows}-{args.layout}"
     if not (trace_dir / "exchanges").is_dir():
         t = time.monotonic()
@@ -104,6 +115,24 @@ def main() -> None:
     spark_p50 = {(b["broker"], b["kind"]): b["local_ms"]["p50"] for b in summary["brokers"]}
     results["max_local_p50_diff_ms_vs_duckdb"] = round(max(abs(spark_p50[(r[0], r[1])] - r[5][0]) for r in duck), 6)
     print(json.dumps(results, indent=2))
+
+
+def repeat(args: argparse.Namespace) -> None:
+    runs = []
+    for i in range(args.repeat):
+        cmd = [sys.executable, __file__, "--rows", str(args.rows), "--dir", args.dir, "--master", args.master,
+               "--layout", args.layout]
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        run = json.loads(out[out.index("{"):])
+        print(f"run {i + 1}: scan {run['bare_scan_s']} s, job {run['job_s']} s, job/scan {run['job_over_scan']}, "
+              f"flagged {len(run['flagged'])}", flush=True)
+        runs.append(run)
+    ratios = [r["job_over_scan"] for r in runs]
+    print(json.dumps({"rows": args.rows, "layout": args.layout, "runs": [
+        {k: r[k] for k in ("bare_scan_s", "job_s", "job_over_scan", "duckdb_headline_s",
+                           "max_local_p50_diff_ms_vs_duckdb")} for r in runs],
+        "job_over_scan_median": statistics.median(ratios), "job_over_scan_min": min(ratios),
+        "job_over_scan_max": max(ratios)}, indent=2))
 
 
 if __name__ == "__main__":
