@@ -95,8 +95,8 @@ def fine(timed_df: DataFrame) -> DataFrame:
         F.sum("wait_ns").alias("wait_sum_ns"), F.sum("total_ns").alias("total_sum_ns"),
         *[sketch(f"{part}_ns").alias(f"{part}_sk") for part in PARTS])
     api = F.when(F.col("_fetch"), F.lit("Fetch")).otherwise(F.lit("Produce")).alias("api")
-    return g.select("window_start", "broker", api, *[c for c in g.columns if c not in ("window_start", "broker",
-                                                                                       "_fetch")])
+    rest = [c for c in g.columns if c not in ("window_start", "broker", "_fetch")]
+    return g.select("window_start", "broker", api, *rest)
 
 
 def _merged_sketches() -> list[Column]:
@@ -254,6 +254,5 @@ def slowest_partitions(record_lat: DataFrame, n: int) -> DataFrame:
 def timeline(fine_df: DataFrame) -> DataFrame:
     """Per window x kind: median naive total vs true local (for the report's main chart)."""
     g = _fetches(_grouped(fine_df, "timeline"))
-    return g.select("window_start", "kind", *[quantile_ms(f"{p}_sk", 0.5).alias(f"{p}_p50") for p in ("total", "local",
-                                                                                                     "wait")],
-                    F.col("requests").alias("fetches"))
+    medians = [quantile_ms(f"{p}_sk", 0.5).alias(f"{p}_p50") for p in ("total", "local", "wait")]
+    return g.select("window_start", "kind", *medians, F.col("requests").alias("fetches"))
