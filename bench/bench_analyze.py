@@ -10,7 +10,8 @@
    no shortcut);
 3. the full job (every table, summary.json, report.html);
 4. DuckDB computing the same headline percentiles, as a single-machine reference.
-Prints rows/s for each and the job/scan ratio (goal: the job within 4x the bare scan).
+Prints rows/s for each and the job/scan ratio (goal: the job within 4x the bare scan), and the
+CPU seconds the JVM spent in each of the two (task threads, JIT compilers, GC, the rest).
 
 ``--repeat N`` runs the whole comparison N times, each in a fresh process (a fresh JVM: a user's
 ``fetchlat analyze`` starts cold, so a warm second run would flatter the job), and prints every
@@ -50,6 +51,29 @@ SCANNED = {
 }
 
 
+def jvm_cpu(spark: object) -> dict[str, float]:
+    """CPU seconds the driver JVM's threads have used, by kind: Spark's task threads, the JIT
+    compilers, the garbage collector, the rest (Linux /proc; empty elsewhere). On 2 cores a cold
+    JVM's JIT competes with the task threads, so the split says where a run's time went."""
+    pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[attr-defined]
+    tick = os.sysconf("SC_CLK_TCK")
+    use = {"tasks": 0.0, "jit": 0.0, "gc": 0.0, "other": 0.0}
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+        try:
+            raw = stat.read_text()
+        except OSError:  # a thread that ended meanwhile
+            continue
+        name, fields = raw[raw.index("(") + 1:raw.rindex(")")], raw[raw.rindex(")") + 2:].split()
+        kind = ("tasks" if name.startswith("Executor task") else "jit" if "Compiler" in name
+                else "gc" if name.startswith("GC Thread") else "other")
+        use[kind] += (int(fields[11]) + int(fields[12])) / tick
+    return use
+
+
+def _spent(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {k: round(after[k] - before.get(k, 0.0), 1) for k in after}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=10_000_000)
@@ -78,6 +102,7 @@ def main() -> None:
     # warm-up: the JVM and the file listing (both runs below pay the same from here on)
     job.read_table(spark, [str(trace_dir)], "exchanges").limit(1).collect()
 
+    cpu0 = jvm_cpu(spark)
     t = time.monotonic()  # every table the job reads, every column it reads, summed
     for table, cols in SCANNED.items():
         df = job.read_table(spark, [str(trace_dir)], table)
@@ -85,11 +110,13 @@ def main() -> None:
         df.agg(*[F.count(c) if types[c] == "string" else F.sum(F.col(c).cast("double")) for c in cols]).collect()
     scan_s = time.monotonic() - t
     results["bare_scan_s"] = round(scan_s, 2)
+    cpu1 = jvm_cpu(spark)
 
     out = tempfile.mkdtemp(prefix="fetchlat-bench-report-")
     t = time.monotonic()
     summary = job.run([str(trace_dir)], out, window="1m", spark=spark)
     job_s = time.monotonic() - t
+    results["jvm_cpu_s"] = {"bare_scan": _spent(cpu0, cpu1), "job": _spent(cpu1, jvm_cpu(spark))}
     shutil.rmtree(out, ignore_errors=True)
     results["job_s"] = round(job_s, 2)
     results["job_rows_per_s"] = round(args.rows / job_s)
@@ -124,13 +151,14 @@ def repeat(args: argparse.Namespace) -> None:
                "--layout", args.layout]
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
         run = json.loads(out[out.index("{"):])
+        cpu = run["jvm_cpu_s"]["job"]
         print(f"run {i + 1}: scan {run['bare_scan_s']} s, job {run['job_s']} s, job/scan {run['job_over_scan']}, "
-              f"flagged {len(run['flagged'])}", flush=True)
+              f"flagged {len(run['flagged'])}, job JVM CPU s {cpu}", flush=True)
         runs.append(run)
     ratios = [r["job_over_scan"] for r in runs]
     print(json.dumps({"rows": args.rows, "layout": args.layout, "runs": [
         {k: r[k] for k in ("bare_scan_s", "job_s", "job_over_scan", "duckdb_headline_s",
-                           "max_local_p50_diff_ms_vs_duckdb")} for r in runs],
+                           "max_local_p50_diff_ms_vs_duckdb", "jvm_cpu_s")} for r in runs],
         "job_over_scan_median": statistics.median(ratios), "job_over_scan_min": min(ratios),
         "job_over_scan_max": max(ratios)}, indent=2))
 
