@@ -48,7 +48,7 @@ bench-observe: $(STAMP)
 	$(BIN)/python bench/bench_decode_model.py --seconds 3
 
 bench-analyze: $(STAMP)
-	$(BIN)/python bench/bench_analyze.py --rows 10000000
+	$(BIN)/python bench/bench_analyze.py --rows 10000000 --repeat 3
 
 bench-proxy: deps
 	$(BIN)/python bench/bench_proxy.py --trials 5 --out bench-proxy.json
