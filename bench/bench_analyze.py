@@ -32,6 +32,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.procs import thread_cpu_s
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 def _gen() -> object:
@@ -51,27 +59,21 @@ SCANNED = {
 }
 
 
-def jvm_cpu(spark: object) -> dict[str, float]:
+def jvm_cpu(spark: SparkSession) -> dict[str, float]:
     """CPU seconds the driver JVM's threads have used, by kind: Spark's task threads, the JIT
-    compilers, the garbage collector, the rest (Linux /proc; empty elsewhere). On 2 cores a cold
-    JVM's JIT competes with the task threads, so the split says where a run's time went."""
-    pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[attr-defined]
-    tick = os.sysconf("SC_CLK_TCK")
+    compilers, the garbage collector, the rest (Linux /proc; all zero elsewhere). On 2 cores a
+    cold JVM's JIT competes with the task threads, so the split says where a run's time went."""
+    pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[union-attr]
     use = {"tasks": 0.0, "jit": 0.0, "gc": 0.0, "other": 0.0}
-    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
-        try:
-            raw = stat.read_text()
-        except OSError:  # a thread that ended meanwhile
-            continue
-        name, fields = raw[raw.index("(") + 1:raw.rindex(")")], raw[raw.rindex(")") + 2:].split()
+    for name, seconds in thread_cpu_s(pid):
         kind = ("tasks" if name.startswith("Executor task") else "jit" if "Compiler" in name
                 else "gc" if name.startswith("GC Thread") else "other")
-        use[kind] += (int(fields[11]) + int(fields[12])) / tick
+        use[kind] += seconds
     return use
 
 
 def _spent(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-    return {k: round(after[k] - before.get(k, 0.0), 1) for k in after}
+    return {k: round(after[k] - before[k], 1) for k in after}
 
 
 def main() -> None:

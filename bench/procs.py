@@ -5,6 +5,7 @@ measure about the proxy process (RSS, CPU) and its Prometheus histograms."""
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import sys
 import urllib.request
@@ -93,11 +94,26 @@ def rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    import os
+def _stat(path: Path) -> tuple[str, float]:
+    """A /proc stat file's command name and CPU seconds (user + system)."""
+    raw = path.read_text()
+    fields = raw[raw.rindex(")") + 2:].split()
+    return raw[raw.index("(") + 1:raw.rindex(")")], (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+def cpu_s(pid: int) -> float:
+    return _stat(Path(f"/proc/{pid}/stat"))[1]
+
+
+def thread_cpu_s(pid: int) -> list[tuple[str, float]]:
+    """Each live thread of ``pid``: its name and the CPU seconds it has used (Linux; empty elsewhere)."""
+    out = []
+    for path in Path(f"/proc/{pid}/task").glob("*/stat"):
+        try:
+            out.append(_stat(path))
+        except OSError:  # a thread that ended meanwhile
+            continue
+    return out
 
 
 def histogram(text: str, name: str) -> list[tuple[float, float]]:
