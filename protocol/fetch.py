@@ -191,6 +191,5 @@ def parse_response(version: int, wait_time_tag: int | None = None, *,
                              partitions=tuple(parts), wait_time_ms=wait_ms, node_endpoints=has_endpoints)
 
 
-# direct twins (stream.twin): the same parsers as plain functions, for frames whole in one chunk
-parse_request_now = s.twin(parse_request, globals())
-parse_response_now = s.twin(parse_response, globals())
+# The direct twins of these parsers (plain functions for a frame whole in one chunk) are
+# generated from this source into ``fetch_now.py`` by ``gen_direct.py``.

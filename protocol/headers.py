@@ -10,7 +10,9 @@ from dataclasses import dataclass
 
 from .apis import request_header_version, response_header_version
 from .errors import DecodeError
-from .primitives import I16, I32, Buf, read_fixed, read_string, read_uvarint
+from .primitives import I16, I32, Buf, read_fixed, read_string
+from .stream import Reader
+from .stream_now import tags_now
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -23,14 +25,13 @@ class RequestHeader:
 
 
 def skip_tag_buffer(buf: Buf, pos: int) -> int:
-    count, pos = read_uvarint(buf, pos)
-    for _ in range(count):
-        _, pos = read_uvarint(buf, pos)
-        size, pos = read_uvarint(buf, pos)
-        pos += size
-        if pos > len(buf):
-            raise DecodeError("header tag buffer runs past the frame end")
-    return pos
+    r = Reader(buf)
+    r.pos = pos
+    try:
+        tags_now(r)
+    except DecodeError:
+        raise DecodeError("header tag buffer runs past the frame end") from None
+    return r.pos
 
 
 def parse_request_header(buf: Buf, pos: int = 0) -> RequestHeader:

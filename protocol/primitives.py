@@ -36,14 +36,14 @@ def read_fixed(st: struct.Struct, buf: Buf, pos: int) -> tuple[int, int]:
         raise DecodeError(f"need {st.size} bytes at offset {pos}, frame ends at {len(buf)}") from None
 
 
-def read_uvarint(buf: Buf, pos: int) -> tuple[int, int]:
-    """Unsigned LEB128 as Kafka uses it (at most 5 bytes for 32-bit, 10 for 64-bit)."""
+def uvarint_at(buf: Buf, pos: int) -> tuple[int, int]:
+    """The one reader of Kafka's unsigned varints (LEB128; at most 10 bytes): ``(value,
+    next position)``, or ``(0, -1)`` when the buffer ends inside the varint (a stream reader
+    then waits for more bytes; a whole-frame reader raises)."""
     result = 0
     shift = 0
     end = len(buf)
-    while True:
-        if pos >= end:
-            raise DecodeError(f"varint runs past the end of the frame at offset {pos}")
+    while pos < end:
         b = buf[pos]
         pos += 1
         result |= (b & 0x7F) << shift
@@ -52,6 +52,15 @@ def read_uvarint(buf: Buf, pos: int) -> tuple[int, int]:
         shift += 7
         if shift > 63:
             raise DecodeError(f"varint longer than 10 bytes at offset {pos}")
+    return 0, -1
+
+
+def read_uvarint(buf: Buf, pos: int) -> tuple[int, int]:
+    """Unsigned LEB128 as Kafka uses it (at most 5 bytes for 32-bit, 10 for 64-bit)."""
+    value, end = uvarint_at(buf, pos)
+    if end < 0:
+        raise DecodeError(f"varint runs past the end of the frame at offset {pos}")
+    return value, end
 
 
 def read_varint(buf: Buf, pos: int) -> tuple[int, int]:

@@ -113,6 +113,5 @@ def parse_response(version: int, *, after_correlation_id: bool = False) -> Parse
     return ProduceResponseInfo(throttle_time_ms=throttle, partitions=tuple(parts), node_endpoints=has_endpoints)
 
 
-# direct twins (stream.twin): the same parsers as plain functions, for frames whole in one chunk
-parse_request_now = s.twin(parse_request, globals())
-parse_response_now = s.twin(parse_response, globals())
+# The direct twins of these parsers (plain functions for a frame whole in one chunk) are
+# generated from this source into ``produce_now.py`` by ``gen_direct.py``.

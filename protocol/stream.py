@@ -9,17 +9,14 @@ two chunks is the only thing joined. Must never: keep a memoryview in a result, 
 
 from __future__ import annotations
 
-import inspect
-import re
 import struct
-import textwrap
 import uuid as _uuid
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 from .errors import DecodeError
-from .primitives import I8, I16, I32, I64, Buf
+from .primitives import I8, I16, I32, I64, Buf, uvarint_at
 
 T = TypeVar("T")
 Parser = Generator[None, Buf, T]
@@ -112,36 +109,22 @@ def i64(r: Reader) -> Parser[int]:
 
 def uvarint_here(r: Reader) -> int | None:
     """An unsigned varint wholly in the current chunk (consumed), or None (nothing consumed)."""
-    buf, p = r.buf, r.pos
-    n = len(buf)
-    result = shift = 0
-    while p < n:
-        b = buf[p]
-        p += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            r.pos = p
-            return result
-        shift += 7
-        if shift > 63:
-            raise DecodeError("varint longer than 10 bytes")
-    return None
+    v, p = uvarint_at(r.buf, r.pos)
+    if p < 0:
+        return None
+    r.pos = p
+    return v
 
 
 def uvarint(r: Reader) -> Parser[int]:
-    v = uvarint_here(r)
-    if v is not None:
-        return v
-    result = shift = 0
     while True:
-        p = yield from need(r, 1)
-        b = r.buf[p]
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result
-        shift += 7
-        if shift > 63:
-            raise DecodeError("varint longer than 10 bytes")
+        v, p = uvarint_at(r.buf, r.pos)
+        if p >= 0:
+            r.pos = p
+            return v
+        # the varint straddles the chunk's end: join one byte more than there is, read again
+        start = yield from need(r, len(r.buf) - r.pos + 1)
+        r.pos = start
 
 
 def length(r: Reader, flexible: bool, wide: bool = True) -> Parser[int]:
@@ -344,7 +327,9 @@ ENDED_EARLY: Final = "frame ended before the message did"
 # ---------------------------------------------------------------- direct twins
 # A parser above suspends only in ``need`` and ``skip``. For a frame that is whole in one
 # buffer, the same source with every ``yield from f(`` read as ``f_now(`` is a plain function
-# (no generator per field): ``twin`` builds it, so the two can never disagree on the format.
+# (no generator per field). ``gen_direct.py`` writes those twins out at build time
+# (``stream_now.py``, ``fetch_now.py``, ``produce_now.py``, checked in); these three are what
+# they suspend in, written by hand.
 
 def need_now(r: Reader, n: int) -> int:
     p = r.pos
@@ -365,25 +350,6 @@ def uvarint_now(r: Reader) -> int:
     return v
 
 
-_YIELD_FROM = re.compile(r"yield from (s\.)?(\w+)\(")
-
-
-def twin(fn: Callable[..., Any], namespace: dict[str, Any]) -> Callable[..., Any]:
-    """``fn_now``: ``fn`` (a parser generator function) as a plain function, defined in
-    ``namespace`` (the module of ``fn``); a message parser's twin takes the whole buffer first."""
-    src = textwrap.dedent(inspect.getsource(fn))
-    src = _YIELD_FROM.sub(lambda m: f"{m.group(1) or ''}{m.group(2)}_now(", src)
-    if "r = Reader()" in src:  # a whole message's parser: it reads the buffer it is given
-        src = src.replace(f"def {fn.__name__}(", f"def {fn.__name__}_now(_buf, ", 1).replace(
-            "r = Reader()", "r = Reader(_buf)")
-    else:  # a helper: it reads the caller's Reader
-        src = src.replace(f"def {fn.__name__}(", f"def {fn.__name__}_now(", 1)
-    if re.search(r"\byield\b", src):
-        raise AssertionError(f"{fn.__name__}: cannot build a direct twin (a bare yield)")
-    exec(compile(src, inspect.getsourcefile(fn) or "<twin>", "exec"), namespace)  # our own source, rewritten
-    return namespace[f"{fn.__name__}_now"]  # type: ignore[no-any-return]
-
-
 def parse_whole(gen: Parser[T], data: Buf) -> T:
     """Run a parser over one complete buffer (tests, and small frames)."""
     f = Feeder(gen)
@@ -392,7 +358,3 @@ def parse_whole(gen: Parser[T], data: Buf) -> T:
     if f.error is not None:
         raise DecodeError(f.error)
     return result  # type: ignore[no-any-return]
-
-
-for _fn in (i8, i16, i32, i64, length, array_len, string, uuid, topic, tags, records):
-    twin(_fn, globals())

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
 from fetchlat.protocol.apis import api_name
-from fetchlat.protocol.connection import KafkaConnection, observed
+from fetchlat.protocol.connection import KafkaConnection
 from fetchlat.protocol.errors import FramingError
 from fetchlat.protocol.events import (
     BrokersLearned,
@@ -30,6 +30,7 @@ from fetchlat.protocol.events import (
     SaslPassthroughStarted,
     TopicIdsLearned,
 )
+from fetchlat.protocol.inflight import observed
 from fetchlat.protocol.sniff import sniff
 
 from . import clock
@@ -78,7 +79,7 @@ class ClientSide(asyncio.Protocol):
         self.client_eof = False  # the client half-closed: the broker closing next is expected
         self.peer = "?"
         self.codec = KafkaConnection(rewriter=proxy.rewriter, max_frame_bytes=proxy.cfg.max_frame_bytes,
-                                     wait_time_tag=proxy.cfg.wait_time_tag, defer_parsing=True)
+                                     wait_time_tag=proxy.cfg.wait_time_tag)
         self.deferred: list[FetchExchanged | ProduceExchanged] = []
         self.conn_id = proxy.next_conn_id()
         self.first_bytes = True
@@ -393,20 +394,18 @@ class BrokerSide(asyncio.Protocol):
         t_ns = clock.now_ns()
         client = self.client
         try:
-            segments, events = client.codec.receive_from_broker(data, t_ns)
+            segments, before = client.codec.forward_from_broker(data, t_ns)
         except FramingError as exc:
             client.protocol_failure("response", exc)
             return
-        if events and any(isinstance(e, BrokersLearned) for e in events):
-            client.handle(events)  # learn brokers (bind listeners) before clients see them
-            events = []
+        if before:
+            client.handle(before)  # learn brokers (bind listeners) before clients see them
         t_out_ns = t_ns
         if segments:
             client.write_to_client(segments)
             t_out_ns = clock.now_ns()
             client.proxy.metrics.added.observe((t_out_ns - t_ns) / 1e9)
-        if client.codec.defer_parsing:
-            events += client.codec.complete_deferred()  # parse what is already on its way
+        events = client.codec.after_write()  # parse what is already on its way
         if events:
             client.handle(events)  # the bookkeeping waits until the bytes are on their way
         if client.deferred:

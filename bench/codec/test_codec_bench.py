@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the golden captures live in tests/
-from fetchlat.protocol import apis, fetch, produce
+from fetchlat.protocol import apis, fetch, fetch_now, produce
 from fetchlat.protocol.connection import KafkaConnection
 from fetchlat.protocol.encoder import encode
 from fetchlat.protocol.headers import response_body_start
@@ -234,13 +234,13 @@ def test_feeder_in_small_pieces(benchmark: Any) -> None:
 def test_parse_fetch_request_direct_twin(benchmark: Any, version: int) -> None:
     """The plain-function twin the proxy uses when a request arrives in one chunk."""
     body = _fetch_request(version, partitions=8)
-    info = benchmark(fetch.parse_request_now, body, version)
+    info = benchmark(fetch_now.parse_request_now, body, version)
     assert len(info.partitions) == 8
 
 
 def test_parse_fetch_response_1mib_direct_twin(benchmark: Any) -> None:
     body = _fetch_response(12, BATCH_1MIB)
-    info = benchmark(fetch.parse_response_now, body, 12)
+    info = benchmark(fetch_now.parse_response_now, body, 12)
     assert info.partitions[0].batches.records == 1024
 
 

@@ -8,7 +8,7 @@ import struct
 from typing import Any
 
 import pytest
-from fetchlat.protocol import apis, fetch, produce
+from fetchlat.protocol import apis, fetch, fetch_now, produce, produce_now
 from fetchlat.protocol.encoder import encode
 from fetchlat.protocol.headers import parse_request_header, response_body_start
 from fetchlat.protocol.schema import load
@@ -105,7 +105,7 @@ def test_fetch_response(version: int, data: st.DataObject) -> None:
     assert (info.throttle_time_ms, info.error_code, info.session_id) == (
         ref.get("ThrottleTimeMs", 0), ref.get("ErrorCode", 0), ref.get("SessionId", 0))
     assert info.node_endpoints == bool(ref.get("NodeEndpoints"))  # decides whether a response is walked
-    assert fetch.parse_response_now(body, version) == info  # the direct twin reads the same
+    assert fetch_now.parse_response_now(body, version) == info  # the direct twin reads the same
     expected = [(t.get("Topic"), t.get("TopicId"), p["PartitionIndex"], p["ErrorCode"], p["HighWatermark"],
                  p["LastStableOffset"], p.get("LogStartOffset", -1), p.get("PreferredReadReplica", -1),
                  oracle_stats(p["Records"])) for t in ref["Responses"] or [] for p in t["Partitions"] or []]
@@ -122,7 +122,7 @@ def test_fetch_request(version: int, data: st.DataObject) -> None:
     value = data.draw(struct_strategy(spec.fields, version))
     body = encode(spec, version, value)
     info = feed_split(fetch.parse_request(version), body, cuts_for(data, len(body)))
-    assert fetch.parse_request_now(body, version) == info  # the direct twin reads the same
+    assert fetch_now.parse_request_now(body, version) == info  # the direct twin reads the same
     ref = walk(spec, version, body).to_plain(body)
     rid = ref.get("ReplicaId", -1)
     if rid == -1 and "ReplicaState" in ref:
@@ -148,7 +148,7 @@ def test_produce_request_and_response(version: int, data: st.DataObject) -> None
     value = with_records(data.draw(struct_strategy(req_spec.fields, version)), data)
     body = encode(req_spec, version, value)
     info = feed_split(produce.parse_request(version), body, cuts_for(data, len(body)))
-    assert produce.parse_request_now(body, version) == info  # the direct twin reads the same
+    assert produce_now.parse_request_now(body, version) == info  # the direct twin reads the same
     ref = walk(req_spec, version, body).to_plain(body)
     assert (info.acks, info.timeout_ms, info.transactional) == (
         ref["Acks"], ref["TimeoutMs"], ref["TransactionalId"] is not None)
@@ -159,7 +159,7 @@ def test_produce_request_and_response(version: int, data: st.DataObject) -> None
     rvalue = data.draw(struct_strategy(resp_spec.fields, version))
     rbody = encode(resp_spec, version, rvalue)
     rinfo = feed_split(produce.parse_response(version), rbody, cuts_for(data, len(rbody)))
-    assert produce.parse_response_now(rbody, version) == rinfo
+    assert produce_now.parse_response_now(rbody, version) == rinfo
     rref = walk(resp_spec, version, rbody).to_plain(rbody)
     assert rinfo.throttle_time_ms == rref.get("ThrottleTimeMs", 0)
     assert rinfo.node_endpoints == bool(rref.get("NodeEndpoints"))
@@ -206,9 +206,9 @@ def test_the_direct_twin_fails_where_the_generator_fails(body: bytes, version: i
     agrees on the result, or on failing."""
     from fetchlat.protocol.stream import Feeder
 
-    one = Feeder(fetch.parse_response(version), lambda b: fetch.parse_response_now(b, version))
+    one = Feeder(fetch.parse_response(version), lambda b: fetch_now.parse_response_now(b, version))
     one.feed(body)
-    two = Feeder(fetch.parse_response(version), lambda b: fetch.parse_response_now(b, version))
+    two = Feeder(fetch.parse_response(version), lambda b: fetch_now.parse_response_now(b, version))
     two.feed(body[:cut])
     two.feed(body[cut:])
     a, b = one.finish(), two.finish()
@@ -229,7 +229,8 @@ def test_a_collected_request_parses_as_the_generator_does(data: st.DataObject, v
                 {"Name": f"t{i}", "PartitionData": [{"Index": i, "Records": b""}]} for i in range(n)]})
     cuts = sorted(data.draw(st.lists(st.integers(0, len(body)), max_size=4)))
     pieces = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]
-    collected = Feeder(produce.parse_request(version), lambda b: produce.parse_request_now(b, version), collect=True)
+    collected = Feeder(produce.parse_request(version), lambda b: produce_now.parse_request_now(b, version),
+                       collect=True)
     streamed = Feeder(produce.parse_request(version))
     for p in pieces:
         collected.feed(memoryview(p))

@@ -1,0 +1,61 @@
+"""Kafka framing: the 4-byte size prefix with its limit, and whole request frames for callers
+that send their own requests (the proxy's broker discovery, tests, benchmarks).
+
+Owns: what a valid frame size is, and how a request header is encoded
+(``apis.request_header_version``: ClientId an int16 string even in header v2, the v2 tag
+buffer). Must never: do I/O.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Final
+
+from .apis import request_header_version, response_header_version
+from .errors import FramingError
+from .primitives import encode_string
+
+DEFAULT_MAX_FRAME_BYTES: Final = 100 * 1024 * 1024
+SIZE_BYTES: Final = 4
+_HEADER: Final = struct.Struct(">hhi")
+
+Segment = bytes | memoryview
+
+
+def frame_size(raw: bytes | bytearray, max_frame_bytes: int, side: str) -> int:
+    """The size a 4-byte prefix announces; FramingError when it is not positive or too big."""
+    size = int.from_bytes(raw, "big", signed=True)
+    if size <= 0:
+        raise FramingError(f"{side} frame size {size} is not positive")
+    if size > max_frame_bytes:
+        raise FramingError(
+            f"{side} frame of {size} bytes exceeds the limit of {max_frame_bytes} "
+            "(raise max_frame_bytes if this is legitimate)"
+        )
+    return size
+
+
+def request_header(api_key: int, api_version: int, correlation_id: int, client_id: str | None) -> bytes:
+    """A request header in the version the api key and version call for."""
+    hv = request_header_version(api_key, api_version)
+    out = _HEADER.pack(api_key, api_version, correlation_id)
+    if hv >= 1:
+        out += encode_string(client_id, False)
+    if hv >= 2:
+        out += b"\x00"  # no tagged fields
+    return out
+
+
+def request_frame(api_key: int, api_version: int, correlation_id: int, client_id: str | None, body: bytes) -> bytes:
+    """A whole request frame: size prefix, header, body."""
+    frame = request_header(api_key, api_version, correlation_id, client_id) + body
+    return len(frame).to_bytes(SIZE_BYTES, "big") + frame
+
+
+def response_frame(api_key: int, api_version: int, correlation_id: int, body: bytes) -> bytes:
+    """A whole response frame (what a broker sends): size prefix, header, body."""
+    header = correlation_id.to_bytes(4, "big", signed=True)
+    if response_header_version(api_key, api_version) >= 1:
+        header += b"\x00"
+    frame = header + body
+    return len(frame).to_bytes(SIZE_BYTES, "big") + frame

@@ -1,0 +1,45 @@
+"""The direct twins are checked-in source generated from the streaming parsers: regenerating
+them changes nothing, and no module of the codec builds code at import time."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+from fetchlat.protocol import gen_direct
+
+PROTOCOL = Path(gen_direct.__file__).parent
+
+
+@pytest.mark.parametrize("target", sorted(gen_direct.SOURCES))
+def test_regenerating_the_direct_twins_changes_nothing(target: str) -> None:
+    assert (PROTOCOL / target).read_text() == gen_direct.generate(target), (
+        f"{target} is stale: run python -m fetchlat.protocol.gen_direct")
+
+
+def test_the_check_mode_reports_a_stale_twin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for target in gen_direct.SOURCES:
+        (tmp_path / target).write_text(gen_direct.generate(target))
+    monkeypatch.setattr(gen_direct, "HERE", tmp_path)
+    assert gen_direct.main(["--check"]) == 0
+    (tmp_path / "fetch_now.py").write_text("# edited by hand\n")
+    assert gen_direct.main(["--check"]) == 1
+
+
+def test_a_bare_yield_cannot_be_twinned() -> None:
+    from fetchlat.protocol.stream import Parser, Reader
+
+    def bad(r: Reader) -> Parser[int]:
+        chunk = yield
+        return len(chunk)
+
+    with pytest.raises(SystemExit, match="bare yield"):
+        gen_direct.twin_source(bad)
+
+
+def test_no_codec_module_execs_or_compiles_code() -> None:
+    for path in sorted(PROTOCOL.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        called = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+        assert not called & {"exec", "eval", "compile"}, path.name
