@@ -7,9 +7,11 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from fetchlat.metrics.vocabulary import Outcome
+
 PALETTE = ("#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
-OUTCOME_COLORS = {"immediate": "#2ca02c", "woken": "#1f77b4", "expired": "#bbbbbb", "error": "#d62728",
-                  "unknown": "#ff7f0e"}
+OUTCOME_COLORS = {Outcome.IMMEDIATE: "#2ca02c", Outcome.WOKEN: "#1f77b4", Outcome.EXPIRED: "#bbbbbb",
+                  Outcome.ERROR: "#d62728", Outcome.UNKNOWN: "#ff7f0e"}
 
 
 def _empty(title: str, width: int, why: str = "no data") -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 
+from fetchlat.metrics.vocabulary import Kind, Outcome
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
@@ -21,7 +22,7 @@ PARTS = ("total", "wait", "local", "e2e")
 K = 200
 RANK_ERROR = 0.0133
 FINE_KEYS = ("window_start", "broker", "api", "kind", "client_id", "replica_id", "acks")
-OUTCOMES = ("immediate", "woken", "expired", "error", "unknown")
+OUTCOMES = tuple(o.value for o in Outcome)  # the order encodes outcome as a number in the one pass
 
 
 def window_us(window: str) -> int:
@@ -186,7 +187,7 @@ def outcome_mix(fine_df: DataFrame) -> DataFrame:
 
 def pair_latency(fine_df: DataFrame) -> DataFrame:
     """Follower -> leader: per window, the median and p99 true local fetch latency."""
-    f = _fetches(_grouped(fine_df, "pair_latency")).where(F.col("kind") == "follower")
+    f = _fetches(_grouped(fine_df, "pair_latency")).where(F.col("kind") == Kind.FOLLOWER.value)
     return f.select("window_start", F.col("broker").alias("leader"), F.col("replica_id").alias("follower"),
                     F.col("requests").alias("fetches"), quantile_ms("local_sk", 0.5).alias("local_p50"),
                     quantile_ms("local_sk", 0.99).alias("local_p99"))

@@ -190,6 +190,8 @@ PROXY = [
         Q(f"sum by (instance) (increase(fetchlat_upstream_connect_failures_total[{RI}]))",
           "failed connects {{instance}}"),
         Q(f"sum by (instance) (increase(fetchlat_upstream_disconnects_total[{RI}]))", "closed by broker {{instance}}"),
+        Q(f"sum by (instance) (increase(fetchlat_upstream_hold_seconds_count[{RI}]))",
+          "connections whose requests waited for the broker connection {{instance}}"),
     ), unit="short", description="While a broker restarts, client requests are held (bounded) for "
                                  "upstream_hold_timeout_s, then the client connection is closed so it reconnects."),
     Panel("Responses rewritten (broker addresses, ApiVersions caps)", (

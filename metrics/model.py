@@ -18,22 +18,25 @@ from typing import Final
 from fetchlat.protocol.events import FetchExchanged, ProduceExchanged
 from fetchlat.protocol.sessions import TopicKey
 
+from .vocabulary import Kind, Outcome, WaitSource, fetch_kind
+
 NS_PER_MS: Final = 1_000_000
 # A fetch answered this close to (or after) max_wait with too little data ran to expiry.
 EXPIRY_SLACK_NS: Final = 2 * NS_PER_MS
 MAX_APPENDS_PER_PARTITION: Final = 4096
 MAX_PARTITIONS: Final = 100_000
 
-IMMEDIATE, WOKEN, EXPIRED, ERROR, UNKNOWN = "immediate", "woken", "expired", "error", "unknown"
-OUTCOMES: Final = (IMMEDIATE, WOKEN, EXPIRED, ERROR, UNKNOWN)
-REPORTED, INFERRED = "reported", "inferred"
+IMMEDIATE, WOKEN, EXPIRED, ERROR, UNKNOWN = (Outcome.IMMEDIATE, Outcome.WOKEN, Outcome.EXPIRED, Outcome.ERROR,
+                                             Outcome.UNKNOWN)
+OUTCOMES: Final = tuple(Outcome)
+REPORTED, INFERRED = WaitSource.REPORTED, WaitSource.INFERRED
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WaitEstimate:
     wait_ns: int
-    source: str  # reported | inferred
-    outcome: str  # immediate | woken | expired | error | unknown
+    source: WaitSource
+    outcome: Outcome
     basis: str  # what decided it (see estimate_wait)
     confident: bool
     arrival_ns: int | None = None  # when the data that woke the fetch arrived (woken)
@@ -115,7 +118,7 @@ class PartitionSample:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FetchSample:
-    kind: str  # consumer | follower
+    kind: Kind  # consumer | follower
     replica_id: int
     client_id: str | None
     api_version: int
@@ -130,8 +133,8 @@ class FetchSample:
     first_byte_ns: int  # request forwarded -> first response byte
     transfer_ns: int  # first -> last response byte
     wait_ns: int
-    wait_source: str
-    outcome: str
+    wait_source: WaitSource
+    outcome: Outcome
     basis: str
     confident: bool
     local_ns: int  # TotalLocalTime = total - wait
@@ -293,7 +296,8 @@ class LatencyModel:
         local = total - w.wait_ns
         error_code = resp.error_code or next((p.error_code for p in resp.partitions if p.error_code), 0)
         sample = FetchSample(
-            kind=req.kind, replica_id=req.replica_id, client_id=ev.client_id, api_version=ev.api_version,
+            kind=fetch_kind(req.replica_id), replica_id=req.replica_id, client_id=ev.client_id,
+            api_version=ev.api_version,
             max_wait_ms=req.max_wait_ms, min_bytes=req.min_bytes, request_bytes=ev.request_bytes,
             response_bytes=ev.response_bytes, records=records, error_code=error_code,
             throttle_ms=resp.throttle_time_ms, total_ns=total, first_byte_ns=ev.t_first_ns - ev.t_request_ns,

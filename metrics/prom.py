@@ -67,6 +67,11 @@ class ProxyMetrics:
             "Broker connections closed by the broker side (restart, crash) while the client was connected",
             registry=r,
         )
+        self.upstream_hold = Histogram(
+            "fetchlat_upstream_hold_seconds",
+            "Client connections whose first requests were held while their broker connection came up: how long "
+            "(counted in e2e, not in request or fetch durations)", buckets=LATENCY_BUCKETS, registry=r,
+        )
         self.trace_rows = TraceRowCounters()  # fetchlat_trace_rows_{written,dropped}_total
         r.register(self.trace_rows)
         self.loop_lag = Histogram(

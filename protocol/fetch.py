@@ -49,10 +49,6 @@ class FetchRequestInfo:
     def is_follower(self) -> bool:
         return self.replica_id >= 0
 
-    @property
-    def kind(self) -> str:
-        return "follower" if self.replica_id >= 0 else "consumer"
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FetchPartitionResponse:

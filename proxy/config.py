@@ -112,28 +112,72 @@ class Config:
         return self.sidecar_node is not None
 
 
-ENV_KEYS = {
-    "upstream": "FETCHLAT_UPSTREAM",
-    "listen": "FETCHLAT_LISTEN",
-    "advertise_host": "FETCHLAT_ADVERTISE_HOST",
-    "metrics_listen": "FETCHLAT_METRICS_LISTEN",
-    "trace_dir": "FETCHLAT_TRACE_DIR",
-    "max_frame_bytes": "FETCHLAT_MAX_FRAME_BYTES",
-    "log_level": "FETCHLAT_LOG_LEVEL",
-    "wait_time_tag": "FETCHLAT_WAIT_TIME_TAG",
-    "sidecar_node": "FETCHLAT_SIDECAR_NODE",
-    "tls_cert": "FETCHLAT_TLS_CERT",
-    "tls_key": "FETCHLAT_TLS_KEY",
-    "tls_client_ca": "FETCHLAT_TLS_CLIENT_CA",
-    "upstream_tls": "FETCHLAT_UPSTREAM_TLS",
-    "upstream_ca": "FETCHLAT_UPSTREAM_CA",
-    "upstream_cert": "FETCHLAT_UPSTREAM_CERT",
-    "upstream_key": "FETCHLAT_UPSTREAM_KEY",
-}
+@dataclass(frozen=True)
+class Setting:
+    """One setting: its YAML key (also its ``Config`` field, but ``upstream`` -> ``upstreams``),
+    its command-line flag (None: YAML only), whether ``FETCHLAT_<KEY>`` sets it, whether a
+    SIGHUP applies it to a running proxy, and its help."""
+
+    key: str
+    help: str
+    flag: bool = False
+    kind: str = "str"  # the flag's type: str, int, or switch (no value)
+    env: bool = False
+    reloadable: bool = False
+
+    @property
+    def option(self) -> str:
+        return "--" + self.key.replace("_", "-")
+
+    @property
+    def env_key(self) -> str:
+        return "FETCHLAT_" + self.key.upper()
+
+
+# The one table of settings: flags, environment keys, YAML keys and the reloadable set derive from it.
+SETTINGS: tuple[Setting, ...] = (
+    Setting("upstream", "bootstrap brokers, HOST:PORT[,HOST:PORT]", flag=True, env=True),
+    Setting("listen", "bootstrap listener HOST:PORT; broker N gets port+1+N", flag=True, env=True),
+    Setting("advertise_host", "host clients are told to connect to (default: the listen host, or this machine's "
+                              "name)", flag=True, env=True),
+    Setting("metrics_listen", f"HOST:PORT for /metrics and /health (default {DEFAULT_METRICS_LISTEN})", flag=True,
+            env=True),
+    Setting("trace_dir", "directory for per-request trace files", flag=True, env=True),
+    Setting("max_frame_bytes", f"largest Kafka frame accepted (default {DEFAULT_MAX_FRAME_BYTES})", flag=True,
+            kind="int", env=True),
+    Setting("log_level", "DEBUG, INFO (default), WARNING or ERROR", flag=True, env=True, reloadable=True),
+    Setting("wait_time_tag", "top-level Fetch response tag number a broker uses to report WaitTimeMs (KIP-736)",
+            flag=True, kind="int", env=True),
+    Setting("sidecar_node", "sidecar mode: front broker N only; brokers advertise their sidecars, so addresses "
+                            "pass unchanged and no per-node listeners open", flag=True, kind="int", env=True),
+    Setting("tls_cert", "serve TLS to clients with this PEM certificate", flag=True, env=True),
+    Setting("tls_key", "private key of --tls-cert (PEM)", flag=True, env=True),
+    Setting("tls_client_ca", "require client certificates signed by this CA (mTLS)", flag=True, env=True),
+    Setting("upstream_tls", "connect to brokers over TLS", flag=True, kind="switch", env=True),
+    Setting("upstream_ca", "CA to verify brokers with (default: system CAs)", flag=True, env=True),
+    Setting("upstream_cert", "client certificate towards brokers (mTLS)", flag=True, env=True),
+    Setting("upstream_key", "private key of --upstream-cert", flag=True, env=True),
+    Setting("upstream_server_hostname", "name to verify brokers' certificates against instead of their host"),
+    Setting("proxy_id", "names this proxy in traces (default host:listen_port)"),
+    Setting("nodes", "per-node overrides: {id: {listen: HOST:PORT, advertise: HOST:PORT, remote: bool}}"),
+    Setting("connect_timeout_s", "how long one connection attempt to a broker may take (default 10)"),
+    Setting("metadata_refresh_s", "how often broker metadata is re-read (default 30)", reloadable=True),
+    Setting("idle_timeout_s", "close a client connection idle this long (default 600)", reloadable=True),
+    Setting("partial_frame_timeout_s", "close a client that began a request and did not finish it (default 30)",
+            reloadable=True),
+    Setting("stalled_client_timeout_s", "close a client that stopped reading its responses (default 60)",
+            reloadable=True),
+    Setting("drain_timeout_s", "on SIGTERM, how long requests already sent may take (default 10)", reloadable=True),
+    Setting("upstream_hold_timeout_s", "hold a client's requests this long while its broker is unreachable "
+                                       "(default 15)", reloadable=True),
+)
+ENV_KEYS = {s.key: s.env_key for s in SETTINGS if s.env}
+KNOWN_KEYS = {s.key for s in SETTINGS}
+FLAGS = tuple(s for s in SETTINGS if s.flag)
+# settings a SIGHUP applies to a running proxy; every other change needs a restart
+RELOADABLE = frozenset(s.key for s in SETTINGS if s.reloadable)
 TIMEOUT_KEYS = ("idle_timeout_s", "partial_frame_timeout_s", "stalled_client_timeout_s", "drain_timeout_s",
                 "upstream_hold_timeout_s")
-KNOWN_KEYS = {*ENV_KEYS, "nodes", "connect_timeout_s", "metadata_refresh_s", "wait_time_tag", "proxy_id",
-              "upstream_server_hostname", *TIMEOUT_KEYS}
 
 
 def _read_yaml(path: str) -> dict[str, Any]:

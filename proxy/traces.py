@@ -1,6 +1,6 @@
 """Per-request Parquet traces, written by a thread behind a bounded queue.
 
-The event loop only builds rows and puts them on the queue (full: drop and count, never
+The event loop only puts rows (built by ``metrics/rows.py``) on the queue (full: drop and count, never
 block). The writer thread batches rows into row groups, rotates files by time and size, and
 writes each file under a temporary name (``.tmp-*``) that it renames into place when closed:
 readers see only whole files. Each file records one (wall, monotonic) clock pair.
@@ -18,9 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from fetchlat.metrics.model import FetchSample, ProduceSample, ReplicationSample
 from fetchlat.metrics.trace_schema import META_CLOCK, META_SCHEMA_VERSION, SCHEMA_VERSION, TABLES
-from fetchlat.protocol.events import FetchExchanged, ProduceExchanged, ResponseSeen
 
 from . import clock
 
@@ -72,68 +70,12 @@ class TraceWriter:
         self._thread.start()
 
     # on the event loop --------------------------------------------------------------
-    def _put(self, table: str, row: dict[str, Any]) -> None:
+    def put(self, table: str, row: dict[str, Any]) -> None:
+        """Queue one row (``metrics/rows.py`` builds them); a full queue drops and counts it."""
         try:
             self.queue.put_nowait((table, row))
         except queue.Full:
             self.dropped += 1
-
-    def _wall(self, mono_ns: int) -> int:
-        return mono_ns + (clock.wall_ns() - clock.now_ns())
-
-    def fetch(self, broker: str, conn_id: int, ev: FetchExchanged, s: FetchSample,
-              replication: list[ReplicationSample] | None = None) -> None:
-        ts = self._wall(ev.t_request_ns)
-        for r in replication or ():
-            self._put("replication", {"ts_ns": ts, "proxy_id": self.proxy_id, "broker": broker, "follower": r.follower,
-                                      "topic": r.topic, "partition": r.partition, "latency_ns": r.latency_ns})
-        self._put("exchanges", {
-            "ts_ns": ts, "proxy_id": self.proxy_id, "conn_id": conn_id, "client_id": ev.client_id,
-            "broker": broker, "api": "Fetch", "api_version": ev.api_version, "kind": s.kind,
-            "max_wait_ms": s.max_wait_ms, "min_bytes": s.min_bytes, "response_bytes": s.response_bytes,
-            "error_code": s.error_code, "total_ns": s.total_ns, "wait_ns": s.wait_ns, "wait_source": s.wait_source,
-            "local_ns": s.local_ns, "e2e_ns": s.e2e_ns, "outcome": s.outcome, "correlation_id": ev.correlation_id,
-            "request_bytes": s.request_bytes, "records": s.records, "replica_id": s.replica_id, "acks": None,
-            "throttle_ms": s.throttle_ms, "first_byte_ns": s.first_byte_ns, "transfer_ns": s.transfer_ns,
-            "wake_lag_ns": s.wake_lag_ns, "wait_basis": s.basis, "confident": s.confident,
-            "partitions": len(s.partitions),
-        })
-        for p in s.partitions:
-            self._put("partitions", {
-                "ts_ns": ts, "proxy_id": self.proxy_id, "conn_id": conn_id, "correlation_id": ev.correlation_id,
-                "client_id": ev.client_id, "broker": broker, "api": "Fetch", "kind": s.kind, "topic": p.topic,
-                "partition": p.partition, "fetch_offset": p.fetch_offset, "high_watermark": p.high_watermark,
-                "base_offset": None, "error_code": p.error_code, "records": p.records, "bytes": p.bytes,
-                "record_latency_ns": p.record_latency_ns,
-            })
-
-    def produce(self, broker: str, conn_id: int, ev: ProduceExchanged, s: ProduceSample) -> None:
-        ts = self._wall(ev.t_request_ns)
-        self._put("exchanges", {
-            "ts_ns": ts, "proxy_id": self.proxy_id, "conn_id": conn_id, "client_id": ev.client_id,
-            "broker": broker, "api": "Produce", "api_version": ev.api_version, "kind": "producer",
-            "max_wait_ms": None, "min_bytes": None, "response_bytes": ev.response_bytes, "error_code": s.error_code,
-            "total_ns": s.total_ns, "wait_ns": None, "wait_source": None, "local_ns": None, "e2e_ns": None,
-            "outcome": None, "correlation_id": ev.correlation_id, "request_bytes": s.request_bytes,
-            "records": s.records, "replica_id": None, "acks": s.acks, "throttle_ms": None, "first_byte_ns": None,
-            "transfer_ns": None, "wake_lag_ns": None, "wait_basis": None, "confident": None,
-            "partitions": len(s.partitions),
-        })
-        for topic, part, base, n in s.partitions:
-            self._put("partitions", {
-                "ts_ns": ts, "proxy_id": self.proxy_id, "conn_id": conn_id, "correlation_id": ev.correlation_id,
-                "client_id": ev.client_id, "broker": broker, "api": "Produce", "kind": "producer", "topic": topic,
-                "partition": part, "fetch_offset": None, "high_watermark": None, "base_offset": base,
-                "error_code": None, "records": n, "bytes": None, "record_latency_ns": None,
-            })
-
-    def other(self, broker: str, conn_id: int, api: str, ev: ResponseSeen) -> None:
-        self._put("exchanges", {
-            "ts_ns": self._wall(ev.t_request_ns), "proxy_id": self.proxy_id, "conn_id": conn_id,
-            "client_id": ev.client_id, "broker": broker, "api": api, "api_version": ev.api_version,
-            "response_bytes": ev.size_bytes + 4, "total_ns": ev.t_last_ns - ev.t_request_ns,
-            "correlation_id": ev.correlation_id,
-        })
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Flush everything queued, close and rename the files."""

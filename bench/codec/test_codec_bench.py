@@ -28,7 +28,7 @@ from fetchlat.protocol.schema import load
 from fetchlat.protocol.stream import Feeder, parse_whole
 from fetchlat.protocol.walker import walk
 
-from tests.protocol.captures import conversations
+from tests.support.captures import conversations
 
 TID = uuid.UUID(int=7)
 ADVERTISE = ResponseRewriter(lambda n, h, p: ("127.0.0.1", 19092 + n))

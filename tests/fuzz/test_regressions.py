@@ -9,8 +9,13 @@ import pytest
 
 from .harness import one_input, seeds
 
-REGRESSIONS = sorted(p for p in (Path(__file__).parents[1] / "data" / "fuzz-regressions").glob("*")
-                     if p.is_file() and p.name != "README.md")
+REGRESSION_DIR = Path(__file__).parents[1] / "data" / "fuzz-regressions"
+REGRESSIONS = sorted(p for p in REGRESSION_DIR.glob("*") if p.is_file() and p.name != "README.md")
+
+
+def test_the_regression_corpus_is_there() -> None:
+    """A renamed or lost directory would parametrize the replay over nothing and pass."""
+    assert len(REGRESSIONS) >= 4, REGRESSION_DIR
 
 
 @pytest.mark.parametrize("path", REGRESSIONS, ids=[p.name for p in REGRESSIONS])

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.analysis.test_job import check_summary, independent_values
+from tests.support.analysis_checks import check_summary, independent_values
 
 from .conftest import Broker, start_proxy, stop_proxy
 from .test_ground_truth import confluent_consume, create_topic

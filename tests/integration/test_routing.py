@@ -18,7 +18,7 @@ from fetchlat.protocol.headers import response_body_start
 from fetchlat.protocol.primitives import encode_string
 from fetchlat.protocol.walker import walk
 
-from tests.fakes.fake_cluster import TOPIC, TOPIC_ID, FakeCluster
+from tests.support.fake_cluster import TOPIC, TOPIC_ID, FakeCluster
 
 from .conftest import ProxyProc, free_ports, start_proxy, stop_proxy
 

@@ -18,7 +18,7 @@ from fetchlat.protocol.schema import load
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from .captures import conversations
+from tests.support.captures import conversations
 
 
 def request(api_key: int, version: int, corr: int, body: bytes, client_id: str = "t") -> bytes:

@@ -6,13 +6,17 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from fetchlat.protocol import apis
 from fetchlat.protocol.connection import KafkaConnection
+from fetchlat.protocol.encoder import encode
 from fetchlat.protocol.events import FetchExchanged, ProduceExchanged, TopicIdsLearned
 from fetchlat.protocol.fetch import FetchPartitionRequest, FetchRequestInfo, FetchResponseInfo
+from fetchlat.protocol.framing import request_frame, response_frame
 from fetchlat.protocol.rewrite import ResponseRewriter
+from fetchlat.protocol.schema import load
 from fetchlat.protocol.sessions import FetchSessions
 
-from .captures import conversations
+from tests.support.captures import conversations
 
 
 def replay(run: str) -> list[object]:
@@ -36,7 +40,7 @@ def test_each_client_run_yields_its_five_records_both_ways(run: str) -> None:
     consumers = 2 if run == "kcat" else 1  # the kcat run consumes as kcat-simple, then as kcat-group
     assert produced == 5 and got == 5 * consumers
     for e in fetched:
-        assert e.request.kind == "consumer"
+        assert not e.request.is_follower
         assert e.t_request_ns <= e.t_first_ns <= e.t_last_ns
         assert len(e.covered) >= len(e.request.partitions)
     acked = [p for e in events if isinstance(e, ProduceExchanged) and e.response for p in e.response.partitions]
@@ -79,11 +83,48 @@ def test_fetch_session_rules() -> None:
     assert s.covered(unknown) == (("d", 0, 1),)
 
 
-def test_kafka_python_opens_a_session_and_fetches_incrementally() -> None:
-    events = [e for e in replay("kafkapython") if isinstance(e, FetchExchanged)]
-    assert events[0].request.session_epoch == 0  # PROTOCOL-NOTES §2b: kafka-python asks for a session
-    topic_keys = {t for e in events for t, _, _ in e.covered}
-    assert all(isinstance(t, str | uuid.UUID) for t in topic_keys)
+def test_kafka_python_asks_for_a_session_and_tansu_answers_sessionless() -> None:
+    (ev,) = [e for e in replay("kafkapython") if isinstance(e, FetchExchanged)]
+    assert ev.request.session_epoch == 0  # PROTOCOL-NOTES §2b: kafka-python asks for a session
+    assert ev.response.session_id == 0  # Tansu has no fetch sessions: every fetch stays a full one
+    assert ev.covered == (("t-kafkapython", 0, ev.request.partitions[0].fetch_offset),)
+
+
+def _fetch(corr: int, session_id: int, epoch: int, parts: dict[int, int], forgotten: tuple[int, ...] = ()) -> bytes:
+    body = encode(load("FetchRequest"), 12, {
+        "ReplicaId": -1, "MaxWaitMs": 500, "MinBytes": 1, "MaxBytes": 1 << 20, "SessionId": session_id,
+        "SessionEpoch": epoch,
+        "Topics": [{"Topic": "t", "Partitions": [{"Partition": p, "FetchOffset": o, "PartitionMaxBytes": 1 << 20}
+                                                 for p, o in parts.items()]}] if parts else [],
+        "ForgottenTopicsData": [{"Topic": "t", "Partitions": list(forgotten)}] if forgotten else []})
+    return request_frame(apis.FETCH, 12, corr, "c", body)
+
+
+def _fetch_response(corr: int, session_id: int, parts: tuple[int, ...]) -> bytes:
+    body = encode(load("FetchResponse"), 12, {"SessionId": session_id, "Responses": [{"Topic": "t", "Partitions": [
+        {"PartitionIndex": p, "HighWatermark": 100, "LastStableOffset": 100, "Records": None} for p in parts]}]})
+    return response_frame(apis.FETCH, 12, corr, body)
+
+
+def test_an_incremental_fetch_covers_the_whole_session() -> None:
+    """KIP-227 on the wire: a full fetch opens session 7 on partitions 0 and 1; the incremental
+    fetches list only what changed, yet each exchange covers the session's whole set."""
+    c = KafkaConnection()
+    got = []
+    for corr, (req, resp) in enumerate([
+        (_fetch(1, 0, 0, {0: 10, 1: 20}), _fetch_response(1, 7, (0, 1))),
+        (_fetch(2, 7, 1, {1: 25}), _fetch_response(2, 7, (1,))),  # only partition 1 moved
+        (_fetch(3, 7, 2, {2: 0}, forgotten=(0,)), _fetch_response(3, 7, ())),  # add 2, forget 0
+    ], start=1):
+        c.receive_from_client(req, corr * 10)
+        got += [e for e in c.receive_from_broker(resp, corr * 10 + 5)[1] if isinstance(e, FetchExchanged)]
+    assert [e.request.session_epoch for e in got] == [0, 1, 2]
+    assert [len(e.request.partitions) for e in got] == [2, 1, 1]
+    assert [sorted(e.covered) for e in got] == [
+        [("t", 0, 10), ("t", 1, 20)],
+        [("t", 0, 10), ("t", 1, 25)],
+        [("t", 1, 25), ("t", 2, 0)],
+    ]
 
 
 def test_metadata_v10_plus_teaches_topic_ids() -> None:

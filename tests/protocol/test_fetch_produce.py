@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from kafka.record import MemoryRecords
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from .captures import frames
+from tests.support.captures import frames
+
 from .specgen import struct_strategy
 
 

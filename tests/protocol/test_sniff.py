@@ -7,7 +7,7 @@ import struct
 import pytest
 from fetchlat.protocol.sniff import sniff
 
-from .captures import frames
+from tests.support.captures import frames
 
 
 @pytest.mark.parametrize(("first", "kind"), [

@@ -106,3 +106,21 @@ def test_sidecar_node_from_env_and_yaml(tmp_path: Path) -> None:
     cfg = load_config(cli(upstream="b:1", listen="x:1"), env={"FETCHLAT_SIDECAR_NODE": "3"})
     assert cfg.sidecar and cfg.sidecar_node == 3
     assert not load_config(cli(upstream="b:1", listen="x:1"), env={}).sidecar
+
+
+def test_every_setting_is_in_the_one_table() -> None:
+    """Flags, environment keys, YAML keys and the reloadable set all come from config.SETTINGS,
+    and every Config field is one of them (``upstream`` fills ``upstreams``)."""
+    import dataclasses
+
+    from fetchlat.proxy.cli import PROXY_KEYS, build_parser
+    from fetchlat.proxy.config import ENV_KEYS, FLAGS, KNOWN_KEYS, RELOADABLE, SETTINGS, Config
+
+    fields = {f.name for f in dataclasses.fields(Config)} - {"upstreams"} | {"upstream"}
+    assert {s.key for s in SETTINGS} == fields == KNOWN_KEYS
+    assert set(PROXY_KEYS) == {s.key for s in FLAGS} | {"config"}
+    assert all(v == "FETCHLAT_" + k.upper() for k, v in ENV_KEYS.items())
+    assert RELOADABLE <= fields and "upstream" not in RELOADABLE and "tls_cert" not in RELOADABLE
+    text = build_parser().format_help() + build_parser()._subparsers._group_actions[0].choices["proxy"].format_help()
+    for s in FLAGS:
+        assert s.option in text

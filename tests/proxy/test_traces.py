@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 from fetchlat.metrics.model import FetchSample, PartitionSample
+from fetchlat.metrics.rows import fetch_rows
 from fetchlat.metrics.trace_schema import EXCHANGES, META_CLOCK, PARTITIONS
 from fetchlat.protocol.events import FetchExchanged
 from fetchlat.proxy.traces import TraceWriter
 
-from tests.metrics.test_model import fetch_ev
+from tests.support.events import fetch_ev
 
 PINNED = ["ts_ns", "proxy_id", "conn_id", "client_id", "broker", "api", "api_version", "kind", "max_wait_ms",
           "min_bytes", "response_bytes", "error_code", "total_ns", "wait_ns", "wait_source", "local_ns", "e2e_ns",
@@ -31,6 +32,12 @@ def sample() -> tuple[FetchExchanged, FetchSample]:
     return ev, s
 
 
+def put_fetch(w: TraceWriter, broker: str, conn_id: int, ev: FetchExchanged, s: FetchSample) -> None:
+    for table, row in fetch_rows(ev.t_request_ns + 1_700_000_000 * 10**9, w.proxy_id, broker, conn_id,
+                                 ev.correlation_id, s, []):
+        w.put(table, row)
+
+
 def test_pinned_exchange_columns_exist_in_order() -> None:
     assert EXCHANGES.names[: len(PINNED)] == PINNED
     assert "topic" in PARTITIONS.names and "record_latency_ns" in PARTITIONS.names
@@ -41,7 +48,7 @@ def test_rows_land_in_whole_files_with_a_clock_pair(tmp_path: Path) -> None:
     w.start()
     ev, s = sample()
     for _ in range(10):
-        w.fetch("111", 7, ev, s)
+        put_fetch(w, "111", 7, ev, s)
     w.close()
     files = sorted(tmp_path.rglob("*"))
     assert not [f for f in files if f.name.startswith(".tmp-")]
@@ -60,12 +67,12 @@ def test_size_rotation_closes_files(tmp_path: Path) -> None:
     w = TraceWriter(str(tmp_path), proxy_id="p1", rotate_bytes=1)  # every flush overflows the size limit
     w.start()
     ev, s = sample()
-    w.fetch("111", 1, ev, s)
+    put_fetch(w, "111", 1, ev, s)
     deadline = time.monotonic() + 10
     while w.files_closed < 2 and time.monotonic() < deadline:  # the idle flush closes both tables' files
         time.sleep(0.05)
     assert w.files_closed == 2
-    w.fetch("111", 1, ev, s)
+    put_fetch(w, "111", 1, ev, s)
     w.close()
     assert w.written == 4
     assert len(list((tmp_path / "exchanges").glob("*.parquet"))) == 2
@@ -76,7 +83,7 @@ def test_a_full_queue_drops_and_counts_without_blocking(tmp_path: Path) -> None:
     w = TraceWriter(str(tmp_path), proxy_id="p1", queue_rows=4)
     ev, s = sample()
     for _ in range(10):  # the writer thread has not started: the queue fills at 4 rows
-        w.fetch("111", 1, ev, s)
+        put_fetch(w, "111", 1, ev, s)
     assert w.dropped == 20 - 4
     w.start()
     w.close()

@@ -1,0 +1,156 @@
+"""The observation layer: the codec's events with their timestamps in; Prometheus samples and
+trace rows out. Every latency figure fetchlat reports is computed here or in the model it
+feeds (``model.py``), from timestamps it is handed: it knows nothing of sockets, asyncio or
+clocks, so a proxy connection and a packet capture feed it the same way.
+
+"Forwarded upstream" is defined once, in ``ConnectionObserver.forwarded_ns``: the later of
+the moment the request's last byte was read and the moment the broker connection was ready.
+A request held while the proxy (re)connects to its broker is forwarded only when the
+connection is up, so ``fetchlat_request_duration_seconds``, the fetch total (and from it wait
+and local) and the produce total all measure from then; the time held is the proxy's, so it
+counts in ``e2e`` (what the client waited) and in ``fetchlat_upstream_hold_seconds``.
+
+Owns: which events become which samples and rows. Must never: read clocks, do I/O, or log.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from fetchlat.protocol.apis import api_name
+from fetchlat.protocol.events import (
+    DecodeFailed,
+    Event,
+    FetchExchanged,
+    ProduceExchanged,
+    RequestSeen,
+    ResponseSeen,
+    TopicIdsLearned,
+)
+from fetchlat.protocol.inflight import observed
+
+from .fast import CounterChild, HistogramChild
+from .model import LatencyModel
+from .prom import FetchMetrics, ProxyMetrics
+from .rows import fetch_rows, other_row, produce_rows
+
+TraceSink = Callable[[str, dict[str, Any]], None]  # (table, row): never blocks
+
+
+class Observer:
+    """Per proxy (or per capture): the latency model, the metric families, the trace sink."""
+
+    def __init__(self, metrics: ProxyMetrics, fetch_metrics: FetchMetrics, *, wall_minus_mono_ns: int,
+                 proxy_id: str = "", sink: TraceSink | None = None) -> None:
+        self.metrics = metrics
+        self.fetch_metrics = fetch_metrics
+        self.model = LatencyModel(wall_minus_mono_ns=wall_minus_mono_ns)
+        self.proxy_id = proxy_id
+        self.sink = sink
+
+    @property
+    def wall_minus_mono_ns(self) -> int:
+        return self.model.wall_minus_mono_ns
+
+    def set_clock(self, wall_ns: int, mono_ns: int) -> None:
+        """A fresh (wall, monotonic) pair: trace timestamps follow the wall clock's steps."""
+        self.model.wall_minus_mono_ns = wall_ns - mono_ns
+
+    def connection(self, conn_id: int, broker: str) -> ConnectionObserver:
+        return ConnectionObserver(self, conn_id, broker)
+
+
+class ConnectionObserver:
+    """One client connection's view: its broker label, resolved metric children, client RTT,
+    and when its broker connection became ready."""
+
+    __slots__ = ("_children", "broker", "conn_id", "obs", "rtt_ns", "upstream_ready_ns")
+
+    def __init__(self, obs: Observer, conn_id: int, broker: str) -> None:
+        self.obs = obs
+        self.conn_id = conn_id
+        self.broker = broker
+        self.rtt_ns = 0
+        self.upstream_ready_ns = 0
+        self._children: dict[int, tuple[CounterChild, HistogramChild]] = {}
+
+    def set_broker(self, broker: str) -> None:
+        if broker != self.broker:
+            self.broker = broker
+            self._children.clear()
+
+    def forwarded_ns(self, t_request_ns: int) -> int:
+        """When a request whose last byte was read at ``t_request_ns`` went upstream."""
+        ready = self.upstream_ready_ns
+        return t_request_ns if t_request_ns >= ready else ready
+
+    def upstream_ready(self, t_ns: int, held_since_ns: int | None) -> None:
+        """The broker connection is up at ``t_ns``; requests read since ``held_since_ns`` waited."""
+        self.upstream_ready_ns = t_ns
+        if held_since_ns is not None:
+            self.obs.metrics.upstream_hold.observe((t_ns - held_since_ns) / 1e9)
+
+    def client_rtt(self, rtt_ns: int) -> None:
+        self.rtt_ns = rtt_ns
+        self.obs.fetch_metrics.client_rtt.labels(self.broker).observe(rtt_ns / 1e9)
+
+    def _api(self, api_key: int) -> tuple[CounterChild, HistogramChild]:
+        c = self._children.get(api_key)
+        if c is None:
+            m, name = self.obs.metrics, api_name(api_key)
+            c = self._children[api_key] = (m.requests.labels(name, self.broker),
+                                           m.request_duration.labels(name, self.broker))
+        return c
+
+    def observe(self, events: list[Event], t_read_ns: int, t_written_ns: int) -> None:
+        """Samples and rows of ``events``, whose bytes were read at ``t_read_ns`` and handed
+        on at ``t_written_ns`` (the proxy's own time is the difference)."""
+        obs = self.obs
+        for ev in events:
+            if isinstance(ev, ResponseSeen):
+                fwd = self.forwarded_ns(ev.t_request_ns)
+                self._api(ev.api_key)[1].observe((ev.t_last_ns - fwd) / 1e9)
+                if ev.rewritten:
+                    obs.metrics.rewrites.labels(api_name(ev.api_key)).inc()
+                if obs.sink is not None and not observed(ev.api_key, ev.api_version):
+                    obs.sink(*other_row(fwd + obs.wall_minus_mono_ns, obs.proxy_id, self.broker, self.conn_id,
+                                        api_key=ev.api_key, api_version=ev.api_version, client_id=ev.client_id,
+                                        correlation_id=ev.correlation_id, response_bytes=ev.size_bytes + 4,
+                                        total_ns=ev.t_last_ns - fwd))
+            elif isinstance(ev, RequestSeen):
+                self._api(ev.api_key)[0].inc()
+            elif isinstance(ev, FetchExchanged):
+                self._fetch(ev, t_written_ns - t_read_ns)
+            elif isinstance(ev, ProduceExchanged):
+                self._produce(ev)
+            elif isinstance(ev, TopicIdsLearned):
+                obs.model.learn_topic_ids(ev.topics)
+            elif isinstance(ev, DecodeFailed):
+                obs.metrics.decode_errors.labels(api_name(ev.api_key)).inc()
+
+    def _fetch(self, ev: FetchExchanged, proxy_ns: int) -> None:
+        obs = self.obs
+        fwd = self.forwarded_ns(ev.t_request_ns)
+        held_ns = fwd - ev.t_request_ns
+        if held_ns:
+            ev = dataclasses.replace(ev, t_request_ns=fwd)
+        sample, replication = obs.model.on_fetch(ev, proxy_ns=proxy_ns + held_ns, client_rtt_ns=self.rtt_ns)
+        obs.fetch_metrics.observe_fetch(self.broker, sample, replication, ev.t_last_ns)
+        if obs.sink is not None:
+            for table, row in fetch_rows(fwd + obs.wall_minus_mono_ns, obs.proxy_id, self.broker, self.conn_id,
+                                         ev.correlation_id, sample, replication):
+                obs.sink(table, row)
+
+    def _produce(self, ev: ProduceExchanged) -> None:
+        obs = self.obs
+        fwd = self.forwarded_ns(ev.t_request_ns)
+        if fwd != ev.t_request_ns:
+            ev = dataclasses.replace(ev, t_request_ns=fwd)
+        sample = obs.model.on_produce(ev)
+        obs.fetch_metrics.observe_produce(self.broker, sample)
+        if obs.sink is not None:
+            for table, row in produce_rows(fwd + obs.wall_minus_mono_ns, obs.proxy_id, self.broker, self.conn_id,
+                                           ev.correlation_id, ev.response_bytes, sample):
+                obs.sink(table, row)

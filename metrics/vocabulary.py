@@ -1,0 +1,47 @@
+"""The one vocabulary of what fetchlat measures: the values of the ``outcome``, ``source``
+(wait source), ``kind`` and ``direction`` labels and trace columns. The latency model, the
+Prometheus families, the trace rows and ``analysis/`` all take them from here (a ``StrEnum``
+is its string value in a label, a Parquet column and a Spark literal).
+
+Extend, never rename: the values are a pinned interface (DESIGN.md). Must never: import
+anything but the standard library (``analysis/`` imports this on Spark's driver).
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class Outcome(enum.StrEnum):
+    """How a fetch ended (``estimate_wait`` decides)."""
+
+    IMMEDIATE = "immediate"  # answered without parking
+    WOKEN = "woken"  # parked on an empty log, woken by new data
+    EXPIRED = "expired"  # parked until max_wait ran out
+    ERROR = "error"  # answered with an error (at once)
+    UNKNOWN = "unknown"  # not decidable from what was seen: wait 0, low confidence
+
+
+class WaitSource(enum.StrEnum):
+    REPORTED = "reported"  # the broker said (WaitTimeMs, KIP-736)
+    INFERRED = "inferred"  # the model's estimate
+
+
+class Kind(enum.StrEnum):
+    """Who sent the request: a consumer or a follower broker fetching; a producer."""
+
+    CONSUMER = "consumer"
+    FOLLOWER = "follower"
+    PRODUCER = "producer"
+
+
+class Direction(enum.StrEnum):
+    """Which half of an exchange a decode failure was in."""
+
+    REQUEST = "request"
+    RESPONSE = "response"
+
+
+def fetch_kind(replica_id: int) -> Kind:
+    """A fetch with a replica id (>= 0) comes from a follower broker."""
+    return Kind.FOLLOWER if replica_id >= 0 else Kind.CONSUMER

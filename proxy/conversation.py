@@ -1,0 +1,272 @@
+"""One client connection's proxy core, sans-I/O (mitmproxy's layers, h11's connection): bytes
+and times in, what to do out. It joins the codec (``protocol/``), the connection policy
+(``policy.py``) and the observation layer (``metrics/observer.py``); ``session.py`` only
+carries out what it returns. ``tests/proxy/test_conversation.py`` scripts it: bytes in at
+time t -> writes, pauses, closes with their reason, metric deltas.
+
+The road of one response chunk: ``from_broker`` (segments to write, and what must happen
+before the client sees them: brokers learned) -> the I/O layer writes -> ``after_write``
+(the deferred parse, then samples and trace rows for every exchange that ended).
+
+Must never: read clocks, touch sockets or asyncio. Logging is returned as ``Log`` actions.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Final
+
+from fetchlat.metrics.observer import ConnectionObserver, Observer
+from fetchlat.protocol.apis import api_name
+from fetchlat.protocol.connection import KafkaConnection, Segment
+from fetchlat.protocol.errors import FramingError
+from fetchlat.protocol.events import BrokerAddress, BrokersLearned, DecodeFailed, Event, SaslPassthroughStarted
+from fetchlat.protocol.rewrite import ResponseRewriter
+
+from .policy import RTT_SAMPLE_EVERY_NS, ConnectionPolicy, Limits, Refusal, first_bytes_verdict, tls_failure
+from .registry import BrokerRegistry, HostPort
+
+
+# ------------------------------------------------------------------ actions
+@dataclass(frozen=True, slots=True)
+class Close:
+    """Close the client connection (and its broker connection). ``abort``: at once, dropping
+    what is buffered; otherwise after the buffered writes."""
+
+    message: str
+    abort: bool = True
+    level: int = logging.WARNING
+
+
+@dataclass(frozen=True, slots=True)
+class Log:
+    level: int
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Learn:
+    """Brokers named in a response: known (listeners bound) before the client reads it."""
+
+    brokers: tuple[BrokerAddress, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class WriteUpstream:
+    """Write these bytes to the broker (the first chunk, once its first bytes look like Kafka)."""
+
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class PauseClient:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeClient:
+    pass
+
+
+Action = Close | Log | Learn | WriteUpstream | PauseClient | ResumeClient
+NOTHING: Final[tuple[Action, ...]] = ()
+PAUSE: Final = PauseClient()
+RESUME: Final = ResumeClient()
+COALESCE_BYTES: Final = 256 << 10  # pieces of a response up to this size are joined into one write
+
+
+@dataclass(frozen=True, slots=True)
+class CoreContext:
+    """What a conversation needs of the proxy, and nothing more."""
+
+    observer: Observer
+    registry: BrokerRegistry
+    limits: Limits
+    rewriter: ResponseRewriter | None
+    max_frame_bytes: int
+    wait_time_tag: int | None
+
+
+class Conversation:
+    """One client connection: forwarding decisions, timers, observation. Never does I/O."""
+
+    def __init__(self, ctx: CoreContext, *, conn_id: int, listener: str, broker_label: str,
+                 upstream: HostPort, t_ns: int, tls: bool = False, peer: str = "?") -> None:
+        self.ctx = ctx
+        self.listener = listener
+        self.peer = peer
+        self.codec = KafkaConnection(rewriter=ctx.rewriter, max_frame_bytes=ctx.max_frame_bytes,
+                                     wait_time_tag=ctx.wait_time_tag)
+        self.policy = ConnectionPolicy(ctx.limits, t_ns, tls=tls)
+        self._default_label = broker_label
+        self.upstream = upstream
+        self._generation = -1
+        self.observer: ConnectionObserver = ctx.observer.connection(conn_id, broker_label)
+        self._refresh_label()
+        self.upstream_ready = False
+        self.pending: list[bytes] = []
+        self._held_since_ns: int | None = None
+        self._first = True
+        self._rtt_at_ns = 0
+        m = ctx.observer.metrics
+        self._bytes_in = m.bytes.labels("client_to_broker", listener)
+        self._bytes_out = m.bytes.labels("broker_to_client", listener)
+
+    @property
+    def conn_id(self) -> int:
+        return int(self.observer.conn_id)
+
+    @property
+    def broker(self) -> str:
+        return str(self.observer.broker)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.codec.in_flight)
+
+    @property
+    def forwards_directly(self) -> bool:
+        """The I/O layer writes client bytes upstream itself, before ``from_client`` (the first
+        chunk waits for the sniff verdict; bytes before the broker connection are held)."""
+        return self.upstream_ready and not self._first
+
+    def _refresh_label(self) -> None:
+        reg = self.ctx.registry
+        if reg.generation != self._generation:
+            self._generation = reg.generation
+            self.observer.set_broker(reg.label(self.upstream, self._default_label))
+
+    def _refuse(self, r: Refusal) -> Close:
+        self.ctx.observer.metrics.connection_errors.labels(r.reason).inc()
+        return Close(f"client {self.peer} via {self.listener}: {r.message}")
+
+    # ------------------------------------------------------------------ client -> broker
+    def from_client(self, data: bytes, t_ns: int) -> tuple[Action, ...]:
+        """Plain bytes the client sent at ``t_ns``. The caller has already written them upstream
+        if ``forwards_directly`` (forward first: the same object); otherwise they are held here,
+        or (the first chunk) written once they look like Kafka."""
+        actions = NOTHING
+        if self._first:
+            self._first = False
+            refusal = first_bytes_verdict(data)
+            if refusal is not None:  # never forwarded: the broker would only see garbage
+                return (self._refuse(refusal),)
+            if self.upstream_ready:
+                actions = (WriteUpstream(data),)
+        if not self.upstream_ready:
+            self.pending.append(data)
+            if self._held_since_ns is None:
+                self._held_since_ns = t_ns
+            if self.policy.held(len(data)):
+                actions = (PAUSE,)
+        self._bytes_in.inc(len(data))
+        try:
+            events = self.codec.receive_from_client(data, t_ns)
+        except FramingError as exc:
+            return (self._framing_lost("request", exc),)
+        self.policy.client_bytes(t_ns, self.codec.client_mid_frame)
+        if events:
+            self._refresh_label()
+            self.observer.observe(events, t_ns, t_ns)
+            notes = self._notes(events)
+            if notes:
+                actions = (*actions, *notes)
+        return actions
+
+    def _framing_lost(self, side: str, exc: FramingError) -> Close:
+        self.ctx.observer.metrics.connection_errors.labels(f"{side}_framing").inc()
+        return Close(f"client {self.peer} via {self.listener}: {side} framing lost ({exc}); "
+                     "closing this connection only")
+
+    def _notes(self, events: list[Event]) -> list[Action]:
+        out: list[Action] = []
+        for ev in events:
+            if isinstance(ev, DecodeFailed):
+                out.append(Log(logging.INFO, f"client {self.peer}: {api_name(ev.api_key)} v{ev.api_version} "
+                                             f"{ev.direction} not decoded ({ev.reason}); forwarded untouched"))
+            elif isinstance(ev, SaslPassthroughStarted):
+                out.append(Log(logging.INFO, f"client {self.peer}: SASL mechanism {ev.mechanism} over raw frames; "
+                                             "forwarding without observation"))
+        return out
+
+    # ------------------------------------------------------------------ upstream
+    def upstream_connected(self, t_ns: int, upstream: HostPort) -> tuple[list[bytes], tuple[Action, ...]]:
+        """The broker connection is up: the held bytes to write first, and what to do."""
+        self.upstream = upstream
+        self._refresh_label()
+        self.upstream_ready = True
+        self.observer.upstream_ready(t_ns, self._held_since_ns)
+        pending, self.pending = self.pending, []
+        paused = self.policy.pending_bytes > self.ctx.limits.max_pending_bytes
+        self.policy.released()
+        return pending, ((RESUME,) if paused else NOTHING)
+
+    def upstream_failed(self, t_ns: int) -> int | None:
+        """A round of connection attempts failed: ns until the next round, or None to give up."""
+        self.ctx.observer.metrics.upstream_failures.inc()
+        return self.policy.attempt_failed(t_ns)
+
+    def upstream_unreachable(self, hold_s: float, last_error: str) -> Close:
+        self.ctx.observer.metrics.connection_errors.labels("upstream_unreachable").inc()
+        return Close(f"client {self.peer} via {self.listener}: broker unreachable for {hold_s:.1f} s ({last_error}); "
+                     f"closing the connection so the client reconnects ({self.in_flight} request(s), "
+                     f"{self.policy.pending_bytes} bytes held)", abort=False)
+
+    # ------------------------------------------------------------------ broker -> client
+    def from_broker(self, data: bytes, t_ns: int) -> tuple[list[Segment], tuple[Action, ...]]:
+        """The segments to write to the client, and what must happen before they are written."""
+        try:
+            segments, before = self.codec.forward_from_broker(data, t_ns)
+        except FramingError as exc:
+            return [], (self._framing_lost("response", exc),)
+        if not before:
+            return segments, NOTHING
+        self.observer.observe(before, t_ns, t_ns)  # topic ids learned
+        return segments, tuple(Learn(ev.brokers) for ev in before if isinstance(ev, BrokersLearned))
+
+    def written(self, segments: list[Segment]) -> int:
+        """Count what went to the client; its size."""
+        n = 0
+        for s in segments:
+            n += len(s)
+        self._bytes_out.inc(n)
+        return n
+
+    def after_write(self, t_read_ns: int, t_written_ns: int) -> tuple[Action, ...]:
+        """The bytes read at ``t_read_ns`` were handed on at ``t_written_ns``: observe."""
+        if t_written_ns != t_read_ns:
+            self.ctx.observer.metrics.added.observe((t_written_ns - t_read_ns) / 1e9)
+        events = self.codec.after_write()
+        if not events:
+            return NOTHING
+        self._refresh_label()
+        self.observer.observe(events, t_read_ns, t_written_ns)
+        notes = self._notes(events)
+        return tuple(notes) if notes else NOTHING
+
+    # ------------------------------------------------------------------ timers and TLS
+    def client_stalled(self, t_ns: int) -> None:
+        self.policy.client_stalled(t_ns)
+
+    def client_resumed(self) -> None:
+        self.policy.client_resumed()
+
+    def expire(self, now_ns: int) -> Close | None:
+        reason = self.policy.expire(now_ns, bool(self.codec.in_flight))
+        if reason is None:
+            return None
+        return self._refuse(Refusal(reason, f"{reason.replace('_', ' ')}; closing this connection"))
+
+    def tls_established(self) -> None:
+        self.policy.tls_pending = False
+
+    def tls_failed(self, handshaken: bool, error: str) -> Close:
+        return self._refuse(tls_failure(handshaken, error))
+
+    def rtt_due(self, now_ns: int) -> bool:
+        return now_ns - self._rtt_at_ns > RTT_SAMPLE_EVERY_NS
+
+    def client_rtt(self, rtt_ns: int, now_ns: int) -> None:
+        self._rtt_at_ns = now_ns
+        self.observer.client_rtt(rtt_ns)

@@ -1,0 +1,217 @@
+"""The proxy core, scripted: bytes in at time t -> what is written, paused, closed (with its
+reason) and which metrics move. One test per rule, in milliseconds; the integration tests
+prove the same rules end to end through real sockets."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from fetchlat.protocol import apis
+from fetchlat.protocol.encoder import encode
+from fetchlat.protocol.framing import request_frame, response_frame
+from fetchlat.protocol.schema import load
+from fetchlat.proxy.conversation import Close, Learn, Log, PauseClient, ResumeClient, WriteUpstream
+from fetchlat.proxy.policy import Limits
+
+from tests.support.playbook import MS, T0, Playbook
+
+
+def metadata_request(corr: int) -> bytes:
+    return request_frame(apis.METADATA, 1, corr, "pb", encode(load("MetadataRequest"), 1, {"Topics": []}))
+
+
+def metadata_response(corr: int, brokers: list[tuple[int, str, int]]) -> bytes:
+    body = encode(load("MetadataResponse"), 1, {
+        "Brokers": [{"NodeId": n, "Host": h, "Port": p, "Rack": None} for n, h, p in brokers],
+        "ControllerId": 1, "Topics": []})
+    return response_frame(apis.METADATA, 1, corr, body)
+
+
+def fetch_request(corr: int, *, max_wait_ms: int = 500, offset: int = 5) -> bytes:
+    body = encode(load("FetchRequest"), 12, {
+        "ReplicaId": -1, "MaxWaitMs": max_wait_ms, "MinBytes": 1, "MaxBytes": 1 << 20, "SessionEpoch": -1,
+        "Topics": [{"Topic": "t", "Partitions": [{"Partition": 0, "FetchOffset": offset,
+                                                  "PartitionMaxBytes": 1 << 20}]}]})
+    return request_frame(apis.FETCH, 12, corr, "consumer-1", body)
+
+
+def empty_fetch_response(corr: int, hw: int = 5) -> bytes:
+    body = encode(load("FetchResponse"), 12, {"Responses": [{"Topic": "t", "Partitions": [
+        {"PartitionIndex": 0, "HighWatermark": hw, "LastStableOffset": hw, "Records": None}]}]})
+    return response_frame(apis.FETCH, 12, corr, body)
+
+
+def ready() -> Playbook:
+    pb = Playbook()
+    assert pb.connect_upstream(T0) == ()
+    return pb
+
+
+# ---------------------------------------------------------------- forwarding
+def test_a_request_is_forwarded_first_and_counted() -> None:
+    pb = ready()
+    req = metadata_request(1)
+    # the first chunk waits for the sniff verdict, and is written once it looks like Kafka...
+    assert pb.client(req, T0 + MS) == (WriteUpstream(req),)
+    pb.client(metadata_request(2), T0 + 2 * MS)
+    assert pb.upstream_writes == [req, metadata_request(2)]  # ...the next ones by the I/O layer, first
+    assert pb.value("fetchlat_requests_total", api="Metadata", broker="bootstrap") == 2
+
+
+def test_a_response_goes_back_rewritten_and_brokers_are_learned_before_the_write() -> None:
+    pb = ready()
+    pb.client(metadata_request(1), T0 + MS)
+    actions = pb.broker(metadata_response(1, [(1, "kafka-1", 9092)]), T0 + 3 * MS)
+    assert actions == (Learn(((_broker(1, "kafka-1", 9092)),)),)
+    assert b"proxy.test" in pb.client_writes[0] and b"kafka-1" not in pb.client_writes[0]
+    assert pb.value("fetchlat_request_duration_seconds_sum", api="Metadata", broker="bootstrap") == pytest.approx(0.002)
+    assert pb.value("fetchlat_rewritten_responses_total", api="Metadata") == 1
+    assert pb.registry.nodes == {}  # learning is the caller's: it binds listeners, then writes
+
+
+def _broker(node: int, host: str, port: int) -> object:
+    from fetchlat.protocol.events import BrokerAddress
+
+    return BrokerAddress(node_id=node, host=host, port=port, rack=None)
+
+
+def test_the_broker_label_follows_the_registry() -> None:
+    pb = ready()
+    pb.registry.learn((_broker(7, *pb.conv.upstream),))  # type: ignore[arg-type]
+    pb.client(metadata_request(1), T0 + MS)
+    pb.broker(metadata_response(1, []), T0 + 2 * MS)
+    assert pb.value("fetchlat_requests_total", api="Metadata", broker="7") == 1
+
+
+def test_time_held_for_the_broker_connection_is_not_broker_time() -> None:
+    """A request read at 1 ms waits until the broker connection is up at 6 ms: its duration and
+    the fetch total count from 6 ms; the 5 ms held go to e2e and fetchlat_upstream_hold_seconds."""
+    pb = Playbook()
+    assert pb.client(fetch_request(1, max_wait_ms=0), T0 + 1 * MS) == ()
+    assert pb.upstream_writes == []  # held
+    pb.connect_upstream(T0 + 6 * MS)
+    assert pb.upstream_writes == [fetch_request(1, max_wait_ms=0)]
+    pb.broker(empty_fetch_response(1), T0 + 8 * MS)
+    assert pb.value("fetchlat_request_duration_seconds_sum", api="Fetch", broker="bootstrap") == pytest.approx(0.002)
+    assert pb.value("fetchlat_fetch_total_seconds_sum", broker="bootstrap", kind="consumer") == pytest.approx(0.002)
+    assert pb.value("fetchlat_fetch_local_seconds_sum", broker="bootstrap", kind="consumer") == pytest.approx(0.002)
+    assert pb.value("fetchlat_fetch_e2e_seconds_sum", broker="bootstrap", kind="consumer") == pytest.approx(0.007)
+    assert pb.value("fetchlat_upstream_hold_seconds_sum") == pytest.approx(0.005)
+    (row,) = [r for t, r in pb.rows if t == "exchanges"]
+    assert (row["ts_ns"], row["total_ns"], row["e2e_ns"]) == (T0 + 6 * MS, 2 * MS, 7 * MS)
+
+
+def test_held_bytes_past_the_limit_pause_the_client_until_the_broker_is_up() -> None:
+    pb = Playbook(limits=Limits(max_pending_bytes=100))
+    req = fetch_request(1)
+    assert pb.client(req, T0) == ()
+    assert pb.client(fetch_request(2), T0 + MS) == (PauseClient(),)
+    assert pb.connect_upstream(T0 + 2 * MS) == (ResumeClient(),)
+    assert len(pb.upstream_writes) == 2
+
+
+def test_a_long_poll_that_expires_is_all_purgatory() -> None:
+    pb = ready()
+    pb.client(fetch_request(1), T0)
+    pb.broker(empty_fetch_response(1), T0 + 501 * MS, t_written_ns=T0 + 501 * MS + 30_000)
+    assert pb.value("fetchlat_fetches_total", broker="bootstrap", kind="consumer", outcome="expired") == 1
+    assert pb.value("fetchlat_fetch_wait_seconds_sum", broker="bootstrap", kind="consumer",
+                    source="inferred") == pytest.approx(0.5)
+    assert pb.value("fetchlat_fetch_local_seconds_sum", broker="bootstrap", kind="consumer") == pytest.approx(0.001)
+    # e2e adds the proxy's own read -> write time of the response
+    assert pb.value("fetchlat_fetch_e2e_seconds_sum", broker="bootstrap", kind="consumer") == pytest.approx(0.00103)
+    assert pb.value("fetchlat_proxy_added_seconds_sum") == pytest.approx(0.00003)
+
+
+# ---------------------------------------------------------------- bad input
+@pytest.mark.parametrize(("first", "reason"), [
+    (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", "tls_on_plaintext"),
+    (b"GET /metrics HTTP/1.1\r\n", "http_on_plaintext"),
+], ids=["tls_client_hello", "http_request"])
+def test_a_non_kafka_first_chunk_is_refused_and_never_forwarded(first: bytes, reason: str) -> None:
+    pb = ready()
+    (close,) = pb.client(first, T0)
+    assert isinstance(close, Close) and close.abort and "plaintext Kafka listener" in close.message
+    assert pb.upstream_writes == []
+    assert pb.value("fetchlat_connection_errors_total", reason=reason) == 1
+
+
+def test_a_bad_request_frame_size_closes_this_connection_only() -> None:
+    pb = ready()
+    (close,) = pb.client(b"\x00\x20\x00\x00" + b"x" * 10, T0)  # 2 MiB: above the 1 MiB limit
+    assert isinstance(close, Close) and "request framing lost" in close.message and "exceeds the limit" in close.message
+    assert pb.value("fetchlat_connection_errors_total", reason="request_framing") == 1
+
+
+def test_a_response_matching_no_request_closes_the_connection() -> None:
+    pb = ready()
+    pb.client(metadata_request(1), T0)
+    (close,) = pb.broker(metadata_response(9, []), T0 + MS)
+    assert isinstance(close, Close) and "does not match" in close.message
+    assert pb.client_writes == []
+    assert pb.value("fetchlat_connection_errors_total", reason="response_framing") == 1
+
+
+def test_an_undecodable_request_is_forwarded_counted_and_logged() -> None:
+    pb = ready()
+    bad = request_frame(apis.FETCH, 12, 1, "c", b"\xff\xff")
+    pb.client(bad, T0)
+    (note,) = [a for a in pb.client(request_frame(apis.FETCH, 12, 2, "c", b"\xff\xff"), T0 + MS)
+               if isinstance(a, Log)]
+    assert note.level == logging.INFO and "Fetch v12 request not decoded" in note.message
+    assert len(pb.upstream_writes) == 2
+    assert pb.value("fetchlat_decode_errors_total", api="Fetch") == 2
+
+
+# ---------------------------------------------------------------- timers
+@pytest.mark.parametrize(("name", "limits", "script", "reason"), [
+    ("idle", Limits(idle_ns=100 * MS), [], "idle_timeout"),
+    ("partial_frame", Limits(partial_frame_ns=100 * MS), [b"\x00\x00\x00\x40\x00"], "partial_frame_timeout"),
+], ids=["idle", "partial_frame"])
+def test_a_timer_closes_the_connection_with_its_reason(name: str, limits: Limits, script: list[bytes],
+                                                       reason: str) -> None:
+    pb = Playbook(limits=limits)
+    pb.connect_upstream(T0)
+    for chunk in script:
+        pb.client(chunk, T0)
+    assert pb.conv.expire(T0 + 100 * MS) is None  # at the limit: not yet
+    close = pb.conv.expire(T0 + 101 * MS)
+    assert close is not None and reason.replace("_", " ") in close.message
+    assert pb.value("fetchlat_connection_errors_total", reason=reason) == 1
+
+
+def test_a_request_in_flight_is_not_idle() -> None:
+    pb = Playbook(limits=Limits(idle_ns=100 * MS))
+    pb.connect_upstream(T0)
+    pb.client(fetch_request(1), T0)
+    assert pb.conv.expire(T0 + 400 * MS) is None  # a long poll parked at the broker
+    pb.broker(empty_fetch_response(1), T0 + 500 * MS)
+    assert pb.conv.expire(T0 + 601 * MS) is not None
+
+
+def test_a_client_that_stops_reading_is_closed() -> None:
+    pb = Playbook(limits=Limits(stalled_client_ns=100 * MS))
+    pb.connect_upstream(T0)
+    pb.client(fetch_request(1), T0)
+    pb.conv.client_stalled(T0 + MS)
+    assert pb.conv.expire(T0 + 50 * MS) is None
+    pb.conv.client_resumed()
+    assert pb.conv.expire(T0 + 200 * MS) is None
+    pb.conv.client_stalled(T0 + 200 * MS)
+    close = pb.conv.expire(T0 + 301 * MS + 1)
+    assert close is not None and "client not reading" in close.message
+
+
+def test_an_unreachable_broker_is_retried_with_backoff_then_the_client_is_closed() -> None:
+    pb = Playbook(limits=Limits(upstream_hold_ns=1000 * MS))
+    delays = []
+    t = T0
+    while (d := pb.conv.upstream_failed(t)) is not None:
+        delays.append(d // MS)
+        t += d
+    assert delays == [50, 100, 200, 400, 250]  # doubling, the last one cut to the deadline
+    close = pb.conv.upstream_unreachable(1.0, "127.0.0.1:9092: Connection refused")
+    assert not close.abort and "reconnects" in close.message
+    assert pb.value("fetchlat_upstream_connect_failures_total") == 6
+    assert pb.value("fetchlat_connection_errors_total", reason="upstream_unreachable") == 1
