@@ -25,7 +25,7 @@ from fetchlat.protocol import apis, fetch
 from fetchlat.protocol.connection import KafkaConnection
 from fetchlat.protocol.encoder import encode
 from fetchlat.protocol.events import FetchExchanged
-from fetchlat.protocol.primitives import encode_string
+from fetchlat.protocol.framing import request_frame, response_frame
 from fetchlat.protocol.schema import load
 from fetchlat.protocol.stream import Feeder
 from kafka.record.default_records import DefaultRecordBatchBuilder
@@ -92,11 +92,8 @@ def main() -> None:
     def exchange(corr: list[int] = [0]) -> None:  # noqa: B006 - a counter
         corr[0] += 1
         c = corr[0]
-        header = struct.pack(">hhi", apis.FETCH, 12, c) + encode_string("bench", False) + b"\x00"
-        req = header + req_body
-        resp = struct.pack(">i", c) + b"\x00" + resp_body
-        codec.receive_from_client(len(req).to_bytes(4, "big") + req, c)
-        _, events = codec.receive_from_broker(len(resp).to_bytes(4, "big") + resp, c + 1)
+        codec.receive_from_client(request_frame(apis.FETCH, 12, c, "bench", req_body), c)
+        _, events = codec.receive_from_broker(response_frame(apis.FETCH, 12, c, resp_body), c + 1)
         for e in events:
             if isinstance(e, FetchExchanged):
                 exchanges.append(e)

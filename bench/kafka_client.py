@@ -13,8 +13,8 @@ from typing import Any
 
 from fetchlat.protocol import apis
 from fetchlat.protocol.encoder import encode
+from fetchlat.protocol.framing import request_frame
 from fetchlat.protocol.headers import response_body_start
-from fetchlat.protocol.primitives import encode_string
 from fetchlat.protocol.walker import walk
 
 
@@ -31,12 +31,9 @@ class AsyncClient:
     async def call(self, key: int, v: int, value: dict[str, Any]) -> tuple[Any, float]:
         """The decoded response and the round trip in seconds."""
         self.corr += 1
-        header = struct.pack(">hhi", key, v, self.corr) + encode_string(self.client_id, False)
-        if apis.request_header_version(key, v) == 2:
-            header += b"\x00"
-        frame = header + encode(apis.table()[key].request(), v, value)
+        frame = request_frame(key, v, self.corr, self.client_id, encode(apis.table()[key].request(), v, value))
         t0 = time.perf_counter()
-        self.writer.write(len(frame).to_bytes(4, "big") + frame)
+        self.writer.write(frame)
         size = struct.unpack(">i", await self.reader.readexactly(4))[0]
         resp = await self.reader.readexactly(size)
         rtt = time.perf_counter() - t0

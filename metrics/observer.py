@@ -92,6 +92,10 @@ class ConnectionObserver:
         if held_since_ns is not None:
             self.obs.metrics.upstream_hold.observe((t_ns - held_since_ns) / 1e9)
 
+    def handed_on(self, t_read_ns: int, t_written_ns: int) -> None:
+        """Bytes read from the broker at ``t_read_ns`` went to the client socket at ``t_written_ns``."""
+        self.obs.metrics.added.observe((t_written_ns - t_read_ns) / 1e9)
+
     def client_rtt(self, rtt_ns: int) -> None:
         self.rtt_ns = rtt_ns
         self.obs.fetch_metrics.client_rtt.labels(self.broker).observe(rtt_ns / 1e9)

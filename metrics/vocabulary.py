@@ -36,10 +36,10 @@ class Kind(enum.StrEnum):
 
 
 class Direction(enum.StrEnum):
-    """Which half of an exchange a decode failure was in."""
+    """Which way bytes flow through the proxy (the ``direction`` label of ``fetchlat_bytes_total``)."""
 
-    REQUEST = "request"
-    RESPONSE = "response"
+    CLIENT_TO_BROKER = "client_to_broker"
+    BROKER_TO_CLIENT = "broker_to_client"
 
 
 def fetch_kind(replica_id: int) -> Kind:

@@ -109,7 +109,11 @@ def i64(r: Reader) -> Parser[int]:
 
 def uvarint_here(r: Reader) -> int | None:
     """An unsigned varint wholly in the current chunk (consumed), or None (nothing consumed)."""
-    v, p = uvarint_at(r.buf, r.pos)
+    buf, p = r.buf, r.pos
+    if p < len(buf) and buf[p] < 0x80:  # one byte: nearly every length and tag count
+        r.pos = p + 1
+        return int(buf[p])
+    v, p = uvarint_at(buf, p)
     if p < 0:
         return None
     r.pos = p

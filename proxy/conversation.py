@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from fetchlat.metrics.observer import ConnectionObserver, Observer
+from fetchlat.metrics.vocabulary import Direction
 from fetchlat.protocol.apis import api_name
 from fetchlat.protocol.connection import KafkaConnection, Segment
 from fetchlat.protocol.errors import FramingError
@@ -110,8 +111,10 @@ class Conversation:
         self._first = True
         self._rtt_at_ns = 0
         m = ctx.observer.metrics
-        self._bytes_in = m.bytes.labels("client_to_broker", listener)
-        self._bytes_out = m.bytes.labels("broker_to_client", listener)
+        self._bytes_in = m.bytes.labels(Direction.CLIENT_TO_BROKER, listener)
+        self._bytes_out = m.bytes.labels(Direction.BROKER_TO_CLIENT, listener)
+        self._requests = self.codec.requests
+        self._responses = self.codec.responses
 
     @property
     def conn_id(self) -> int:
@@ -162,10 +165,10 @@ class Conversation:
                 actions = (PAUSE,)
         self._bytes_in.inc(len(data))
         try:
-            events = self.codec.receive_from_client(data, t_ns)
+            events = self._requests.receive(data, t_ns)
         except FramingError as exc:
             return (self._framing_lost("request", exc),)
-        self.policy.client_bytes(t_ns, self.codec.client_mid_frame)
+        self.policy.client_bytes(t_ns, self._requests.mid_frame)
         if events:
             self._refresh_label()
             self.observer.observe(events, t_ns, t_ns)
@@ -217,7 +220,7 @@ class Conversation:
     def from_broker(self, data: bytes, t_ns: int) -> tuple[list[Segment], tuple[Action, ...]]:
         """The segments to write to the client, and what must happen before they are written."""
         try:
-            segments, before = self.codec.forward_from_broker(data, t_ns)
+            segments, before = self._responses.forward(data, t_ns)
         except FramingError as exc:
             return [], (self._framing_lost("response", exc),)
         if not before:
@@ -233,11 +236,14 @@ class Conversation:
         self._bytes_out.inc(n)
         return n
 
-    def after_write(self, t_read_ns: int, t_written_ns: int) -> tuple[Action, ...]:
-        """The bytes read at ``t_read_ns`` were handed on at ``t_written_ns``: observe."""
-        if t_written_ns != t_read_ns:
-            self.ctx.observer.metrics.added.observe((t_written_ns - t_read_ns) / 1e9)
-        events = self.codec.after_write()
+    def after_write(self, t_read_ns: int, t_written_ns: int | None) -> tuple[Action, ...]:
+        """The bytes read at ``t_read_ns`` were handed on at ``t_written_ns`` (None: nothing was
+        written): observe."""
+        if t_written_ns is None:
+            t_written_ns = t_read_ns
+        else:
+            self.observer.handed_on(t_read_ns, t_written_ns)
+        events = self._responses.after_write()
         if not events:
             return NOTHING
         self._refresh_label()

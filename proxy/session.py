@@ -281,14 +281,14 @@ class BrokerSide(asyncio.Protocol):
             client.apply(before)  # learn brokers (bind listeners) before clients see them
             if client.closed:
                 return
-        t_out_ns = t_ns
+        t_out_ns: int | None = None
         if segments:
             client.write_to_client(segments)
             t_out_ns = clock.now_ns()
-        if conv.rtt_due(t_out_ns) and client.transport is not None:
-            rtt = tcp_rtt_ns(client.transport.get_extra_info("socket"))
-            if rtt is not None:
-                conv.client_rtt(rtt, t_out_ns)
+            if conv.rtt_due(t_out_ns) and client.transport is not None:
+                rtt = tcp_rtt_ns(client.transport.get_extra_info("socket"))
+                if rtt is not None:
+                    conv.client_rtt(rtt, t_out_ns)
         after = conv.after_write(t_ns, t_out_ns)  # the bookkeeping waits until the bytes are on their way
         if after:
             client.apply(after)

@@ -8,7 +8,6 @@ same Fetch response as a reference point.
 
 from __future__ import annotations
 
-import struct
 import sys
 import uuid
 from collections.abc import Callable
@@ -21,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the golden captu
 from fetchlat.protocol import apis, fetch, fetch_now, produce
 from fetchlat.protocol.connection import KafkaConnection
 from fetchlat.protocol.encoder import encode
+from fetchlat.protocol.framing import request_frame
 from fetchlat.protocol.headers import response_body_start
-from fetchlat.protocol.primitives import encode_string
 from fetchlat.protocol.rewrite import ResponseRewriter, cap_api_versions
 from fetchlat.protocol.schema import load
 from fetchlat.protocol.stream import Feeder, parse_whole
@@ -47,11 +46,7 @@ def _batch(records: int, value_size: int, base_offset: int = 0) -> bytes:
 
 
 def _request(api_key: int, version: int, corr: int, body: bytes) -> bytes:
-    header = struct.pack(">hhi", api_key, version, corr) + encode_string("bench", False)
-    if apis.request_header_version(api_key, version) >= 2:
-        header += b"\x00"
-    frame = header + body
-    return len(frame).to_bytes(4, "big") + frame
+    return request_frame(api_key, version, corr, "bench", body)
 
 
 def _response(api_key: int, version: int, corr: int, body: bytes) -> bytes:

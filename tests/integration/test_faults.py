@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from fetchlat.protocol import apis
+from fetchlat.protocol.framing import request_frame, request_header
 
 from .conftest import ProxyProc, free_ports, run_tansu, start_proxy, stop_proxy, wait_port
 from .test_bad_input import closed_by_proxy
@@ -33,8 +34,7 @@ HERE = Path(__file__).resolve().parent
 
 
 def api_versions_frame(client_id: bytes = b"faults", corr: int = 1) -> bytes:
-    body = struct.pack(">hhi", apis.API_VERSIONS, 0, corr) + struct.pack(">h", len(client_id)) + client_id
-    return len(body).to_bytes(4, "big") + body
+    return request_frame(apis.API_VERSIONS, 0, corr, client_id.decode(), b"")
 
 
 def read_frame(s: socket.socket) -> bytes:
@@ -162,7 +162,7 @@ def test_a_broker_that_stays_away_fails_held_requests_after_the_timeout(broker: 
         assert 1.3 <= waited < 5, waited
         # held bytes are bounded: with the broker away the proxy stops reading a flooding client
         flood = socket.create_connection(("127.0.0.1", proxy.listen_port), timeout=1.0)
-        big = struct.pack(">i", 64 << 20) + struct.pack(">hhi", apis.PRODUCE, 9, 1) + b"\x00" * 1000
+        big = struct.pack(">i", 64 << 20) + request_header(apis.PRODUCE, 9, 1, None) + b"\x00" * 1000
         sent = 0
         try:
             flood.sendall(big)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from fetchlat.protocol import apis
+from fetchlat.protocol.framing import request_frame
 from fetchlat.protocol.primitives import encode_string
 
 from .conftest import ProxyProc, start_proxy, stop_proxy
@@ -100,8 +101,7 @@ def flow_proxy(firehose: Firehose, tmp_path: Path) -> Iterator[ProxyProc]:
 
 
 def fetch_request(corr: int) -> bytes:
-    frame = struct.pack(">hhi", apis.FETCH, 11, corr) + encode_string("flow", False) + bytes(40)
-    return len(frame).to_bytes(4, "big") + frame
+    return request_frame(apis.FETCH, 11, corr, "flow", bytes(40))
 
 
 def rss_bytes(pid: int) -> int:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import math
 import shutil
-import struct
 import subprocess
 import threading
 import time
@@ -23,6 +22,7 @@ from typing import Any
 import pytest
 import yaml
 from fetchlat.protocol import apis
+from fetchlat.protocol.framing import request_frame
 
 from .conftest import TANSU_NODE_ID, Broker, ProxyProc, free_ports, start_proxy, stop_proxy, wait_port
 from .test_bad_input import attack
@@ -145,10 +145,8 @@ def run_load(proxy: ProxyProc, stop: threading.Event, errors: list[str]) -> list
 
 def bad_input(proxy: ProxyProc) -> None:
     # a Fetch v12 whose body is cut short: forwarded untouched, counted as a decode error
-    header = struct.pack(">hhi", apis.FETCH, 12, 7) + struct.pack(">h", 1) + b"x" + b"\x00"
-    frame = header + b"\x00\x00\x00"
     s = __import__("socket").create_connection(("127.0.0.1", proxy.listen_port), timeout=5)
-    s.sendall(len(frame).to_bytes(4, "big") + frame)
+    s.sendall(request_frame(apis.FETCH, 12, 7, "x", b"\x00\x00\x00"))
     time.sleep(0.3)
     s.close()
     assert attack(proxy.listen_port, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")  # http_on_plaintext

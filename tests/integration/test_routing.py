@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from fetchlat.protocol import apis
 from fetchlat.protocol.encoder import encode
+from fetchlat.protocol.framing import request_frame
 from fetchlat.protocol.headers import response_body_start
-from fetchlat.protocol.primitives import encode_string
 from fetchlat.protocol.walker import walk
 
 from tests.support.fake_cluster import TOPIC, TOPIC_ID, FakeCluster
@@ -34,11 +34,8 @@ class Client:
 
     def call(self, key: int, v: int, value: dict[str, Any]) -> Any:
         self.corr += 1
-        header = struct.pack(">hhi", key, v, self.corr) + encode_string("routing-test", False)
-        if apis.request_header_version(key, v) == 2:
-            header += b"\x00"
-        frame = header + encode(apis.table()[key].request(), v, value)
-        self.sock.sendall(len(frame).to_bytes(4, "big") + frame)
+        frame = request_frame(key, v, self.corr, "routing-test", encode(apis.table()[key].request(), v, value))
+        self.sock.sendall(frame)
         size = struct.unpack(">i", self._read(4))[0]
         resp = self._read(size)
         assert struct.unpack(">i", resp[:4])[0] == self.corr

@@ -4,7 +4,6 @@ acks=0, raw SASL after SaslHandshake v0, framing errors, and hypothesis properti
 from __future__ import annotations
 
 import contextlib
-import struct
 
 import pytest
 from fetchlat.protocol import apis
@@ -12,7 +11,7 @@ from fetchlat.protocol.connection import KafkaConnection
 from fetchlat.protocol.encoder import encode
 from fetchlat.protocol.errors import FramingError, ProtocolError
 from fetchlat.protocol.events import BrokersLearned, RequestSeen, ResponseSeen, TopicIdsLearned
-from fetchlat.protocol.primitives import encode_string
+from fetchlat.protocol.framing import request_frame, response_frame
 from fetchlat.protocol.rewrite import ResponseRewriter
 from fetchlat.protocol.schema import load
 from hypothesis import HealthCheck, given, settings
@@ -22,19 +21,11 @@ from tests.support.captures import conversations
 
 
 def request(api_key: int, version: int, corr: int, body: bytes, client_id: str = "t") -> bytes:
-    header = struct.pack(">hhi", api_key, version, corr) + encode_string(client_id, False)
-    if apis.request_header_version(api_key, version) >= 2:
-        header += b"\x00"
-    frame = header + body
-    return len(frame).to_bytes(4, "big") + frame
+    return request_frame(api_key, version, corr, client_id, body)
 
 
 def response(api_key: int, version: int, corr: int, body: bytes) -> bytes:
-    header = corr.to_bytes(4, "big", signed=True)
-    if apis.response_header_version(api_key, version) >= 1:
-        header += b"\x00"
-    frame = header + body
-    return len(frame).to_bytes(4, "big") + frame
+    return response_frame(api_key, version, corr, body)
 
 
 def produce_body(version: int, acks: int) -> bytes:

@@ -62,7 +62,8 @@ class Playbook:
         if segments:
             self.conv.written(segments)
             self.client_writes.append(b"".join(bytes(s) for s in segments))
-        after = self.conv.after_write(t_ns, t_ns if t_written_ns is None else t_written_ns)
+            t_written_ns = t_ns if t_written_ns is None else t_written_ns
+        after = self.conv.after_write(t_ns, t_written_ns)
         return before + after
 
     # --------------------------------------------------------------- metrics
