@@ -27,6 +27,7 @@ from fetchlat.protocol.events import (
     ProduceExchanged,
     RequestSeen,
     ResponseSeen,
+    SaslPassthroughStarted,
     TopicIdsLearned,
 )
 from fetchlat.protocol.inflight import observed
@@ -101,21 +102,23 @@ class ConnectionObserver:
         self.obs.fetch_metrics.client_rtt.labels(self.broker).observe(rtt_ns / 1e9)
 
     def _api(self, api_key: int) -> tuple[CounterChild, HistogramChild]:
-        c = self._children.get(api_key)
-        if c is None:
-            m, name = self.obs.metrics, api_name(api_key)
-            c = self._children[api_key] = (m.requests.labels(name, self.broker),
-                                           m.request_duration.labels(name, self.broker))
+        m, name = self.obs.metrics, api_name(api_key)
+        c = self._children[api_key] = (m.requests.labels(name, self.broker),
+                                       m.request_duration.labels(name, self.broker))
         return c
 
-    def observe(self, events: list[Event], t_read_ns: int, t_written_ns: int) -> None:
+    def observe(self, events: list[Event], t_read_ns: int, t_written_ns: int) -> bool:
         """Samples and rows of ``events``, whose bytes were read at ``t_read_ns`` and handed
-        on at ``t_written_ns`` (the proxy's own time is the difference)."""
+        on at ``t_written_ns`` (the proxy's own time is the difference). True when one of them
+        is worth a log line (a decode failure, SASL pass-through)."""
         obs = self.obs
+        ready = self.upstream_ready_ns
+        notable = False
         for ev in events:
             if isinstance(ev, ResponseSeen):
-                fwd = self.forwarded_ns(ev.t_request_ns)
-                self._api(ev.api_key)[1].observe((ev.t_last_ns - fwd) / 1e9)
+                fwd = ev.t_request_ns if ev.t_request_ns >= ready else ready  # forwarded_ns, inlined
+                c = self._children.get(ev.api_key) or self._api(ev.api_key)
+                c[1].observe((ev.t_last_ns - fwd) / 1e9)
                 if ev.rewritten:
                     obs.metrics.rewrites.labels(api_name(ev.api_key)).inc()
                 if obs.sink is not None and not observed(ev.api_key, ev.api_version):
@@ -124,7 +127,7 @@ class ConnectionObserver:
                                         correlation_id=ev.correlation_id, response_bytes=ev.size_bytes + 4,
                                         total_ns=ev.t_last_ns - fwd))
             elif isinstance(ev, RequestSeen):
-                self._api(ev.api_key)[0].inc()
+                (self._children.get(ev.api_key) or self._api(ev.api_key))[0].inc()
             elif isinstance(ev, FetchExchanged):
                 self._fetch(ev, t_written_ns - t_read_ns)
             elif isinstance(ev, ProduceExchanged):
@@ -133,6 +136,10 @@ class ConnectionObserver:
                 obs.model.learn_topic_ids(ev.topics)
             elif isinstance(ev, DecodeFailed):
                 obs.metrics.decode_errors.labels(api_name(ev.api_key)).inc()
+                notable = True
+            elif isinstance(ev, SaslPassthroughStarted):
+                notable = True
+        return notable
 
     def _fetch(self, ev: FetchExchanged, proxy_ns: int) -> None:
         obs = self.obs

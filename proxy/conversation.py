@@ -170,11 +170,10 @@ class Conversation:
             return (self._framing_lost("request", exc),)
         self.policy.client_bytes(t_ns, self._requests.mid_frame)
         if events:
-            self._refresh_label()
-            self.observer.observe(events, t_ns, t_ns)
-            notes = self._notes(events)
-            if notes:
-                actions = (*actions, *notes)
+            if self.ctx.registry.generation != self._generation:
+                self._refresh_label()
+            if self.observer.observe(events, t_ns, t_ns):
+                actions = (*actions, *self._notes(events))
         return actions
 
     def _framing_lost(self, side: str, exc: FramingError) -> Close:
@@ -246,10 +245,11 @@ class Conversation:
         events = self._responses.after_write()
         if not events:
             return NOTHING
-        self._refresh_label()
-        self.observer.observe(events, t_read_ns, t_written_ns)
-        notes = self._notes(events)
-        return tuple(notes) if notes else NOTHING
+        if self.ctx.registry.generation != self._generation:
+            self._refresh_label()
+        if self.observer.observe(events, t_read_ns, t_written_ns):
+            return tuple(self._notes(events))
+        return NOTHING
 
     # ------------------------------------------------------------------ timers and TLS
     def client_stalled(self, t_ns: int) -> None:
