@@ -101,11 +101,13 @@ def create_topics(bootstrap: str, *topics: str) -> None:
         f.result(timeout=30)
 
 
-async def round_trips(port: int, topic: str, n: int, direct_port: int | None = None) -> dict[str, dict[str, float]]:
+async def round_trips(port: int, topic: str, n: int, direct_port: int | None = None,
+                      proxy_pid: int | None = None) -> dict[str, dict[str, float]]:
     """One request at a time through ``port``. With ``direct_port``, every request through the
     path is paired with the same request straight to the broker, in alternating order: what the
     path adds is measured on the same broker at the same moment (fresh brokers differ by more
-    than a proxy adds)."""
+    than a proxy adds). With ``proxy_pid``, the proxy's CPU per request of each type (the
+    direct requests of a pair never reach it)."""
     c = await AsyncClient.connect(port, "bench")
     d = await AsyncClient.connect(direct_port, "bench-direct") if direct_port is not None else None
     md, _ = await c.call(apis.METADATA, 12, {"Topics": [{"Name": topic, "TopicId": uuid.UUID(int=0)}],
@@ -125,6 +127,7 @@ async def round_trips(port: int, topic: str, n: int, direct_port: int | None = N
     out: dict[str, dict[str, float]] = {}
     for name, (key, v, value) in calls.items():
         rtts, direct = [], []
+        cpu0 = cpu_s(proxy_pid) if proxy_pid else 0.0
         for i in range(n):
             if d is not None and i % 2:
                 direct.append((await d.call(key, v, value))[1])
@@ -132,6 +135,8 @@ async def round_trips(port: int, topic: str, n: int, direct_port: int | None = N
             if d is not None and not i % 2:
                 direct.append((await d.call(key, v, value))[1])
         out[name] = {"p50_ms": _q(rtts, 0.5) * 1e3, "p99_ms": _q(rtts, 0.99) * 1e3}
+        if proxy_pid:
+            out[name]["cpu_us"] = (cpu_s(proxy_pid) - cpu0) / n * 1e6
         if direct:
             diffs = [a - b for a, b in zip(rtts, direct, strict=True)]
             out[name]["added_p50_us"] = _q(diffs, 0.5) * 1e6
@@ -188,12 +193,14 @@ def measure(kind: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
         rt_port = port + 1 + NODE if kind == "fetchlat" else port  # fetchlat: the broker's own listener
         direct = None if kind == "direct" else broker_port
         cpu0 = cpu_s(rt_pid) if rt_pid else 0.0
-        trips = asyncio.run(round_trips(rt_port, topic, args.round_trips, direct))
+        trips = asyncio.run(round_trips(rt_port, topic, args.round_trips, direct, rt_pid))
         if rt_pid:
             res["proxy cpu us per round trip"] = round((cpu_s(rt_pid) - cpu0) / (4 * args.round_trips) * 1e6, 1)
         for name, v in trips.items():
             res[f"rtt {name} p50 ms"] = round(v["p50_ms"], 3)
             res[f"rtt {name} p99 ms"] = round(v["p99_ms"], 3)
+            if "cpu_us" in v:
+                res[f"proxy cpu us per {name}"] = round(v["cpu_us"], 1)
             if "added_p50_us" in v:
                 res[f"added {name} p50 us"] = round(v["added_p50_us"], 1)
                 res[f"added {name} p99 us"] = round(v["added_p99_us"], 1)
