@@ -218,6 +218,10 @@ PROXY = [
         Q("max by (instance) (fetchlat_brokers_known)", "brokers {{instance}}"),
         Q("max by (instance) (fetchlat_listeners)", "listeners {{instance}}"),
     ), unit="short", kind="stat"),
+    Panel("Build of the hot path per proxy (compiled or python)", (
+        Q("max by (instance, version, hot_path) (fetchlat_build_info)", "{{instance}} {{version}} {{hot_path}}"),
+    ), unit="short", kind="stat", description="A proxy on the pure-Python hot path costs several times the CPU "
+                                              "per request of the compiled one."),
 ]
 
 DASHBOARDS = {

@@ -25,7 +25,8 @@ LATENCY_BUCKETS: Final = (
 
 
 class ProxyMetrics:
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None, *, version: str = "", hot_path: str = "python"
+                 ) -> None:
         disable_created_metrics()  # the *_created series double the scrape for no use here
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
@@ -72,6 +73,9 @@ class ProxyMetrics:
             "Client connections whose first requests were held while their broker connection came up: how long "
             "(counted in e2e, not in request or fetch durations)", buckets=LATENCY_BUCKETS, registry=r,
         )
+        self.build_info = Gauge("fetchlat_build_info", "1, labelled with the version and the build of the hot path "
+                                "that runs (compiled or python)", ["version", "hot_path"], registry=r)
+        self.build_info.labels(version, hot_path).set(1)
         self.trace_rows = TraceRowCounters()  # fetchlat_trace_rows_{written,dropped}_total
         r.register(self.trace_rows)
         self.loop_lag = Histogram(

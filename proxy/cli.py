@@ -46,9 +46,10 @@ def run_proxy(args: argparse.Namespace) -> int:
     from fetchlat.metrics.prom import ProxyMetrics
 
     from .admin import AdminServer
+    from .build import fetchlat_version, hot_path
     from .server import Proxy
 
-    metrics = ProxyMetrics()
+    metrics = ProxyMetrics(version=fetchlat_version(), hot_path=hot_path())
 
     async def main() -> int:
         try:
@@ -77,8 +78,9 @@ def run_proxy(args: argparse.Namespace) -> int:
             await proxy.stop()
             return 2
         admin.start()
-        logging.getLogger("fetchlat.proxy").info("metrics and health on http://%s/metrics",
-                                                 format_hostport((cfg.metrics_listen[0], admin.port)))
+        logging.getLogger("fetchlat.proxy").info("metrics and health on http://%s/metrics; hot path: %s (fetchlat %s)",
+                                                 format_hostport((cfg.metrics_listen[0], admin.port)), hot_path(),
+                                                 fetchlat_version())
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
