@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from fetchlat.protocol.apis import api_name
 from fetchlat.protocol.events import (
@@ -38,6 +38,7 @@ from .prom import FetchMetrics, ProxyMetrics
 from .rows import fetch_rows, other_row, produce_rows
 
 TraceSink = Callable[[str, dict[str, Any]], None]  # (table, row): never blocks
+Exchanged = TypeVar("Exchanged", FetchExchanged, ProduceExchanged)
 
 
 class Observer:
@@ -112,11 +113,10 @@ class ConnectionObserver:
         on at ``t_written_ns`` (the proxy's own time is the difference). True when one of them
         is worth a log line (a decode failure, SASL pass-through)."""
         obs = self.obs
-        ready = self.upstream_ready_ns
         notable = False
         for ev in events:
             if isinstance(ev, ResponseSeen):
-                fwd = ev.t_request_ns if ev.t_request_ns >= ready else ready  # forwarded_ns, inlined
+                fwd = self.forwarded_ns(ev.t_request_ns)
                 c = self._children.get(ev.api_key) or self._api(ev.api_key)
                 c[1].observe((ev.t_last_ns - fwd) / 1e9)
                 if ev.rewritten:
@@ -141,12 +141,16 @@ class ConnectionObserver:
                 notable = True
         return notable
 
-    def _fetch(self, ev: FetchExchanged, proxy_ns: int) -> None:
-        obs = self.obs
+    def _as_forwarded(self, ev: Exchanged) -> tuple[Exchanged, int]:
+        """The exchange timed from when its request went upstream, and how long it was held."""
         fwd = self.forwarded_ns(ev.t_request_ns)
         held_ns = fwd - ev.t_request_ns
-        if held_ns:
-            ev = dataclasses.replace(ev, t_request_ns=fwd)
+        return (dataclasses.replace(ev, t_request_ns=fwd) if held_ns else ev), held_ns
+
+    def _fetch(self, ev: FetchExchanged, proxy_ns: int) -> None:
+        obs = self.obs
+        ev, held_ns = self._as_forwarded(ev)
+        fwd = ev.t_request_ns
         sample, replication = obs.model.on_fetch(ev, proxy_ns=proxy_ns + held_ns, client_rtt_ns=self.rtt_ns)
         obs.fetch_metrics.observe_fetch(self.broker, sample, replication, ev.t_last_ns)
         if obs.sink is not None:
@@ -156,9 +160,8 @@ class ConnectionObserver:
 
     def _produce(self, ev: ProduceExchanged) -> None:
         obs = self.obs
-        fwd = self.forwarded_ns(ev.t_request_ns)
-        if fwd != ev.t_request_ns:
-            ev = dataclasses.replace(ev, t_request_ns=fwd)
+        ev, _ = self._as_forwarded(ev)
+        fwd = ev.t_request_ns
         sample = obs.model.on_produce(ev)
         obs.fetch_metrics.observe_produce(self.broker, sample)
         if obs.sink is not None:

@@ -17,11 +17,10 @@ from .events import Event
 from .framing import DEFAULT_MAX_FRAME_BYTES, Segment
 from .inflight import InFlight, Shared
 from .requests import RequestDecoder
-from .responses import HOLD_LIMIT_BYTES, STREAM_TAIL_BYTES, ResponseDecoder
+from .responses import STREAM_TAIL_BYTES, ResponseDecoder
 from .rewrite import ResponseRewriter
-from .sessions import FetchSessions
 
-__all__ = ["DEFAULT_MAX_FRAME_BYTES", "HOLD_LIMIT_BYTES", "STREAM_TAIL_BYTES", "KafkaConnection", "Segment"]
+__all__ = ["DEFAULT_MAX_FRAME_BYTES", "STREAM_TAIL_BYTES", "KafkaConnection", "Segment"]
 
 
 class KafkaConnection:
@@ -47,14 +46,6 @@ class KafkaConnection:
     @property
     def in_flight(self) -> deque[InFlight]:
         return self.shared.in_flight
-
-    @property
-    def sessions(self) -> FetchSessions:
-        return self.shared.sessions
-
-    @property
-    def passthrough(self) -> bool:
-        return self.shared.passthrough
 
     @property
     def client_mid_frame(self) -> bool:

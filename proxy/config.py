@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
+from fetchlat.protocol.framing import DEFAULT_MAX_FRAME_BYTES
 
 DEFAULT_METRICS_LISTEN = "127.0.0.1:9464"
-DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024
 
 
 class ConfigError(Exception):

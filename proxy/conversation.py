@@ -74,7 +74,6 @@ Action = Close | Log | Learn | WriteUpstream | PauseClient | ResumeClient
 NOTHING: Final[tuple[Action, ...]] = ()
 PAUSE: Final = PauseClient()
 RESUME: Final = ResumeClient()
-COALESCE_BYTES: Final = 256 << 10  # pieces of a response up to this size are joined into one write
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,11 +133,13 @@ class Conversation:
         chunk waits for the sniff verdict; bytes before the broker connection are held)."""
         return self.upstream_ready and not self._first
 
+    def _label_stale(self) -> bool:
+        return self.ctx.registry.generation != self._generation
+
     def _refresh_label(self) -> None:
         reg = self.ctx.registry
-        if reg.generation != self._generation:
-            self._generation = reg.generation
-            self.observer.set_broker(reg.label(self.upstream, self._default_label))
+        self._generation = reg.generation
+        self.observer.set_broker(reg.label(self.upstream, self._default_label))
 
     def _refuse(self, r: Refusal) -> Close:
         self.ctx.observer.metrics.connection_errors.labels(r.reason).inc()
@@ -170,7 +171,7 @@ class Conversation:
             return (self._framing_lost("request", exc),)
         self.policy.client_bytes(t_ns, self._requests.mid_frame)
         if events:
-            if self.ctx.registry.generation != self._generation:
+            if self._label_stale():
                 self._refresh_label()
             if self.observer.observe(events, t_ns, t_ns):
                 actions = (*actions, *self._notes(events))
@@ -200,17 +201,16 @@ class Conversation:
         self.upstream_ready = True
         self.observer.upstream_ready(t_ns, self._held_since_ns)
         pending, self.pending = self.pending, []
-        paused = self.policy.pending_bytes > self.ctx.limits.max_pending_bytes
-        self.policy.released()
-        return pending, ((RESUME,) if paused else NOTHING)
+        return pending, ((RESUME,) if self.policy.released() else NOTHING)
 
     def upstream_failed(self, t_ns: int) -> int | None:
         """A round of connection attempts failed: ns until the next round, or None to give up."""
         self.ctx.observer.metrics.upstream_failures.inc()
         return self.policy.attempt_failed(t_ns)
 
-    def upstream_unreachable(self, hold_s: float, last_error: str) -> Close:
+    def upstream_unreachable(self, last_error: str) -> Close:
         self.ctx.observer.metrics.connection_errors.labels("upstream_unreachable").inc()
+        hold_s = self.policy.limits.upstream_hold_ns / 1e9
         return Close(f"client {self.peer} via {self.listener}: broker unreachable for {hold_s:.1f} s ({last_error}); "
                      f"closing the connection so the client reconnects ({self.in_flight} request(s), "
                      f"{self.policy.pending_bytes} bytes held)", abort=False)
@@ -245,7 +245,7 @@ class Conversation:
         events = self._responses.after_write()
         if not events:
             return NOTHING
-        if self.ctx.registry.generation != self._generation:
+        if self._label_stale():
             self._refresh_label()
         if self.observer.observe(events, t_read_ns, t_written_ns):
             return tuple(self._notes(events))

@@ -48,9 +48,9 @@ def metadata_request(correlation_id: int = 1) -> bytes:
 
 def brokers_of(frame: bytes, correlation_id: int = 1) -> list[BrokerAddress]:
     """The brokers a Metadata v1 response frame (after its size prefix) names."""
-    if int.from_bytes(frame[:4], "big", signed=True) != correlation_id:
-        raise BadAnswer(f"answer has correlation id {int.from_bytes(frame[:4], 'big', signed=True)}, "
-                        f"not {correlation_id}")
+    got = int.from_bytes(frame[:4], "big", signed=True)
+    if got != correlation_id:
+        raise BadAnswer(f"answer has correlation id {got}, not {correlation_id}")
     try:
         msg = walk(load("MetadataResponse"), METADATA_VERSION, frame, 4)
         return [BrokerAddress(node_id=b["NodeId"], host=b["Host"], port=b["Port"], rack=b.get("Rack"))

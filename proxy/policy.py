@@ -104,8 +104,11 @@ class ConnectionPolicy:
         self.pending_bytes += n_bytes
         return self.pending_bytes > self.limits.max_pending_bytes
 
-    def released(self) -> None:
+    def released(self) -> bool:
+        """The held bytes went upstream; True if reading the client was paused for them."""
+        paused = self.pending_bytes > self.limits.max_pending_bytes
         self.pending_bytes = 0
+        return paused
 
     def client_stalled(self, t_ns: int) -> None:
         self.stalled_since_ns = t_ns

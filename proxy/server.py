@@ -190,7 +190,9 @@ class Proxy:
         needs_restart = sorted(k for k in differ if k not in RELOADABLE)  # every other setting, TLS included
         self.cfg = dataclasses.replace(self.cfg, **changed)
         self.core = dataclasses.replace(self.core, limits=Limits.from_config(self.cfg))
-        self.conn.core = self.core  # new connections take the new limits
+        self.conn.core = self.core  # new connections take the new limits, open ones too:
+        for sess in self.sessions:
+            sess.conv.policy.limits = self.core.limits
         logging.getLogger("fetchlat").setLevel(self.cfg.log_level)
         log.info("reloaded: %s", ", ".join(f"{k}={v}" for k, v in changed.items()) or "nothing changed")
         if needs_restart:
@@ -202,9 +204,7 @@ class Proxy:
         while True:
             now = self.last_beat_ns = clock.now_ns()
             self.observer.set_clock(clock.wall_ns(), now)
-            limits = self.core.limits
             for sess in list(self.sessions):
-                sess.conv.policy.limits = limits  # a reload applies to open connections too
                 close = sess.conv.expire(now)
                 if close is not None:
                     sess.apply((close,))

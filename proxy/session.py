@@ -16,11 +16,12 @@ import ssl
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final, cast
+from typing import Final, cast
+
+from fetchlat.protocol.events import BrokerAddress
 
 from . import clock
 from .conversation import (
-    COALESCE_BYTES,
     Action,
     Close,
     Conversation,
@@ -37,6 +38,7 @@ log = logging.getLogger("fetchlat.proxy")
 
 TCP_INFO_RTT_OFFSET: Final = 68  # struct tcp_info: 8 u8 fields, then u32s; tcpi_rtt (µs) is the 16th
 TCP_INFO_LEN: Final = 104
+COALESCE_BYTES: Final = 256 << 10  # pieces of a response up to this size are joined into one write
 
 
 def tcp_rtt_ns(sock: object) -> int | None:
@@ -57,7 +59,7 @@ class ConnContext:
     core: CoreContext
     sessions: set[ClientSide]
     next_conn_id: Callable[[], int]
-    learn: Callable[[tuple[Any, ...]], None]  # bind listeners for brokers before clients see them
+    learn: Callable[[tuple[BrokerAddress, ...]], None]  # bind listeners for brokers before clients see them
     upstream_failed: Callable[[], None]  # a round of connection attempts failed (re-check metadata)
     upstream_lost: Callable[[ClientSide, Exception | None], None]
     log_throttled: Callable[..., None]
@@ -141,7 +143,7 @@ class ClientSide(asyncio.Protocol):
             ctx.waiting_upstream[0] -= 1
         if broker is None:
             if not self.closed:
-                close = conv.upstream_unreachable(conv.policy.limits.upstream_hold_ns / 1e9, last_error)
+                close = conv.upstream_unreachable(last_error)
                 ctx.log_throttled("upstream_unreachable", logging.WARNING, "%s", close.message)
                 self.close()
             return

@@ -11,7 +11,7 @@ from fetchlat.protocol import apis
 from fetchlat.protocol.encoder import encode
 from fetchlat.protocol.framing import request_frame, response_frame
 from fetchlat.protocol.schema import load
-from fetchlat.proxy.conversation import Close, Learn, Log, PauseClient, ResumeClient, WriteUpstream
+from fetchlat.proxy.conversation import Close, Conversation, Learn, Log, PauseClient, ResumeClient, WriteUpstream
 from fetchlat.proxy.policy import Limits
 
 from tests.support.playbook import MS, T0, Playbook
@@ -211,7 +211,19 @@ def test_an_unreachable_broker_is_retried_with_backoff_then_the_client_is_closed
         delays.append(d // MS)
         t += d
     assert delays == [50, 100, 200, 400, 250]  # doubling, the last one cut to the deadline
-    close = pb.conv.upstream_unreachable(1.0, "127.0.0.1:9092: Connection refused")
-    assert not close.abort and "reconnects" in close.message
+    close = pb.conv.upstream_unreachable("127.0.0.1:9092: Connection refused")
+    assert not close.abort and "reconnects" in close.message and "unreachable for 1.0 s" in close.message
     assert pb.value("fetchlat_upstream_connect_failures_total") == 6
     assert pb.value("fetchlat_connection_errors_total", reason="upstream_unreachable") == 1
+
+
+def test_the_broker_label_follows_the_broker_actually_connected() -> None:
+    """A bootstrap connection may land on another bootstrap broker than the first it tried: its
+    label follows the address connected, even when the registry did not change meanwhile."""
+    pb = Playbook()
+    pb.registry.learn((_broker(5, "127.0.0.1", 9093),))  # type: ignore[arg-type]
+    conv = Conversation(pb.ctx, conn_id=2, listener="bootstrap", broker_label="bootstrap",
+                        upstream=("127.0.0.1", 9092), t_ns=T0)
+    assert conv.broker == "bootstrap"  # 9092 names no known broker
+    conv.upstream_connected(T0 + MS, ("127.0.0.1", 9093))
+    assert conv.broker == "5"

@@ -50,8 +50,9 @@ def test_finishing_a_request_clears_the_partial_frame_timer() -> None:
 def test_held_bytes_over_the_limit_ask_for_a_pause_until_released() -> None:
     p = _policy()
     assert not p.held(6) and not p.held(4) and p.held(1)
-    p.released()
+    assert p.released()  # it had paused the client
     assert not p.held(10)
+    assert not p.released()
 
 
 def test_attempt_timeouts_stay_within_the_hold() -> None:
