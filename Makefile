@@ -3,9 +3,11 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+COMPILED := $(VENV)/.compiled
+HOT_SOURCES := setup.py $(wildcard protocol/*.py metrics/*.py proxy/*.py)
 DEB_PACKAGES := kcat haproxy prometheus chromium
 
-.PHONY: test demo lint typecheck unit integration deps clean bench-observe bench-analyze load soak fuzz bench-proxy \
+.PHONY: test test-pure demo lint typecheck unit integration deps clean bench-observe bench-analyze load soak fuzz bench-proxy \
 	bench-memory bench-codec profile-proxy
 
 $(BIN)/python:
@@ -13,10 +15,17 @@ $(BIN)/python:
 
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	FETCHLAT_PURE_PYTHON=1 $(BIN)/pip install -q -e '.[test]'
 	touch $(STAMP)
 
-deps: $(STAMP)
+# The hot path compiled with mypyc (setup.py), rebuilt whenever a source changes. Without a C
+# compiler, or with FETCHLAT_PURE_PYTHON=1, the same sources run as Python; it says which.
+$(COMPILED): $(STAMP) $(HOT_SOURCES)
+	$(BIN)/pip install -q --no-deps -e . > $(VENV)/compile.log 2>&1 || (tail -40 $(VENV)/compile.log; exit 1)
+	$(BIN)/python -c "from fetchlat.proxy.build import hot_path as h, hot_path_reason as r; print('hot path:', h(), '-', r())"
+	touch $@
+
+deps: $(COMPILED)
 	@missing=""; for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
@@ -24,7 +33,7 @@ deps: $(STAMP)
 	fi
 
 lint: $(STAMP)
-	$(BIN)/ruff check protocol proxy metrics tests bench analysis deploy perf
+	$(BIN)/ruff check protocol proxy metrics tests bench analysis deploy perf setup.py
 
 typecheck: $(STAMP)
 	$(BIN)/mypy protocol metrics proxy analysis perf
@@ -35,14 +44,21 @@ unit: $(STAMP)
 integration: deps
 	$(BIN)/pytest -q -m integration
 
+# The whole suite on the build `make` installed (compiled here), then the pure-Python build's
+# own run of everything that does not start processes (the integration tests run on both in
+# `make test-pure`); tests/test_builds_agree.py compares the two builds output for output.
 test: deps lint typecheck
 	$(BIN)/pytest -q -p no:cacheprovider
+	FETCHLAT_PURE_PYTHON=1 $(BIN)/pytest -q -p no:cacheprovider -m "not integration"
+
+test-pure: deps
+	FETCHLAT_PURE_PYTHON=1 $(BIN)/pytest -q -p no:cacheprovider
 
 demo: deps
 	$(BIN)/fetchlat demo
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info protocol/*.so metrics/*.so proxy/*.so protocol/hot_sources.json
 
 bench-observe: $(STAMP)
 	$(BIN)/python bench/bench_decode_model.py --seconds 3

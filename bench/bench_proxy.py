@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -38,7 +39,9 @@ from fetchlat.proxy.demo import connects, free_port_block, wait_until
 from bench.kafka_client import AsyncClient, fetch_request
 from bench.procs import cpu_s, rss_mb, stop_processes
 
-TARGETS = ("direct", "haproxy", "fetchlat", "relay")  # relay: bench/relay.py, zero-decode Python on uvloop
+# relay: bench/relay.py, zero-decode Python on uvloop; fetchlat-py: fetchlat's pure-Python build
+# (FETCHLAT_PURE_PYTHON=1), fetchlat: the build installed (compiled where a C compiler is)
+TARGETS = ("direct", "haproxy", "fetchlat", "relay", "fetchlat-py")
 NODE = 111
 
 
@@ -72,12 +75,13 @@ def target(kind: str, work: Path) -> Iterator[tuple[int, int | None]]:
                                            f"127.0.0.1:{front}", "--upstream", f"127.0.0.1:{broker_port}"],
                                           stdout=log, stderr=subprocess.STDOUT))
         else:
+            env = {**os.environ, "FETCHLAT_PURE_PYTHON": "1" if kind == "fetchlat-py" else ""}
             procs.append(subprocess.Popen(
                 [sys.executable, "-m", "fetchlat.proxy", "proxy", "--upstream", f"127.0.0.1:{broker_port}",
                  "--listen", f"127.0.0.1:{front}", "--metrics-listen", f"127.0.0.1:{base + 1002}",
-                 "--log-level", "WARNING"], stdout=log, stderr=subprocess.STDOUT))
+                 "--log-level", "WARNING"], stdout=log, stderr=subprocess.STDOUT, env=env))
         wait_until(lambda: connects(front), kind)
-        if kind == "fetchlat":
+        if kind.startswith("fetchlat"):
             wait_until(lambda: connects(front + 1 + NODE), "fetchlat's broker listener")
         yield front, procs[-1].pid, broker_port
     finally:
@@ -190,7 +194,7 @@ def measure(kind: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     with target(kind, work) as (port, rt_pid, broker_port):
         topic = f"rt-{uuid.uuid4().hex[:6]}"
         create_topics(f"127.0.0.1:{port}", topic, topic + "-idle")
-        rt_port = port + 1 + NODE if kind == "fetchlat" else port  # fetchlat: the broker's own listener
+        rt_port = port + 1 + NODE if kind.startswith("fetchlat") else port  # fetchlat: the broker's own listener
         direct = None if kind == "direct" else broker_port
         cpu0 = cpu_s(rt_pid) if rt_pid else 0.0
         trips = asyncio.run(round_trips(rt_port, topic, args.round_trips, direct, rt_pid))
@@ -247,7 +251,7 @@ def summarize(raw: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]
 
 def render(report: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
     head = "".join(f" {t:>16}" for t in TARGETS)
-    lines = [f"{'measure':42}{head} {'fl/hap':>7} {'fl/dir':>7} {'rl/hap':>7}"]
+    lines = [f"{'measure':42}{head} {'fl/hap':>7} {'fl/dir':>7} {'rl/hap':>7} {'fl/rly':>7} {'py/rly':>7}"]
     for k, row in report.items():
         cells = []
         for t in TARGETS:
@@ -256,7 +260,8 @@ def render(report: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
         med = {t: row.get(t, {}).get("median") for t in TARGETS}
         def ratio(a: str, b: str, med: dict[str, Any] = med) -> str:
             return f"{med[a] / med[b]:.2f}" if med[a] and med[b] else "-"
-        ratios = f" {ratio('fetchlat', 'haproxy'):>7} {ratio('fetchlat', 'direct'):>7} {ratio('relay', 'haproxy'):>7}"
+        ratios = (f" {ratio('fetchlat', 'haproxy'):>7} {ratio('fetchlat', 'direct'):>7} {ratio('relay', 'haproxy'):>7}"
+                  f" {ratio('fetchlat', 'relay'):>7} {ratio('fetchlat-py', 'relay'):>7}")
         lines.append(f"{k:42}" + "".join(f" {c:>16}" for c in cells) + ratios)
     lines.append("added over direct, paired on the same broker (median of per-request differences; p99: the "
                  "path's p99 minus direct's):")
@@ -266,8 +271,10 @@ def render(report: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
             if k in report and all(t in report[k] for t in ("haproxy", "fetchlat")):
                 h, f = report[k]["haproxy"]["median"], report[k]["fetchlat"]["median"]
                 r = report[k].get("relay", {}).get("median", float("nan"))
+                py = report[k].get("fetchlat-py", {}).get("median", float("nan"))
                 lines.append(f"added {q} {name:24} haproxy {h:8.1f} µs   relay {r:8.1f} µs   fetchlat {f:8.1f} µs"
-                             f"   fetchlat/haproxy {f / h if h > 0 else float('nan'):.2f}")
+                             f"   (pure Python {py:8.1f} µs)   fetchlat/haproxy {f / h if h > 0 else float('nan'):.2f}"
+                             f"   fetchlat/relay {f / r if r > 0 else float('nan'):.2f}")
     lines.append(f"({args.trials} trials, {args.records} records of 1 KiB per produce/consume, "
                  f"{args.round_trips} round trips per request type; medians (min-max))")
     return "\n".join(lines)

@@ -18,7 +18,7 @@ from .fast import FastHistogram as Histogram
 from .model import FetchSample, ProduceSample, ReplicationSample
 
 # 50 µs to 60 s, eight buckets below 1 ms (KIP-403: sub-millisecond precision).
-LATENCY_BUCKETS: Final = (
+LATENCY_BUCKETS: Final[tuple[float, ...]] = (
     0.00005, 0.0001, 0.0002, 0.0003, 0.0005, 0.00075, 0.001, 0.0015, 0.0025, 0.005, 0.0075,
     0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 )
@@ -172,8 +172,8 @@ class FetchMetrics:
     extensions). All durations in seconds."""
 
     def __init__(self, registry: CollectorRegistry, *, topic_cap: int = 100, client_cap: int = 100) -> None:
-        r = registry
-        h = lambda name, doc, labels: Histogram(name, doc, labels, buckets=LATENCY_BUCKETS, registry=r)
+        r, buckets = registry, LATENCY_BUCKETS
+        h = lambda name, doc, labels: Histogram(name, doc, labels, buckets=buckets, registry=r)
         self.total = h("fetchlat_fetch_total_seconds", "Fetch duration including purgatory (what other tools report)",
                        ["broker", "kind"])
         self.wait = h("fetchlat_fetch_wait_seconds", "Purgatory wait of a fetch", ["broker", "kind", "source"])

@@ -16,16 +16,13 @@ Owns: the rewrite rule. Must never: run at import time of the codec, or be impor
 
 from __future__ import annotations
 
-import inspect
+import ast
 import re
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from . import fetch, produce, stream
-
-HERE = Path(__file__).parent
+HERE = Path(__file__).parent  # the parsers' sources
+OUT = HERE  # where the twins are written
 _YIELD_FROM = re.compile(r"yield from (s\.)?(\w+)\(")
 _BARE_YIELD = re.compile(r"\byield\b")
 
@@ -74,11 +71,22 @@ IMPORTS = {
     ),
 }
 
-SOURCES: dict[str, tuple[str, tuple[Callable[..., Any], ...]]] = {
-    "stream_now.py": ("stream.py", tuple(getattr(stream, n) for n in STREAM_HELPERS)),
-    "fetch_now.py": ("fetch.py", (fetch.parse_request, fetch.parse_response)),
-    "produce_now.py": ("produce.py", (produce.parse_request, produce.parse_response)),
+SOURCES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "stream_now.py": ("stream.py", STREAM_HELPERS),
+    "fetch_now.py": ("fetch.py", ("parse_request", "parse_response")),
+    "produce_now.py": ("produce.py", ("parse_request", "parse_response")),
 }
+
+
+def function_source(source: str, name: str) -> str:
+    """A top-level function's text, read from the .py file (not ``inspect``: in the compiled
+    build the loaded module is an extension and has no source)."""
+    text = (HERE / source).read_text()
+    lines = text.splitlines(keepends=True)
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            return "".join(lines[node.lineno - 1 : node.end_lineno])
+    raise SystemExit(f"{source}: no function {name}")
 
 
 def _strip_parser_annotation(src: str) -> str:
@@ -98,13 +106,16 @@ def _strip_parser_annotation(src: str) -> str:
     return src[:start] + "-> " + src[i : j - 1] + src[j:]
 
 
-def twin_source(fn: Callable[..., Any]) -> str:
-    """The source of ``fn_now``: ``fn`` (a parser generator function) as a plain function.
-    A whole message's parser (it builds its own ``Reader()``) takes the buffer first."""
-    src = inspect.getsource(fn)
+def twin_source(source: str, name: str) -> str:
+    """The source of ``name_now``: the parser generator function ``name`` of ``source``."""
+    return twin(function_source(source, name), name)
+
+
+def twin(src: str, name: str) -> str:
+    """A parser generator function's text ``src`` as the plain function ``name_now``. A whole
+    message's parser (it builds its own ``Reader()``) takes the buffer first."""
     src = _YIELD_FROM.sub(lambda m: f"{m.group(1) or ''}{m.group(2)}_now(", src)
     src = _strip_parser_annotation(src)
-    name = fn.__name__
     if "r = Reader()" in src:
         src = src.replace(f"def {name}(", f"def {name}_now(_buf: Buf, ", 1).replace("r = Reader()", "r = Reader(_buf)")
     else:
@@ -116,9 +127,9 @@ def twin_source(fn: Callable[..., Any]) -> str:
 
 
 def generate(target: str) -> str:
-    source, fns = SOURCES[target]
+    source, names = SOURCES[target]
     parts = [HEADER.format(source=source, imports=IMPORTS[target])]
-    parts += [twin_source(fn) for fn in fns]
+    parts += [twin_source(source, name) for name in names]
     return "\n\n\n".join(p.rstrip("\n") for p in parts) + "\n"
 
 
@@ -126,7 +137,7 @@ def main(argv: list[str]) -> int:
     stale = []
     for target in SOURCES:
         text = generate(target)
-        path = HERE / target
+        path = OUT / target
         if path.exists() and path.read_text() == text:
             continue
         stale.append(target)

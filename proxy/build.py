@@ -1,21 +1,21 @@
-"""Which build of the hot path this process runs: ``compiled`` when the codec's hot modules
-were loaded from compiled extensions, ``python`` when from their ``.py`` source. Said at start
-and exported as ``fetchlat_build_info{hot_path}``: a silent fallback to slow code is a known
-trap of compiled Python libraries. (Today's build is pure Python; the compiled one is the
-next step, issue #18.)"""
+"""Which build this process runs, for the start log and ``fetchlat_build_info``: the package
+version, and the hot path's build (``compiled`` | ``python``) with the reason, detected from
+where the hot modules were actually loaded (``protocol/compiled.py`` owns the list and the
+switch)."""
 
 from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
-from typing import Final
 
-from fetchlat.protocol import requests, responses, stream
-
-HOT_MODULES: Final = (stream, requests, responses)
+from fetchlat.protocol import compiled
 
 
 def hot_path() -> str:
-    return "compiled" if all(not str(m.__file__).endswith(".py") for m in HOT_MODULES) else "python"
+    return str(compiled.status()[0])
+
+
+def hot_path_reason() -> str:
+    return str(compiled.status()[1])
 
 
 def fetchlat_version() -> str:

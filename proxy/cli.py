@@ -46,7 +46,7 @@ def run_proxy(args: argparse.Namespace) -> int:
     from fetchlat.metrics.prom import ProxyMetrics
 
     from .admin import AdminServer
-    from .build import fetchlat_version, hot_path
+    from .build import fetchlat_version, hot_path, hot_path_reason
     from .server import Proxy
 
     metrics = ProxyMetrics(version=fetchlat_version(), hot_path=hot_path())
@@ -78,9 +78,9 @@ def run_proxy(args: argparse.Namespace) -> int:
             await proxy.stop()
             return 2
         admin.start()
-        logging.getLogger("fetchlat.proxy").info("metrics and health on http://%s/metrics; hot path: %s (fetchlat %s)",
-                                                 format_hostport((cfg.metrics_listen[0], admin.port)), hot_path(),
-                                                 fetchlat_version())
+        logging.getLogger("fetchlat.proxy").info(
+            "metrics and health on http://%s/metrics; hot path: %s (%s; fetchlat %s)",
+            format_hostport((cfg.metrics_listen[0], admin.port)), hot_path(), hot_path_reason(), fetchlat_version())
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from fetchlat.proxy.build import hot_path
 
 from .conftest import TANSU_NODE_ID, Broker, ConnectionSampler, ProxyProc
 
@@ -161,8 +162,9 @@ def test_client_behaves_through_the_proxy_as_directly(client: str, tansu: Broker
     for api in ("Produce", "Fetch", "Metadata", "FindCoordinator", "JoinGroup", "OffsetCommit"):
         assert f'fetchlat_requests_total{{api="{api}",broker="{TANSU_NODE_ID}"}}' in metrics, api
     assert "fetchlat_request_duration_seconds_bucket" in metrics
-    assert 'fetchlat_build_info{hot_path="python",version="0.1.0"} 1.0' in metrics  # the build that runs, said
-    assert "hot path: python (fetchlat 0.1.0)" in proxy.log()
+    built = hot_path()  # what this test process loads; the proxy process is the same install
+    assert f'fetchlat_build_info{{hot_path="{built}",version="0.1.0"}} 1.0' in metrics  # the build that runs, said
+    assert f"hot path: {built} (" in proxy.log()
     assert 'fetchlat_connection_errors_total' not in metrics or 'reason="request_framing"' not in metrics
 
 

@@ -1,22 +1,73 @@
-"""Which build of the hot path runs is detected, not assumed: a module loaded from an
-extension (not a .py file) counts as compiled, and all hot modules must be."""
+"""Which build of the hot path runs is detected, not assumed, and a checkout never runs a
+compiled build older than its sources: ``FETCHLAT_PURE_PYTHON=1`` and a changed source both
+send every hot module to its ``.py``, with the reason said."""
 
 from __future__ import annotations
 
-import types
+import hashlib
+import importlib.util
+import json
+import os
+from pathlib import Path
 
 import pytest
+from fetchlat.protocol import compiled
 from fetchlat.proxy import build
 
-
-def test_the_source_build_says_python() -> None:
-    assert build.hot_path() == "python"
+ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_compiled_only_when_every_hot_module_is(monkeypatch: pytest.MonkeyPatch) -> None:
-    fakes = [types.SimpleNamespace(__file__=f"/x/{m.__name__.rpartition('.')[2]}.cpython-311-x86_64-linux-gnu.so")
-             for m in build.HOT_MODULES]
-    monkeypatch.setattr(build, "HOT_MODULES", tuple(fakes))
-    assert build.hot_path() == "compiled"
-    fakes[-1].__file__ = "/x/responses.py"  # one module fell back to source
-    assert build.hot_path() == "python"
+def setup_module_() -> object:
+    spec = importlib.util.spec_from_file_location("fetchlat_setup", ROOT / "setup.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)  # setup() itself runs only as __main__
+    return mod
+
+
+def test_this_process_runs_the_build_this_machine_can_make() -> None:
+    """On a machine with a C compiler and the Python headers, `make` installs the compiled
+    build; anything else is a silent fallback, and fails here with the reason."""
+    why_not = setup_module_().why_not_compiled()  # type: ignore[attr-defined]
+    expected = "compiled" if why_not is None else "python"
+    assert build.hot_path() == expected, build.hot_path_reason()
+    if expected == "python" and os.environ.get(compiled.PURE_ENV):
+        assert compiled.PURE_ENV in build.hot_path_reason()
+
+
+def test_setup_compiles_exactly_the_hot_list() -> None:
+    assert setup_module_().hot_modules() == compiled.HOT  # type: ignore[attr-defined]
+    for name in compiled.HOT:
+        assert compiled.source_path(name).exists(), name
+
+
+def fake_checkout(tmp_path: Path, changed: str | None = None) -> Path:
+    for name in compiled.HOT:
+        p = tmp_path / compiled.source_path(name).relative_to(compiled.ROOT)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(f"# {name}\n")
+    (tmp_path / "protocol" / compiled.MANIFEST).write_text(json.dumps(
+        {n: hashlib.sha256(f"# {n}\n".encode()).hexdigest() for n in compiled.HOT}))
+    if changed is not None:
+        (tmp_path / compiled.source_path(changed).relative_to(compiled.ROOT)).write_text("# edited\n")
+    return tmp_path
+
+
+@pytest.mark.parametrize(("env", "changed", "why"), [
+    ("", None, None),
+    ("1", None, "FETCHLAT_PURE_PYTHON=1"),
+    ("0", None, None),
+    ("", "fetchlat.metrics.observer", "stale compiled build: metrics/observer.py changed"),
+])
+def test_why_the_hot_path_loads_from_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: str,
+                                            changed: str | None, why: str | None) -> None:
+    monkeypatch.setattr(compiled, "ROOT", fake_checkout(tmp_path, changed))
+    monkeypatch.setenv(compiled.PURE_ENV, env)
+    reason = compiled._why_source()
+    assert (reason is None) if why is None else (reason is not None and reason.startswith(why))
+
+
+def test_no_manifest_means_nothing_was_compiled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(compiled, "ROOT", tmp_path)
+    monkeypatch.delenv(compiled.PURE_ENV, raising=False)
+    assert compiled._why_source() is None

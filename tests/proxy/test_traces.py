@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 from fetchlat.metrics.model import FetchSample, PartitionSample
 from fetchlat.metrics.rows import fetch_rows
 from fetchlat.metrics.trace_schema import EXCHANGES, META_CLOCK, PARTITIONS
+from fetchlat.metrics.vocabulary import Kind, Outcome, WaitSource
 from fetchlat.protocol.events import FetchExchanged
 from fetchlat.proxy.traces import TraceWriter
 
@@ -23,9 +24,10 @@ PINNED = ["ts_ns", "proxy_id", "conn_id", "client_id", "broker", "api", "api_ver
 
 def sample() -> tuple[FetchExchanged, FetchSample]:
     ev = fetch_ev(1_000, 2_000, 3_000, records=2, hw=2)
-    s = FetchSample(kind="consumer", replica_id=-1, client_id="c", api_version=12, max_wait_ms=500, min_bytes=1,
+    s = FetchSample(kind=Kind.CONSUMER, replica_id=-1, client_id="c", api_version=12, max_wait_ms=500, min_bytes=1,
                     request_bytes=80, response_bytes=300, records=2, error_code=0, throttle_ms=0, total_ns=2_000,
-                    first_byte_ns=1_000, transfer_ns=1_000, wait_ns=0, wait_source="inferred", outcome="immediate",
+                    first_byte_ns=1_000, transfer_ns=1_000, wait_ns=0, wait_source=WaitSource.INFERRED,
+                    outcome=Outcome.IMMEDIATE,
                     basis="known_log_end", confident=True, local_ns=2_000, e2e_ns=2_100, wake_lag_ns=None,
                     partitions=(PartitionSample(topic="t", partition=0, fetch_offset=0, high_watermark=2,
                                                 error_code=0, records=2, bytes=200, record_latency_ns=5),))

@@ -1,0 +1,110 @@
+"""The compiled hot path: pyproject.toml says everything else.
+
+``pip install`` compiles the modules listed in ``protocol/compiled.py`` (``HOT``) with mypyc
+when a C compiler and the Python headers are present; without them, or with
+``FETCHLAT_PURE_PYTHON=1``, it installs the pure-Python package (the same sources). The build
+writes ``hot_sources.json`` (each source's SHA-256) beside the extensions, so that an edited
+checkout falls back to its source instead of running stale compiled code.
+
+mypyc names a module after its path, and this checkout maps ``fetchlat.protocol`` to
+``protocol/`` (pyproject's ``package-dir``), so the sources are staged under
+``build/mypyc/src/fetchlat/`` and compiled from there.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import shutil
+import sys
+import sysconfig
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_ext import build_ext
+
+HERE = Path(__file__).resolve().parent
+PACKAGES = ("protocol", "metrics", "proxy")
+GROUP = "fetchlat.protocol.hot"  # the shared library: fetchlat/protocol/hot__mypyc.*.so
+MANIFEST = "hot_sources.json"
+
+
+def hot_modules() -> tuple[str, ...]:
+    tree = ast.parse((HERE / "protocol" / "compiled.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == "HOT":
+            return tuple(ast.literal_eval(node.value))  # type: ignore[arg-type]
+    raise SystemExit("protocol/compiled.py: no HOT tuple")
+
+
+def source(module: str) -> Path:
+    _, package, name = module.split(".")
+    return HERE / package / f"{name}.py"
+
+
+def why_not_compiled() -> str | None:
+    if os.environ.get("FETCHLAT_PURE_PYTHON", "") not in ("", "0"):
+        return "FETCHLAT_PURE_PYTHON is set"
+    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(cc) is None:
+        return f"no C compiler ({cc})"
+    if not (Path(sysconfig.get_paths()["include"]) / "Python.h").exists():
+        return "no Python headers (Python.h)"
+    try:
+        import mypyc.build  # noqa: F401
+    except ImportError:
+        return "mypyc is not installed in the build environment"
+    return None
+
+
+def extensions() -> list:
+    why = why_not_compiled()
+    if why is not None:
+        print(f"fetchlat: installing the pure-Python hot path: {why}", file=sys.stderr)
+        return []
+    from mypyc.build import mypycify
+
+    stage = HERE / "build" / "mypyc" / "src"
+    shutil.rmtree(stage, ignore_errors=True)
+    for package in PACKAGES:
+        dest = stage / "fetchlat" / package
+        dest.mkdir(parents=True)
+        for f in (HERE / package).glob("*.py"):
+            shutil.copy2(f, dest / f.name)
+    (stage / "fetchlat" / "__init__.py").write_text("")  # for mypy's module names only; not installed
+    paths = [str(Path("fetchlat", *m.split(".")[1:]).with_suffix(".py")) for m in hot_modules()]
+    cwd = os.getcwd()
+    os.chdir(stage)
+    try:
+        exts = mypycify([*paths, "--ignore-missing-imports"], opt_level="3", group_name=GROUP,
+                        target_dir=str(HERE / "build" / "mypyc" / "c"))
+    finally:
+        os.chdir(cwd)
+    return exts
+
+
+class BuildExt(build_ext):
+    """Writes the manifest of compiled sources beside the shared library."""
+
+    def run(self) -> None:
+        super().run()
+        libs = [e for e in self.extensions if e.name == GROUP + "__mypyc"]
+        if not libs:
+            return
+        out = Path(self.get_ext_fullpath(libs[0].name)).parent / MANIFEST
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({m: hashlib.sha256(source(m).read_bytes()).hexdigest() for m in hot_modules()},
+                                  indent=1, sort_keys=True) + "\n")
+
+    def get_outputs(self) -> list[str]:
+        outs = super().get_outputs()
+        libs = [e for e in self.extensions if e.name == GROUP + "__mypyc"]
+        if libs:
+            outs.append(str(Path(self.get_ext_fullpath(libs[0].name)).parent / MANIFEST))
+        return outs
+
+
+if __name__ == "__main__":
+    setup(ext_modules=extensions(), cmdclass={"build_ext": BuildExt})
