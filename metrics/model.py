@@ -32,7 +32,7 @@ OUTCOMES: Final = tuple(Outcome)
 REPORTED, INFERRED = WaitSource.REPORTED, WaitSource.INFERRED
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class WaitEstimate:
     wait_ns: int
     source: WaitSource
@@ -40,6 +40,15 @@ class WaitEstimate:
     basis: str  # what decided it (see estimate_wait)
     confident: bool
     arrival_ns: int | None = None  # when the data that woke the fetch arrived (woken)
+
+    def __init__(self, *, wait_ns: int, source: WaitSource, outcome: Outcome, basis: str, confident: bool,
+                 arrival_ns: int | None = None) -> None:
+        self.wait_ns = wait_ns
+        self.source = source
+        self.outcome = outcome
+        self.basis = basis
+        self.confident = confident
+        self.arrival_ns = arrival_ns
 
 
 def estimate_wait(
@@ -104,7 +113,7 @@ def estimate_wait(
     return WaitEstimate(wait_ns=0, source=INFERRED, outcome=UNKNOWN, basis="early_without_data", confident=False)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class PartitionSample:
     topic: str
     partition: int
@@ -115,8 +124,19 @@ class PartitionSample:
     bytes: int
     record_latency_ns: int | None  # KIP-489: response time - newest batch max timestamp
 
+    def __init__(self, *, topic: str, partition: int, fetch_offset: int, high_watermark: int, error_code: int,
+                 records: int, bytes: int, record_latency_ns: int | None) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.fetch_offset = fetch_offset
+        self.high_watermark = high_watermark
+        self.error_code = error_code
+        self.records = records
+        self.bytes = bytes
+        self.record_latency_ns = record_latency_ns
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+
+@dataclass(slots=True, kw_only=True)
 class FetchSample:
     kind: Kind  # consumer | follower
     replica_id: int
@@ -142,12 +162,41 @@ class FetchSample:
     wake_lag_ns: int | None  # woken: data arrival -> first response byte
     partitions: tuple[PartitionSample, ...]
 
+    def __init__(self, *, kind: Kind, replica_id: int, client_id: str | None, api_version: int, max_wait_ms: int,
+                 min_bytes: int, request_bytes: int, response_bytes: int, records: int, error_code: int,
+                 throttle_ms: int, total_ns: int, first_byte_ns: int, transfer_ns: int, wait_ns: int,
+                 wait_source: WaitSource, outcome: Outcome, basis: str, confident: bool, local_ns: int, e2e_ns: int,
+                 wake_lag_ns: int | None, partitions: tuple[PartitionSample, ...]) -> None:
+        self.kind = kind
+        self.replica_id = replica_id
+        self.client_id = client_id
+        self.api_version = api_version
+        self.max_wait_ms = max_wait_ms
+        self.min_bytes = min_bytes
+        self.request_bytes = request_bytes
+        self.response_bytes = response_bytes
+        self.records = records
+        self.error_code = error_code
+        self.throttle_ms = throttle_ms
+        self.total_ns = total_ns
+        self.first_byte_ns = first_byte_ns
+        self.transfer_ns = transfer_ns
+        self.wait_ns = wait_ns
+        self.wait_source = wait_source
+        self.outcome = outcome
+        self.basis = basis
+        self.confident = confident
+        self.local_ns = local_ns
+        self.e2e_ns = e2e_ns
+        self.wake_lag_ns = wake_lag_ns
+        self.partitions = partitions
+
     @property
     def throttled(self) -> bool:
         return self.throttle_ms > 0
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class ProduceSample:
     client_id: str | None
     acks: int
@@ -158,13 +207,30 @@ class ProduceSample:
     total_ns: int | None  # None for acks=0 (no response)
     partitions: tuple[tuple[str, int, int, int], ...]  # topic, partition, base offset, records
 
+    def __init__(self, *, client_id: str | None, acks: int, api_version: int, records: int, request_bytes: int,
+                 error_code: int, total_ns: int | None, partitions: tuple[tuple[str, int, int, int], ...]) -> None:
+        self.client_id = client_id
+        self.acks = acks
+        self.api_version = api_version
+        self.records = records
+        self.request_bytes = request_bytes
+        self.error_code = error_code
+        self.total_ns = total_ns
+        self.partitions = partitions
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+
+@dataclass(slots=True, kw_only=True)
 class ReplicationSample:
     follower: int
     topic: str
     partition: int
     latency_ns: int  # produce append at the leader -> follower fetch confirming it
+
+    def __init__(self, *, follower: int, topic: str, partition: int, latency_ns: int) -> None:
+        self.follower = follower
+        self.topic = topic
+        self.partition = partition
+        self.latency_ns = latency_ns
 
 
 @dataclass(slots=True)
@@ -189,7 +255,8 @@ class LatencyModel:
     def topic(self, key: TopicKey) -> str:
         if isinstance(key, str):
             return key
-        return self.topic_names.get(key, str(key))
+        name = self.topic_names.get(key)
+        return name if name is not None else str(key)
 
     def learn_topic_ids(self, topics: tuple[tuple[str, TopicKey], ...]) -> None:
         for name, tid in topics:

@@ -15,6 +15,7 @@ from prometheus_client.registry import Collector
 
 from .fast import FastCounter as Counter
 from .fast import FastHistogram as Histogram
+from .fast import HistogramChild
 from .model import FetchSample, ProduceSample, ReplicationSample
 
 # 50 µs to 60 s, eight buckets below 1 ms (KIP-403: sub-millisecond precision).
@@ -167,6 +168,62 @@ class BoundedLabel:
         return OTHER
 
 
+CHILD_CACHE_CAP: Final = 10_000
+
+
+class _KindChildren:
+    """A fetch's series that only the broker and the kind label: resolved once per pair, not
+    per fetch (the children themselves live in the families; this only holds references)."""
+
+    def __init__(self, m: FetchMetrics, broker: str, k: str) -> None:
+        self.m, self.broker, self.k = m, broker, k
+        # every fetch observes these (two exist at 0 from the first fetch, as before)
+        self.total = m.total.labels(broker, k)
+        self.first_byte = m.first_byte.labels(broker, k)
+        self.transfer = m.transfer.labels(broker, k)
+        self.with_records = m.with_records.labels(broker, k)
+        self.throttled = m.throttled.labels(broker, k)
+        # these series appear with their first observation, as before: resolved on first use
+        self._local: HistogramChild | None = None
+        self._e2e: HistogramChild | None = None
+        self._wake_lag: HistogramChild | None = None
+        self._wait: dict[str, HistogramChild] = {}
+
+    def local(self) -> HistogramChild:
+        c = self._local
+        if c is None:
+            c = self._local = self.m.local.labels(self.broker, self.k)
+        return c
+
+    def e2e(self) -> HistogramChild:
+        c = self._e2e
+        if c is None:
+            c = self._e2e = self.m.e2e.labels(self.broker, self.k)
+        return c
+
+    def wake_lag(self) -> HistogramChild:
+        c = self._wake_lag
+        if c is None:
+            c = self._wake_lag = self.m.wake_lag.labels(self.broker, self.k)
+        return c
+
+    def wait(self, source: str) -> HistogramChild:
+        c = self._wait.get(source)
+        if c is None:
+            c = self._wait[source] = self.m.wait.labels(self.broker, self.k, source)
+        return c
+
+
+class _ClientChildren:
+    """The per-client-id series of one (broker, kind, client id)."""
+
+    def __init__(self, m: FetchMetrics, broker: str, k: str, client: str) -> None:
+        self.fetches = m.client_fetches.labels(broker, k, client)
+        self.total = m.client_time.labels(broker, k, client, "total")
+        self.wait = m.client_time.labels(broker, k, client, "wait")
+        self.local = m.client_time.labels(broker, k, client, "local")
+
+
 class FetchMetrics:
     """The latency model's samples as Prometheus families (DESIGN.md's pinned names, plus
     extensions). All durations in seconds."""
@@ -218,6 +275,8 @@ class FetchMetrics:
                                 "True local fetch time per follower -> leader pair (broker = the leader)",
                                 ["broker", "follower"])
         self.topic_label = BoundedLabel(topic_cap)
+        self._by_kind: dict[tuple[str, str], _KindChildren] = {}
+        self._by_client: dict[tuple[str, str, str | None], _ClientChildren] = {}
         self.client_label = BoundedLabel(client_cap)
         self.follower_label = BoundedLabel(client_cap)  # replica ids come off the wire: cap them too
         self.record_latency_max = WindowedMax(MAX_WINDOW_NS)
@@ -229,35 +288,50 @@ class FetchMetrics:
                                  "Largest KIP-489 record latency per consumer client id over the last 60-120 s",
                                  ["broker", "client"], self.client_record_latency_max))
 
+    def _kind_children(self, broker: str, k: str) -> _KindChildren:
+        key = (broker, k)
+        c = self._by_kind.get(key)
+        if c is None:
+            c = self._by_kind[key] = _KindChildren(self, broker, k)
+        return c
+
+    def _client_children(self, broker: str, k: str, client_id: str | None) -> _ClientChildren:
+        key = (broker, k, client_id)
+        c = self._by_client.get(key)
+        if c is None:
+            if len(self._by_client) >= CHILD_CACHE_CAP:
+                self._by_client.clear()  # client ids past the label cap all map to "other": rebuilt on use
+            c = self._by_client[key] = _ClientChildren(self, broker, k, self.client_label(client_id))
+        return c
+
     def observe_fetch(self, broker: str, s: FetchSample, replication: list[ReplicationSample], now_ns: int) -> None:
         k = s.kind
+        c = self._kind_children(broker, k)
         self.fetches.labels(broker, k, s.outcome).inc()
-        with_records = self.with_records.labels(broker, k)  # exists (at 0) from the first fetch
         if s.records:
-            with_records.inc()
-        throttled = self.throttled.labels(broker, k)
-        self.total.labels(broker, k).observe(s.total_ns / 1e9)
-        self.first_byte.labels(broker, k).observe(s.first_byte_ns / 1e9)
-        self.transfer.labels(broker, k).observe(s.transfer_ns / 1e9)
+            c.with_records.inc()  # exists (at 0) from the first fetch
+        c.total.observe(s.total_ns / 1e9)
+        c.first_byte.observe(s.first_byte_ns / 1e9)
+        c.transfer.observe(s.transfer_ns / 1e9)
         if s.throttled:
-            throttled.inc()
+            c.throttled.inc()
             self.throttle.labels(broker, k).observe(s.throttle_ms / 1e3)
         else:
-            self.wait.labels(broker, k, s.wait_source).observe(s.wait_ns / 1e9)
-            self.local.labels(broker, k).observe(s.local_ns / 1e9)
-            self.e2e.labels(broker, k).observe(s.e2e_ns / 1e9)
+            c.wait(s.wait_source).observe(s.wait_ns / 1e9)
+            c.local().observe(s.local_ns / 1e9)
+            c.e2e().observe(s.e2e_ns / 1e9)
             if k == "follower":
                 self.follower_local.labels(broker, self.follower_label(str(s.replica_id))).observe(s.local_ns / 1e9)
-            client = self.client_label(s.client_id)
-            self.client_fetches.labels(broker, k, client).inc()
-            self.client_time.labels(broker, k, client, "total").inc(s.total_ns / 1e9)
-            self.client_time.labels(broker, k, client, "wait").inc(s.wait_ns / 1e9)
-            self.client_time.labels(broker, k, client, "local").inc(s.local_ns / 1e9)
+            cc = self._client_children(broker, k, s.client_id)
+            cc.fetches.inc()
+            cc.total.inc(s.total_ns / 1e9)
+            cc.wait.inc(s.wait_ns / 1e9)
+            cc.local.inc(s.local_ns / 1e9)
         if not s.confident:
             self.low_confidence.labels(broker, k, s.basis).inc()
         if s.wake_lag_ns is not None:
-            self.wake_lag.labels(broker, k).observe(max(0, s.wake_lag_ns) / 1e9)
-        if k == "consumer":
+            c.wake_lag().observe(max(0, s.wake_lag_ns) / 1e9)
+        if k == "consumer" and s.partitions:
             client = self.client_label(s.client_id)
             for p in s.partitions:
                 if p.record_latency_ns is not None:

@@ -60,6 +60,7 @@ HOT: Final = (
     "fetchlat.proxy.policy",
     "fetchlat.proxy.registry",
     "fetchlat.proxy.conversation",
+    "fetchlat.proxy.session",
 )
 MANIFEST: Final = "hot_sources.json"
 PURE_ENV: Final = "FETCHLAT_PURE_PYTHON"

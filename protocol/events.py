@@ -1,5 +1,9 @@
-"""Events the codec emits. Frozen, slotted, keyword-only; scalars only (never memoryviews,
-which would pin the connection's buffers)."""
+"""Events the codec emits. Slotted, keyword-only, never changed once made; scalars only (never
+memoryviews, which would pin the connection's buffers).
+
+The per-request ones spell out their ``__init__``: mypyc compiles an explicit ``__init__``
+natively, while the one ``dataclass`` generates stays interpreted (and a frozen dataclass sets
+each field through ``object.__setattr__``): 1.2 µs per event against well under 0.1."""
 
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ class BrokerAddress:
     rack: str | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class RequestSeen:
     correlation_id: int
     api_key: int
@@ -29,8 +33,18 @@ class RequestSeen:
     expects_response: bool
     t_ns: int  # when the request's last byte arrived from the client (and was forwarded)
 
+    def __init__(self, *, correlation_id: int, api_key: int, api_version: int, client_id: str | None,
+                 size_bytes: int, expects_response: bool, t_ns: int) -> None:
+        self.correlation_id = correlation_id
+        self.api_key = api_key
+        self.api_version = api_version
+        self.client_id = client_id
+        self.size_bytes = size_bytes
+        self.expects_response = expects_response
+        self.t_ns = t_ns
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+
+@dataclass(slots=True, kw_only=True)
 class ResponseSeen:
     correlation_id: int
     api_key: int
@@ -41,6 +55,18 @@ class ResponseSeen:
     t_first_ns: int
     t_last_ns: int
     rewritten: bool
+
+    def __init__(self, *, correlation_id: int, api_key: int, api_version: int, client_id: str | None,
+                 size_bytes: int, t_request_ns: int, t_first_ns: int, t_last_ns: int, rewritten: bool) -> None:
+        self.correlation_id = correlation_id
+        self.api_key = api_key
+        self.api_version = api_version
+        self.client_id = client_id
+        self.size_bytes = size_bytes
+        self.t_request_ns = t_request_ns
+        self.t_first_ns = t_first_ns
+        self.t_last_ns = t_last_ns
+        self.rewritten = rewritten
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,7 +100,7 @@ class TopicIdsLearned:
     topics: tuple[tuple[str, uuid.UUID], ...]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class FetchExchanged:
     """A decoded Fetch request and its response, with the proxy's timestamps (monotonic ns):
     request forwarded upstream, first and last response byte."""
@@ -91,8 +117,23 @@ class FetchExchanged:
     request_bytes: int
     response_bytes: int
 
+    def __init__(self, *, correlation_id: int, client_id: str | None, api_version: int, request: FetchRequestInfo,
+                 response: FetchResponseInfo, covered: Covered, t_request_ns: int, t_first_ns: int, t_last_ns: int,
+                 request_bytes: int, response_bytes: int) -> None:
+        self.correlation_id = correlation_id
+        self.client_id = client_id
+        self.api_version = api_version
+        self.request = request
+        self.response = response
+        self.covered = covered
+        self.t_request_ns = t_request_ns
+        self.t_first_ns = t_first_ns
+        self.t_last_ns = t_last_ns
+        self.request_bytes = request_bytes
+        self.response_bytes = response_bytes
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+
+@dataclass(slots=True, kw_only=True)
 class ProduceExchanged:
     """A decoded Produce request and its response (None for acks=0)."""
 
@@ -106,6 +147,20 @@ class ProduceExchanged:
     t_last_ns: int
     request_bytes: int
     response_bytes: int
+
+    def __init__(self, *, correlation_id: int, client_id: str | None, api_version: int, request: ProduceRequestInfo,
+                 response: ProduceResponseInfo | None, t_request_ns: int, t_first_ns: int, t_last_ns: int,
+                 request_bytes: int, response_bytes: int) -> None:
+        self.correlation_id = correlation_id
+        self.client_id = client_id
+        self.api_version = api_version
+        self.request = request
+        self.response = response
+        self.t_request_ns = t_request_ns
+        self.t_first_ns = t_first_ns
+        self.t_last_ns = t_last_ns
+        self.request_bytes = request_bytes
+        self.response_bytes = response_bytes
 
 
 Event = (RequestSeen | ResponseSeen | BrokersLearned | DecodeFailed | SaslPassthroughStarted | TopicIdsLearned

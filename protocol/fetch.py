@@ -20,7 +20,7 @@ CONSUMER_REPLICA_ID = -1
 FUTURE_LOCAL_REPLICA_ID = -3
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class FetchPartitionRequest:
     topic: str | None  # v4-12
     topic_id: _uuid.UUID | None  # v13+
@@ -30,8 +30,18 @@ class FetchPartitionRequest:
     partition_max_bytes: int
     current_leader_epoch: int = -1
 
+    def __init__(self, *, topic: str | None, topic_id: _uuid.UUID | None, partition: int, fetch_offset: int,
+                 log_start_offset: int, partition_max_bytes: int, current_leader_epoch: int = -1) -> None:
+        self.topic = topic
+        self.topic_id = topic_id
+        self.partition = partition
+        self.fetch_offset = fetch_offset
+        self.log_start_offset = log_start_offset
+        self.partition_max_bytes = partition_max_bytes
+        self.current_leader_epoch = current_leader_epoch
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+
+@dataclass(slots=True, kw_only=True)
 class FetchRequestInfo:
     replica_id: int  # effective id: ReplicaId (v4-14) or ReplicaState.ReplicaId (v15+)
     replica_epoch: int
@@ -45,12 +55,28 @@ class FetchRequestInfo:
     forgotten: tuple[tuple[str | None, _uuid.UUID | None, int], ...]
     rack_id: str | None
 
+    def __init__(self, *, replica_id: int, replica_epoch: int, max_wait_ms: int, min_bytes: int, max_bytes: int,
+                 isolation_level: int, session_id: int, session_epoch: int,
+                 partitions: tuple[FetchPartitionRequest, ...],
+                 forgotten: tuple[tuple[str | None, _uuid.UUID | None, int], ...], rack_id: str | None) -> None:
+        self.replica_id = replica_id
+        self.replica_epoch = replica_epoch
+        self.max_wait_ms = max_wait_ms
+        self.min_bytes = min_bytes
+        self.max_bytes = max_bytes
+        self.isolation_level = isolation_level
+        self.session_id = session_id
+        self.session_epoch = session_epoch
+        self.partitions = partitions
+        self.forgotten = forgotten
+        self.rack_id = rack_id
+
     @property
     def is_follower(self) -> bool:
         return self.replica_id >= 0
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class FetchPartitionResponse:
     topic: str | None
     topic_id: _uuid.UUID | None
@@ -62,8 +88,21 @@ class FetchPartitionResponse:
     preferred_read_replica: int
     batches: BatchStats | None
 
+    def __init__(self, *, topic: str | None, topic_id: _uuid.UUID | None, partition: int, error_code: int,
+                 high_watermark: int, last_stable_offset: int, log_start_offset: int, preferred_read_replica: int,
+                 batches: BatchStats | None) -> None:
+        self.topic = topic
+        self.topic_id = topic_id
+        self.partition = partition
+        self.error_code = error_code
+        self.high_watermark = high_watermark
+        self.last_stable_offset = last_stable_offset
+        self.log_start_offset = log_start_offset
+        self.preferred_read_replica = preferred_read_replica
+        self.batches = batches
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+
+@dataclass(slots=True, kw_only=True)
 class FetchResponseInfo:
     throttle_time_ms: int
     error_code: int
@@ -71,6 +110,16 @@ class FetchResponseInfo:
     partitions: tuple[FetchPartitionResponse, ...]
     wait_time_ms: int | None  # a broker-reported WaitTimeMs (KIP-736), if the tag is present
     node_endpoints: bool = False  # v16+: the NodeEndpoints tag lists at least one broker
+
+    def __init__(self, *, throttle_time_ms: int, error_code: int, session_id: int,
+                 partitions: tuple[FetchPartitionResponse, ...], wait_time_ms: int | None,
+                 node_endpoints: bool = False) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.session_id = session_id
+        self.partitions = partitions
+        self.wait_time_ms = wait_time_ms
+        self.node_endpoints = node_endpoints
 
     @property
     def records_bytes(self) -> int:

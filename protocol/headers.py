@@ -15,13 +15,21 @@ from .stream import Reader
 from .stream_now import tags_now
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class RequestHeader:
     api_key: int
     api_version: int
     correlation_id: int
     client_id: str | None
     body_start: int  # offset of the request body in the frame (after the tag buffer)
+
+    def __init__(self, *, api_key: int, api_version: int, correlation_id: int, client_id: str | None,
+                 body_start: int) -> None:
+        self.api_key = api_key
+        self.api_version = api_version
+        self.correlation_id = correlation_id
+        self.client_id = client_id
+        self.body_start = body_start
 
 
 def skip_tag_buffer(buf: Buf, pos: int) -> int:

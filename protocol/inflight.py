@@ -41,6 +41,20 @@ class InFlight:
     covered: Covered = ()
     request_bytes: int = 0
 
+    def __init__(self, correlation_id: int, api_key: int, api_version: int, client_id: str | None, t_request_ns: int,
+                 sasl_mechanism: str | None = None,
+                 info: fetch.FetchRequestInfo | produce.ProduceRequestInfo | None = None, covered: Covered = (),
+                 request_bytes: int = 0) -> None:
+        self.correlation_id = correlation_id
+        self.api_key = api_key
+        self.api_version = api_version
+        self.client_id = client_id
+        self.t_request_ns = t_request_ns
+        self.sasl_mechanism = sasl_mechanism
+        self.info = info
+        self.covered = covered
+        self.request_bytes = request_bytes
+
 
 @dataclass(slots=True)
 class Shared:

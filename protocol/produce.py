@@ -14,27 +14,41 @@ MIN_VERSION = 3
 MAX_VERSION = 13
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class ProducePartitionRequest:
     topic: str | None
     topic_id: _uuid.UUID | None
     partition: int
     batches: BatchStats | None
 
+    def __init__(self, *, topic: str | None, topic_id: _uuid.UUID | None, partition: int,
+                 batches: BatchStats | None) -> None:
+        self.topic = topic
+        self.topic_id = topic_id
+        self.partition = partition
+        self.batches = batches
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+
+@dataclass(slots=True, kw_only=True)
 class ProduceRequestInfo:
     transactional: bool
     acks: int
     timeout_ms: int
     partitions: tuple[ProducePartitionRequest, ...]
 
+    def __init__(self, *, transactional: bool, acks: int, timeout_ms: int,
+                 partitions: tuple[ProducePartitionRequest, ...]) -> None:
+        self.transactional = transactional
+        self.acks = acks
+        self.timeout_ms = timeout_ms
+        self.partitions = partitions
+
     @property
     def records(self) -> int:
         return sum(p.batches.records for p in self.partitions if p.batches is not None)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class ProducePartitionResponse:
     topic: str | None
     topic_id: _uuid.UUID | None
@@ -44,12 +58,28 @@ class ProducePartitionResponse:
     log_append_time_ms: int
     log_start_offset: int
 
+    def __init__(self, *, topic: str | None, topic_id: _uuid.UUID | None, partition: int, error_code: int,
+                 base_offset: int, log_append_time_ms: int, log_start_offset: int) -> None:
+        self.topic = topic
+        self.topic_id = topic_id
+        self.partition = partition
+        self.error_code = error_code
+        self.base_offset = base_offset
+        self.log_append_time_ms = log_append_time_ms
+        self.log_start_offset = log_start_offset
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+
+@dataclass(slots=True, kw_only=True)
 class ProduceResponseInfo:
     throttle_time_ms: int
     partitions: tuple[ProducePartitionResponse, ...]
     node_endpoints: bool = False  # v10+: the NodeEndpoints tag lists at least one broker
+
+    def __init__(self, *, throttle_time_ms: int, partitions: tuple[ProducePartitionResponse, ...],
+                 node_endpoints: bool = False) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.partitions = partitions
+        self.node_endpoints = node_endpoints
 
 
 NODE_ENDPOINTS_TAG = 0  # Produce v10+ top-level tag (KIP-951)

@@ -87,6 +87,13 @@ class _Finish:
     t_first: int
     t_last: int
 
+    def __init__(self, cur: InFlight, feeder: Feeder | None, size: int, t_first: int, t_last: int) -> None:
+        self.cur = cur
+        self.feeder = feeder
+        self.size = size
+        self.t_first = t_first
+        self.t_last = t_last
+
 
 def _response_feeder(head: InFlight, wait_time_tag: int | None) -> Feeder:
     v = head.api_version

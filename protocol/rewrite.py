@@ -63,6 +63,12 @@ class RewriteResult:
     learned: list[BrokerAddress] = field(default_factory=list)
     topic_ids: list[tuple[str, uuid.UUID]] = field(default_factory=list)
 
+    def __init__(self, body: bytes | None, learned: list[BrokerAddress] | None = None,
+                 topic_ids: list[tuple[str, uuid.UUID]] | None = None) -> None:  # compiled natively
+        self.body = body
+        self.learned = [] if learned is None else learned
+        self.topic_ids = [] if topic_ids is None else topic_ids
+
 
 def _broker_splices(
     entries: Iterable[Struct], node_f: str, flexible: bool, advertise: Advertise,

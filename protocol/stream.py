@@ -209,6 +209,22 @@ class BatchStats:
     partial_bytes: int = 0  # a partial last batch (normal in fetch responses)
     legacy: bool = False  # magic < 2: not scanned
 
+    def __init__(self, size_bytes: int = 0, batches: int = 0, records: int = 0, first_offset: int = -1,
+                 first_timestamp_ms: int = -1, next_offset: int = -1, max_timestamp_ms: int = -1,
+                 log_append_time: bool = False, control_batches: int = 0, partial_bytes: int = 0,
+                 legacy: bool = False) -> None:
+        self.size_bytes = size_bytes
+        self.batches = batches
+        self.records = records
+        self.first_offset = first_offset
+        self.first_timestamp_ms = first_timestamp_ms
+        self.next_offset = next_offset
+        self.max_timestamp_ms = max_timestamp_ms
+        self.log_append_time = log_append_time
+        self.control_batches = control_batches
+        self.partial_bytes = partial_bytes
+        self.legacy = legacy
+
 
 def records(r: Reader, flexible: bool) -> Parser[BatchStats | None]:
     n = yield from length(r, flexible)

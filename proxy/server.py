@@ -26,7 +26,7 @@ from .discovery import Discovery
 from .listeners import NodeListeners, bind_listener
 from .policy import Limits
 from .registry import BrokerRegistry
-from .session import ClientSide, ConnContext
+from .session import ClientSide, ConnContext, as_protocol
 from .tls import client_context, server_context
 from .traces import TraceWriter
 
@@ -98,11 +98,11 @@ class Proxy:
             log.info("broker %d advertises %s:%d while this sidecar listens on port %d (fine behind a port "
                      "mapping; otherwise check advertised.listeners)", b.node_id, b.host, b.port, self.bootstrap_port)
 
-    def _node_factory(self, node_id: int) -> Callable[[], ClientSide]:
+    def _node_factory(self, node_id: int) -> Callable[[], asyncio.Protocol]:
         label = str(node_id)
 
-        def factory() -> ClientSide:
-            return ClientSide(self.conn, label, lambda: [self.registry.address(node_id)], label)
+        def factory() -> asyncio.Protocol:
+            return as_protocol(ClientSide(self.conn, label, lambda: [self.registry.address(node_id)], label))
 
         return factory
 
@@ -154,7 +154,7 @@ class Proxy:
         self.bootstrap_port = sock.getsockname()[1]
         name = "sidecar" if self.cfg.sidecar else "bootstrap"
         server = await loop.create_server(
-            lambda: ClientSide(self.conn, name, self.bootstrap_upstreams, name), sock=sock
+            lambda: as_protocol(ClientSide(self.conn, name, self.bootstrap_upstreams, name)), sock=sock
         )
         self.servers.append(server)
         log.info("%s listener on %s -> %s%s", name, format_hostport(self.cfg.listen),

@@ -52,6 +52,12 @@ def tcp_rtt_ns(sock: object) -> int | None:
     return int(struct.unpack_from("I", raw, TCP_INFO_RTT_OFFSET)[0]) * 1000
 
 
+def as_protocol(p: ClientSide | BrokerSide) -> asyncio.Protocol:
+    """The two sides are asyncio protocols by their methods, not by inheritance: the compiled
+    build makes them native classes, which cannot subclass a Python class."""
+    return cast(asyncio.Protocol, p)
+
+
 @dataclass
 class ConnContext:
     """What a connection's I/O needs of the proxy (never the proxy itself)."""
@@ -70,7 +76,7 @@ class ConnContext:
     connect_timeout_s: float = 10.0
 
 
-class ClientSide(asyncio.Protocol):
+class ClientSide:  # an asyncio protocol (duck-typed: a native class when compiled)
     def __init__(self, ctx: ConnContext, listener: str, upstreams: Callable[[], list[HostPort]],
                  broker_label: str) -> None:
         self.ctx = ctx
@@ -117,8 +123,8 @@ class ClientSide(asyncio.Protocol):
                 timeout_ns = conv.policy.attempt_timeout_ns(clock.now_ns(), int(ctx.connect_timeout_s * 1e9))
                 try:
                     tls = ctx.upstream_tls
-                    _, broker = await asyncio.wait_for(
-                        loop.create_connection(lambda: BrokerSide(self), host, port, ssl=tls,
+                    _, proto = await asyncio.wait_for(
+                        loop.create_connection(lambda: as_protocol(BrokerSide(self)), host, port, ssl=tls,
                                                server_hostname=(ctx.upstream_server_hostname or host) if tls
                                                else None),
                         timeout=timeout_ns / 1e9,
@@ -127,6 +133,7 @@ class ClientSide(asyncio.Protocol):
                     reason = (exc.strerror or str(exc)) if isinstance(exc, OSError) else "timeout"
                     last_error = f"{host}:{port}: {reason}"
                     continue
+                broker = cast(BrokerSide, proto)
                 addr = (host, port)
                 break
             if broker is not None or self.closed:
@@ -266,7 +273,7 @@ class ClientSide(asyncio.Protocol):
             self.transport.writelines(segments)
 
 
-class BrokerSide(asyncio.Protocol):
+class BrokerSide:  # an asyncio protocol (duck-typed)
     def __init__(self, client: ClientSide) -> None:
         self.client = client
         self.transport: asyncio.Transport | None = None

@@ -1,0 +1,164 @@
+"""A relay between the proxy and the broker that stamps each Kafka exchange as it passes: when
+a request's last byte arrived from the proxy, and when the response's last byte went back to
+it. The span between the two is what the proxy's own ``total`` should be, seen from outside
+the proxy's event loop; ``bench/accuracy_under_load.py`` compares the two.
+
+    python bench/stamp_relay.py LISTEN_PORT TARGET_PORT LOG_FILE [API_KEY ...]
+
+Logs one JSON line per exchange of the given API keys (default: Fetch), with the request's
+client id and correlation id, and the relay's own event-loop lag (its stamps are late by at
+most that). Loopback only; runs until killed (SIGTERM flushes the log).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import struct
+import sys
+import time
+from collections import deque
+from typing import IO, Any
+
+now_ns = time.monotonic_ns
+
+
+class Framer:
+    """Whole frames out of a byte stream: (frame body bytes (first 64 at most), complete?)."""
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+        self.left = 0
+        self.head = bytearray()
+
+    def feed(self, data: bytes) -> list[bytes]:
+        done: list[bytes] = []
+        pos, n = 0, len(data)
+        while pos < n:
+            if self.left == 0:
+                take = min(4 - len(self.buf), n - pos)
+                self.buf += data[pos : pos + take]
+                pos += take
+                if len(self.buf) == 4:
+                    self.left = struct.unpack(">i", self.buf)[0]
+                    self.buf = bytearray()
+                    self.head = bytearray()
+                    if self.left == 0:
+                        done.append(b"")
+                continue
+            take = min(self.left, n - pos)
+            if len(self.head) < 64:
+                self.head += data[pos : pos + min(take, 64 - len(self.head))]
+            pos += take
+            self.left -= take
+            if self.left == 0:
+                done.append(bytes(self.head))
+        return done
+
+
+class Link:
+    def __init__(self, log: IO[str], keys: set[int]) -> None:
+        self.log, self.keys = log, keys
+        self.pending: deque[tuple[int, int, str | None, int]] = deque()  # api key, corr, client id, t
+        self.requests, self.responses = Framer(), Framer()
+
+    def request_bytes(self, data: bytes, t: int) -> None:
+        for head in self.requests.feed(data):
+            if len(head) < 8:
+                continue
+            key, corr = struct.unpack_from(">hxxi", head)
+            n = struct.unpack_from(">h", head, 8)[0] if len(head) >= 10 else -1
+            client = head[10 : 10 + n].decode("utf-8", "replace") if n >= 0 else None
+            self.pending.append((key, corr, client, t))
+
+    def response_bytes(self, data: bytes, t_out: int) -> None:
+        for head in self.responses.feed(data):
+            if not self.pending:
+                return
+            key, corr, client, t_in = self.pending.popleft()
+            if key in self.keys and len(head) >= 4 and struct.unpack_from(">i", head)[0] == corr:
+                self.log.write(json.dumps({"api_key": key, "correlation_id": corr, "client_id": client,
+                                           "t_request_in_ns": t_in, "t_response_out_ns": t_out,
+                                           "span_ns": t_out - t_in}) + "\n")
+
+
+class Leg(asyncio.Protocol):
+    def __init__(self, link: Link, to_broker: bool) -> None:
+        self.link, self.to_broker = link, to_broker
+        self.peer: Leg | None = None
+        self.transport: asyncio.Transport | None = None
+        self.early: list[bytes] = []
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        t = now_ns()
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.write(data)
+        else:
+            self.early.append(data)
+        if self.to_broker:  # bytes from the proxy: a request's last byte arrived at t
+            self.link.request_bytes(data, t)
+        else:  # bytes from the broker: written back to the proxy now
+            self.link.response_bytes(data, now_ns())
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.close()
+
+
+async def main(listen: int, target: int, log_path: str, keys: set[int]) -> None:
+    loop = asyncio.get_running_loop()
+    log = open(log_path, "w", buffering=1 << 16)  # noqa: SIM115 - closed at exit
+    lags: list[int] = []
+    tasks: set[asyncio.Task[None]] = set()
+
+    def factory() -> Leg:
+        link = Link(log, keys)
+        client = Leg(link, to_broker=True)
+
+        async def connect() -> None:
+            try:
+                _, up = await loop.create_connection(lambda: Leg(link, to_broker=False), "127.0.0.1", target)
+            except OSError:
+                if client.transport is not None:
+                    client.transport.close()
+                return
+            client.peer, up.peer = up, client
+            for chunk in client.early:
+                up.transport.write(chunk)  # type: ignore[union-attr]
+            client.early.clear()
+
+        task = loop.create_task(connect())
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+        return client
+
+    async def lag_probe() -> None:
+        while True:
+            t = now_ns()
+            await asyncio.sleep(0.01)
+            lags.append(now_ns() - t - 10_000_000)
+
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    server = await loop.create_server(factory, "127.0.0.1", listen)
+    probe = loop.create_task(lag_probe())
+    print("ready", flush=True)
+    await stop.wait()
+    probe.cancel()
+    server.close()
+    lags.sort()
+    summary: dict[str, Any] = {"relay_loop_lag_p50_ns": lags[len(lags) // 2] if lags else None,
+                               "relay_loop_lag_p99_ns": lags[int(len(lags) * 0.99)] if lags else None}
+    log.write(json.dumps(summary) + "\n")
+    log.close()
+
+
+if __name__ == "__main__":
+    import uvloop
+
+    keys = {int(k) for k in sys.argv[4:]} or {1}
+    uvloop.run(main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], keys))
