@@ -1,5 +1,7 @@
 """What does the sidecar cost? The same workloads direct to Tansu, through haproxy in TCP mode
-(a zero-decode proxy: the practical upper bound) and through fetchlat, in the same run, in
+(a zero-decode proxy: the practical upper bound), through ``bench/relay.py`` (zero-decode
+Python on uvloop: the floor for a proxy built like fetchlat) and through fetchlat, compiled and
+pure Python (``fetchlat-py``), in the same run, in
 rotating order, repeated; medians, spread and ratios, plus the proxy process's CPU seconds per
 GB forwarded. A fresh broker per measurement (Tansu's in-memory log slows as it fills).
 
@@ -9,6 +11,8 @@ Workloads (each client is a separate process: ``fetchlat perf`` or the small asy
 - produce 1 KiB records, default settings (linger 5 ms, 16 KiB batches) and small batches
   (linger 0, 1 KiB batches), acks=1: MB/s;
 - consume them back (``fetchlat perf consume``): MB/s;
+- the same with librdkafka and no Python per record (``bench/rdkafka_client.py``: a client that
+  is not the bottleneck), big batches and requests of one record each: MB/s and CPU s/GB;
 - small request round trips, one at a time: ApiVersions, Metadata, Fetch max_wait 0, Produce
   of one record: p50 / p99 in ms, and what each path adds over direct;
 - long-poll fetches (max_wait 100 ms on an idle topic): p50.
@@ -167,8 +171,44 @@ def _q(xs: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
+RDKAFKA_BATCHES = (("big-batch", ["linger.ms=5", "batch.size=1000000"]),
+                   ("small-request", ["linger.ms=0", "batch.size=1100"]))
+
+
+def rdkafka(*args: str) -> dict[str, Any]:
+    r = subprocess.run([sys.executable, str(Path(__file__).with_name("rdkafka_client.py")), *args],
+                       capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        raise RuntimeError(f"rdkafka_client {args[0]} failed: {r.stderr[-600:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def rdkafka_phases(kind: str, args: argparse.Namespace, work: Path, res: dict[str, Any]) -> None:
+    """Throughput with librdkafka doing the work and no Python per record (bench/rdkafka_client.py):
+    1 KiB records produced in big batches and in requests of one record each, then consumed
+    back; MB/s, and the proxy's CPU seconds per GB."""
+    gb = args.records * 1024 / 1e9
+    for name, props in RDKAFKA_BATCHES:
+        with target(kind, work) as (port, pid, _broker):
+            bootstrap = f"127.0.0.1:{port}"
+            topic = f"k-{uuid.uuid4().hex[:6]}"
+            create_topics(bootstrap, topic)
+            cpu0 = cpu_s(pid) if pid else 0.0
+            p = rdkafka("produce", bootstrap, topic, str(args.records), *props)
+            cpu1 = cpu_s(pid) if pid else 0.0
+            c = rdkafka("consume", bootstrap, topic, str(args.records))
+            cpu2 = cpu_s(pid) if pid else 0.0
+            res[f"rdkafka produce {name} MB/s"] = p["mb_per_s"]
+            res[f"rdkafka consume {name} MB/s"] = c["mb_per_s"]
+            if pid:
+                res[f"rdkafka cpu s/GB produce {name}"] = round((cpu1 - cpu0) / gb, 3)
+                res[f"rdkafka cpu s/GB consume {name}"] = round((cpu2 - cpu1) / gb, 3)
+
+
 def measure(kind: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     res: dict[str, Any] = {}
+    if args.rdkafka and not args.round_trips_only:
+        rdkafka_phases(kind, args, work, res)
     batches = (("default", ["--linger-ms", "5", "--batch-size", "16384"]),
                ("small-batch", ["--linger-ms", "0", "--batch-size", "1024"]))
     for batch_name, extra in () if args.round_trips_only else batches:
@@ -218,6 +258,8 @@ def main() -> int:
     ap.add_argument("--round-trips", type=int, default=2000)
     ap.add_argument("--out", help="write the raw results as JSON here")
     ap.add_argument("--round-trips-only", action="store_true", help="skip the produce/consume throughput runs")
+    ap.add_argument("--no-rdkafka", dest="rdkafka", action="store_false",
+                    help="skip the librdkafka throughput runs (no per-record Python: bench/rdkafka_client.py)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="fetchlat-bench-"))
     raw: dict[str, list[dict[str, Any]]] = {t: [] for t in TARGETS}
