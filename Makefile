@@ -8,7 +8,7 @@ HOT_SOURCES := setup.py $(wildcard protocol/*.py metrics/*.py proxy/*.py)
 DEB_PACKAGES := kcat haproxy prometheus chromium
 
 .PHONY: test test-pure demo lint typecheck unit integration deps clean bench-observe bench-analyze load soak fuzz bench-proxy \
-	bench-memory bench-codec profile-proxy
+	bench-memory bench-codec profile-proxy bench-core bench-rate bench-accuracy profile-api
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -74,6 +74,19 @@ bench-memory: deps
 
 bench-codec: $(STAMP)
 	$(BIN)/pytest -q -p no:cacheprovider bench/codec --benchmark-enable --benchmark-only --benchmark-columns=min,median,mean,ops,rounds
+
+bench-core: deps
+	$(BIN)/python bench/core_cost.py
+	FETCHLAT_PURE_PYTHON=1 $(BIN)/python bench/core_cost.py
+
+bench-rate: deps
+	$(BIN)/python bench/request_rate.py --trials 3
+
+bench-accuracy: deps
+	$(BIN)/python bench/accuracy_under_load.py --rps 4000
+
+profile-api: deps
+	$(BIN)/python bench/profile_api.py
 
 profile-proxy: deps
 	$(BIN)/python bench/profile_proxy.py --records 100000 --out bench-profile

@@ -1,5 +1,5 @@
 """Multi-broker routing through the real proxy process, against the FAKE cluster
-(tests/fakes/fake_cluster.py): node listeners, leaders on other nodes, coordinators,
+(tests/support/fake_cluster.py): node listeners, leaders on other nodes, coordinators,
 NodeEndpoints on NOT_LEADER_OR_FOLLOWER, a broker appearing later, sidecar node maps."""
 
 from __future__ import annotations
