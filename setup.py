@@ -13,8 +13,7 @@ mypyc names a module after its path, and this checkout maps ``fetchlat.protocol`
 
 from __future__ import annotations
 
-import ast
-import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -28,25 +27,25 @@ from setuptools.command.build_ext import build_ext
 HERE = Path(__file__).resolve().parent
 PACKAGES = ("protocol", "metrics", "proxy")
 GROUP = "fetchlat.protocol.hot"  # the shared library: fetchlat/protocol/hot__mypyc.*.so
-MANIFEST = "hot_sources.json"
 
 
-def hot_modules() -> tuple[str, ...]:
-    tree = ast.parse((HERE / "protocol" / "compiled.py").read_text())
-    for node in tree.body:
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == "HOT":
-            return tuple(ast.literal_eval(node.value))  # type: ignore[arg-type]
-    raise SystemExit("protocol/compiled.py: no HOT tuple")
+def _load_compiled():  # type: ignore[no-untyped-def]
+    """protocol/compiled.py on its own (the package is not installed yet while it builds): the
+    list of hot modules, where their sources are, the pure switch and the manifest's digest."""
+    spec = importlib.util.spec_from_file_location("fetchlat_build_compiled", HERE / "protocol" / "compiled.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
-def source(module: str) -> Path:
-    _, package, name = module.split(".")
-    return HERE / package / f"{name}.py"
+compiled = _load_compiled()
 
 
 def why_not_compiled() -> str | None:
-    if os.environ.get("FETCHLAT_PURE_PYTHON", "") not in ("", "0"):
-        return "FETCHLAT_PURE_PYTHON is set"
+    pure = compiled.pure_requested()
+    if pure is not None:
+        return pure
     cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
     if shutil.which(cc) is None:
         return f"no C compiler ({cc})"
@@ -74,7 +73,7 @@ def extensions() -> list:
         for f in (HERE / package).glob("*.py"):
             shutil.copy2(f, dest / f.name)
     (stage / "fetchlat" / "__init__.py").write_text("")  # for mypy's module names only; not installed
-    paths = [str(Path("fetchlat", *m.split(".")[1:]).with_suffix(".py")) for m in hot_modules()]
+    paths = [str(Path("fetchlat") / compiled.source_path(m).relative_to(compiled.ROOT)) for m in compiled.HOT]
     cwd = os.getcwd()
     os.chdir(stage)
     try:
@@ -88,22 +87,22 @@ def extensions() -> list:
 class BuildExt(build_ext):
     """Writes the manifest of compiled sources beside the shared library."""
 
+    def _manifest(self) -> Path | None:
+        libs = [e for e in self.extensions if e.name == GROUP + "__mypyc"]
+        return Path(self.get_ext_fullpath(libs[0].name)).parent / compiled.MANIFEST if libs else None
+
     def run(self) -> None:
         super().run()
-        libs = [e for e in self.extensions if e.name == GROUP + "__mypyc"]
-        if not libs:
+        out = self._manifest()
+        if out is None:
             return
-        out = Path(self.get_ext_fullpath(libs[0].name)).parent / MANIFEST
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({m: hashlib.sha256(source(m).read_bytes()).hexdigest() for m in hot_modules()},
+        out.write_text(json.dumps({m: compiled.digest(compiled.source_path(m)) for m in compiled.HOT},
                                   indent=1, sort_keys=True) + "\n")
 
     def get_outputs(self) -> list[str]:
-        outs = super().get_outputs()
-        libs = [e for e in self.extensions if e.name == GROUP + "__mypyc"]
-        if libs:
-            outs.append(str(Path(self.get_ext_fullpath(libs[0].name)).parent / MANIFEST))
-        return outs
+        out = self._manifest()
+        return super().get_outputs() + ([str(out)] if out is not None else [])
 
 
 if __name__ == "__main__":

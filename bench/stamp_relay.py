@@ -19,7 +19,13 @@ import struct
 import sys
 import time
 from collections import deque
+from pathlib import Path
 from typing import IO, Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.integration.delay_relay import Leg as RelayLeg
+from tests.integration.delay_relay import serve
 
 now_ns = time.monotonic_ns
 
@@ -83,58 +89,32 @@ class Link:
                                            "span_ns": t_out - t_in}) + "\n")
 
 
-class Leg(asyncio.Protocol):
-    def __init__(self, link: Link, to_broker: bool) -> None:
-        self.link, self.to_broker = link, to_broker
-        self.peer: Leg | None = None
-        self.transport: asyncio.Transport | None = None
-        self.early: list[bytes] = []
+class Leg(RelayLeg):
+    """``tests/integration/delay_relay.py``'s leg with no delay, stamping what passes. The
+    client-facing leg carries requests; ``serve`` calls ``linked()`` on the broker-facing one,
+    which from then on shares its client leg's ``Link`` and carries responses."""
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+    def __init__(self, link: Link) -> None:
+        super().__init__(0.0)
+        self.link, self.to_broker = link, True
+
+    def linked(self) -> None:
+        assert isinstance(self.peer, Leg)
+        self.link, self.to_broker = self.peer.link, False
 
     def data_received(self, data: bytes) -> None:
         t = now_ns()
-        if self.peer is not None and self.peer.transport is not None:
-            self.peer.transport.write(data)
-        else:
-            self.early.append(data)
+        super().data_received(data)  # forwarded at once (no delay)
         if self.to_broker:  # bytes from the proxy: a request's last byte arrived at t
             self.link.request_bytes(data, t)
         else:  # bytes from the broker: written back to the proxy now
             self.link.response_bytes(data, now_ns())
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self.peer is not None and self.peer.transport is not None:
-            self.peer.transport.close()
 
 
 async def main(listen: int, target: int, log_path: str, keys: set[int]) -> None:
     loop = asyncio.get_running_loop()
     log = open(log_path, "w", buffering=1 << 16)  # noqa: SIM115 - closed at exit
     lags: list[int] = []
-    tasks: set[asyncio.Task[None]] = set()
-
-    def factory() -> Leg:
-        link = Link(log, keys)
-        client = Leg(link, to_broker=True)
-
-        async def connect() -> None:
-            try:
-                _, up = await loop.create_connection(lambda: Leg(link, to_broker=False), "127.0.0.1", target)
-            except OSError:
-                if client.transport is not None:
-                    client.transport.close()
-                return
-            client.peer, up.peer = up, client
-            for chunk in client.early:
-                up.transport.write(chunk)  # type: ignore[union-attr]
-            client.early.clear()
-
-        task = loop.create_task(connect())
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
-        return client
 
     async def lag_probe() -> None:
         while True:
@@ -144,12 +124,11 @@ async def main(listen: int, target: int, log_path: str, keys: set[int]) -> None:
 
     stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
-    server = await loop.create_server(factory, "127.0.0.1", listen)
+    relay = loop.create_task(serve(listen, target, lambda: Leg(Link(log, keys))))  # prints "ready"
     probe = loop.create_task(lag_probe())
-    print("ready", flush=True)
     await stop.wait()
     probe.cancel()
-    server.close()
+    relay.cancel()
     lags.sort()
     summary: dict[str, Any] = {"relay_loop_lag_p50_ns": lags[len(lags) // 2] if lags else None,
                                "relay_loop_lag_p99_ns": lags[int(len(lags) * 0.99)] if lags else None}

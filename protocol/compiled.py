@@ -1,7 +1,8 @@
 """Which build of the hot path is loaded: the one list of modules compiled with mypyc, the
 pure-Python switch, and the guard against a stale compiled build.
 
-``pip install`` compiles ``HOT`` (``setup.py`` reads the list from this file) when a C compiler
+``pip install`` compiles ``HOT`` (``setup.py`` loads this file on its own: it imports only the
+standard library) when a C compiler
 and the Python headers are present, next to the same ``.py`` sources, which stay the fallback.
 Python's import system prefers an extension to a source file in the same directory, so this
 module puts a finder first on ``sys.meta_path`` that loads the ``.py`` instead when:
@@ -18,6 +19,7 @@ is a known trap of compiled Python libraries). This module itself is never compi
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.abc
 import importlib.machinery
@@ -30,7 +32,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Final
 
-# The hot path, in import order of the packages. setup.py reads this tuple with ``ast``.
+# The hot path, in import order of the packages.
 HOT: Final = (
     "fetchlat.protocol.errors",
     "fetchlat.protocol.apis",
@@ -78,10 +80,17 @@ def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def pure_requested() -> str | None:
+    """``FETCHLAT_PURE_PYTHON=...`` when it asks for the pure build (at install or at run time)."""
+    value = os.environ.get(PURE_ENV, "")
+    return None if value in ("", "0") else f"{PURE_ENV}={value}"
+
+
 def _why_source() -> str | None:
     """Why the hot modules must load from source, or None if the compiled build may load."""
-    if os.environ.get(PURE_ENV, "") not in ("", "0"):
-        return f"{PURE_ENV}={os.environ[PURE_ENV]}"
+    pure = pure_requested()
+    if pure is not None:
+        return pure
     manifest = ROOT / "protocol" / MANIFEST
     if not manifest.exists():
         return None  # nothing was compiled: the sources load anyway
@@ -125,8 +134,10 @@ def loaded_from_source() -> list[str]:
             and str(getattr(sys.modules[name], "__file__", "")).endswith(".py")]
 
 
+@functools.cache
 def status() -> tuple[str, str]:
-    """(``compiled`` | ``python``, why): imports every hot module and looks where each came from."""
+    """(``compiled`` | ``python``, why): imports every hot module and looks where each came from
+    (once: which build loaded does not change in a process)."""
     for name in HOT:
         importlib.import_module(name)
     from_source = loaded_from_source()
