@@ -293,8 +293,14 @@ class Feeder:
         except StopIteration as stop:
             self.done, self.result = True, stop.value
 
+    def _stopped(self) -> bool:
+        """Parsed, or failed. A method, not an inline test: mypy narrows ``self.error`` to None
+        after the first test and keeps it across the calls that set it, and the compiled build
+        turns that narrowing into a run-time type check that fails."""
+        return self.done or self.error is not None
+
     def feed(self, chunk: Buf) -> None:
-        if self.done or self.error is not None or not len(chunk):
+        if self._stopped() or not len(chunk):
             return
         if self._direct is not None:
             if self._first is None:
@@ -308,7 +314,7 @@ class Feeder:
             first, self._first, self._direct = self._first, None, None
             self._start()
             self._send(first)
-            if self.done or self.error is not None:
+            if self._stopped():
                 return
         self._send(chunk)
 
