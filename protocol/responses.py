@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from . import apis, fetch, fetch_now, produce, produce_now
 from .errors import DecodeError, FramingError, ProtocolError
@@ -39,7 +39,7 @@ from .framing import Segment, frame_size
 from .inflight import SASL_ROUNDS, SASL_TOKEN, InFlight, Shared
 from .primitives import I16, read_fixed
 from .rewrite import ResponseRewriter
-from .stream import Feeder
+from .stream import Feeder, Twin, run_direct
 
 # A response a rewriter wants is held whole, except a Fetch v16+ response larger than this: it
 # streams, and only its last STREAM_TAIL_BYTES wait until the top-level tags have been read.
@@ -79,29 +79,48 @@ def _covers(out: list[Segment], data: bytes) -> bool:
 
 @dataclass(slots=True)
 class _Finish:
-    """A response that ended; its parse (if any) runs in ``after_write``."""
+    """A response that ended; its parse (if any) runs in ``after_write``: fed in pieces to
+    ``feeder``, or, when it arrived whole, ``body`` (after the correlation id) for the twin."""
 
     cur: InFlight
     feeder: Feeder | None
     size: int
     t_first: int
     t_last: int
+    body: memoryview | None
 
-    def __init__(self, cur: InFlight, feeder: Feeder | None, size: int, t_first: int, t_last: int) -> None:
+    def __init__(self, cur: InFlight, feeder: Feeder | None, size: int, t_first: int, t_last: int,
+                 body: memoryview | None = None) -> None:
         self.cur = cur
         self.feeder = feeder
         self.size = size
         self.t_first = t_first
         self.t_last = t_last
+        self.body = body
 
 
-def _response_feeder(head: InFlight, wait_time_tag: int | None) -> Feeder:
-    v = head.api_version
-    if head.api_key == apis.FETCH:
-        return Feeder(fetch.parse_response(v, wait_time_tag, after_correlation_id=True),
-                      lambda b: fetch_now.parse_response_now(b, v, wait_time_tag, after_correlation_id=True))
-    return Feeder(produce.parse_response(v, after_correlation_id=True),
-                  lambda b: produce_now.parse_response_now(b, v, after_correlation_id=True))
+def _check_correlation(corr: int, head: InFlight) -> None:
+    if corr != head.correlation_id:
+        raise FramingError(f"response correlation id {corr} does not match the oldest request's {head.correlation_id}")
+
+
+_TWINS: dict[tuple[int, int, int | None], Twin] = {}
+
+
+def _twin(api_key: int, v: int, wait_time_tag: int | None) -> Twin:
+    if api_key == apis.FETCH:
+        return Twin(lambda: fetch.parse_response(v, wait_time_tag, after_correlation_id=True),
+                    lambda b: fetch_now.parse_response_now(b, v, wait_time_tag, after_correlation_id=True))
+    return Twin(lambda: produce.parse_response(v, after_correlation_id=True),
+                lambda b: produce_now.parse_response_now(b, v, after_correlation_id=True))
+
+
+def _response_twin(head: InFlight, wait_time_tag: int | None) -> Twin:
+    key = (head.api_key, head.api_version, wait_time_tag)
+    twin = _TWINS.get(key)
+    if twin is None:
+        twin = _TWINS[key] = _twin(head.api_key, head.api_version, wait_time_tag)
+    return twin
 
 
 class ResponseDecoder:
@@ -135,6 +154,9 @@ class ResponseDecoder:
         view: memoryview | None = None
         pos, n = 0, len(data)
         while pos < n:
+            if self._current is None and not self._prefix and n - pos >= 8 and self._whole(data, pos, t_ns, out):
+                pos += 4 + self._size
+                continue
             if self._current is None:
                 # collect the 4-byte size and (for Kafka frames) the 4-byte correlation id
                 in_flight = self.shared.in_flight
@@ -180,14 +202,51 @@ class ResponseDecoder:
             out = [data]  # frames cut apart only by the parse: one object, one write
         return out, before
 
+    def _whole(self, data: bytes, pos: int, t_ns: int, out: list[Segment]) -> bool:
+        """The common case: a response that lies whole in ``data`` from ``pos``, forwarded as it
+        came (PASS or DEFER). Handled where it lies: its slice (or ``data`` itself) to write, and
+        for DEFER its body for the direct twin after the write. False (nothing changed) when it
+        is anything else; the general road below takes it then."""
+        in_flight = self.shared.in_flight
+        if not in_flight or in_flight[0].api_key == SASL_TOKEN:
+            return False
+        size = frame_size(data[pos : pos + 4], self.max_frame_bytes, "response")
+        end = pos + 4 + size
+        if size < 4 or end > len(data):
+            return False
+        head = in_flight[0]
+        rewrite = (self.rewriter is not None and head.api_key >= 0
+                   and self.rewriter.wants(head.api_key, head.api_version))
+        mode = response_mode(api_key=head.api_key, size=size, decoded=head.info is not None,
+                             rewrite=rewrite, sasl_handshake=head.sasl_mechanism is not None)
+        if mode is not ResponseMode.PASS and mode is not ResponseMode.DEFER:
+            return False
+        _check_correlation(int.from_bytes(data[pos + 4 : pos + 8], "big", signed=True), head)
+        in_flight.popleft()
+        self._size = size
+        whole = pos == 0 and end == len(data)
+        view = None if whole else memoryview(data)
+        out.append(data if view is None else view[pos:end])
+        body = None
+        if mode is ResponseMode.DEFER:
+            body = (memoryview(data) if view is None else view)[pos + 8 : end]
+        self._after.append(_Finish(head, None, size, t_ns, t_ns, body))
+        return True
+
     def after_write(self) -> list[Event]:
         """Run what ``forward`` left for after the write; every other event, in order."""
         events: list[Event] = []
         pending, self._after = self._after, []
         for item in pending:
             if isinstance(item, _Finish):
-                if item.feeder is not None:
-                    self._exchange_complete(item.cur, item.feeder, item.size, item.t_first, item.t_last, events)
+                feeder = item.feeder
+                if feeder is not None:
+                    info = feeder.finish()
+                    self._exchange_complete(item.cur, info, feeder.error, item.size, item.t_first, item.t_last,
+                                            events)
+                elif item.body is not None:
+                    info, error = run_direct(_response_twin(item.cur, self.wait_time_tag).direct, item.body)
+                    self._exchange_complete(item.cur, info, error, item.size, item.t_first, item.t_last, events)
                 events.append(self._seen(item.cur, item.size, item.t_first, item.t_last, rewritten=False))
             elif isinstance(item, tuple):
                 item[0].feed(item[1])
@@ -204,11 +263,7 @@ class ResponseDecoder:
         if head.api_key != SASL_TOKEN:
             if size < 4:
                 raise FramingError(f"response frame of {size} bytes has no correlation id")
-            corr = int.from_bytes(self._prefix[4:8], "big", signed=True)
-            if corr != head.correlation_id:
-                raise FramingError(
-                    f"response correlation id {corr} does not match the oldest request's {head.correlation_id}"
-                )
+            _check_correlation(int.from_bytes(self._prefix[4:8], "big", signed=True), head)
         in_flight.popleft()
         self._current = head
         self._size = size
@@ -223,7 +278,7 @@ class ResponseDecoder:
         else:
             out.extend(self._prefix_pieces)
             self._tail = []
-        self._feeder = _response_feeder(head, self.wait_time_tag) if head.info is not None else None
+        self._feeder = Feeder(_response_twin(head, self.wait_time_tag)) if head.info is not None else None
         self._prefix = bytearray()
         self._prefix_pieces = []
 
@@ -272,7 +327,7 @@ class ResponseDecoder:
             else:
                 out.extend(pieces)
         if feeder is not None:
-            self._exchange_complete(cur, feeder, self._size, self._t_first, t_ns, events)
+            self._exchange_complete(cur, info, feeder.error, self._size, self._t_first, t_ns, events)
         if mode is ResponseMode.STREAM_HELD_TAIL:
             tail, self._tail = self._tail, []
             last = events[-1] if events else None
@@ -291,12 +346,11 @@ class ResponseDecoder:
                             client_id=cur.client_id, size_bytes=size, t_request_ns=cur.t_request_ns,
                             t_first_ns=t_first, t_last_ns=t_last, rewritten=rewritten)
 
-    def _exchange_complete(self, cur: InFlight, feeder: Feeder, size: int, t_first: int, t_ns: int,
-                           events: list[Event]) -> None:
-        info = feeder.finish()
+    def _exchange_complete(self, cur: InFlight, info: Any,
+                           error: str | None, size: int, t_first: int, t_ns: int, events: list[Event]) -> None:
         if info is None:
             events.append(DecodeFailed(api_key=cur.api_key, api_version=cur.api_version, direction="response",
-                                       reason=feeder.error or "undecodable"))
+                                       reason=error or "undecodable"))
             return
         if isinstance(cur.info, fetch.FetchRequestInfo):
             self.shared.sessions.on_response(cur.info, info, cur.covered)

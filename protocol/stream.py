@@ -266,30 +266,54 @@ def records(r: Reader, flexible: bool) -> Parser[BatchStats | None]:
     return stats
 
 
+class Twin:
+    """One message version's streaming parser (made on demand) and its direct twin. Made once
+    per version and kept (``requests.py``, ``responses.py``), so the Feeder of a frame allocates
+    no closure, and no generator unless the frame arrives in pieces."""
+
+    __slots__ = ("direct", "stream")
+
+    def __init__(self, stream: Callable[[], Parser[Any]], direct: Callable[[Buf], Any]) -> None:
+        self.stream = stream
+        self.direct = direct
+
+
 class Feeder:
-    """Drives a parser generator over the chunks of one frame. With ``direct`` (the parser's
-    non-suspending twin, see ``twin``), a frame that arrives as one chunk is parsed by the
-    twin instead: the first chunk waits, and only a second one starts the generator. With
+    """Drives a parser generator over the chunks of one frame. Given a ``Twin`` (the parser and
+    its non-suspending twin), a frame that arrives as one chunk is parsed by the twin instead:
+    the first chunk waits, and only a second one makes and starts the generator. With
     ``collect`` too (the caller knows the frame is small), every chunk waits -- references,
     no copy -- and the twin parses them joined once the frame is complete."""
 
-    __slots__ = ("_collect", "_direct", "_first", "_pieces", "done", "error", "gen", "result")
+    __slots__ = ("_collect", "_direct", "_first", "_pieces", "_twin", "done", "error", "gen", "result")
 
-    def __init__(self, gen: Parser[Any], direct: Callable[[Buf], Any] | None = None, collect: bool = False) -> None:
-        self.gen = gen
+    def __init__(self, source: Parser[Any] | Twin, collect: bool = False) -> None:
         self.result: Any = None
         self.done = False
         self.error: str | None = None
-        self._direct = direct
         self._first: Buf | None = None
-        self._collect = collect and direct is not None
         self._pieces: list[Buf] | None = None
-        if direct is None:
+        if isinstance(source, Twin):
+            self._twin: Twin | None = source
+            self.gen: Parser[Any] | None = None
+            self._direct: Callable[[Buf], Any] | None = source.direct
+            self._collect = collect
+        else:
+            self._twin = None
+            self.gen = source
+            self._direct = None
+            self._collect = False
             self._start()
 
     def _start(self) -> None:
+        gen = self.gen
+        if gen is None:
+            twin = self._twin
+            if twin is None:
+                raise RuntimeError("a Feeder has neither a parser nor a twin")
+            gen = self.gen = twin.stream()
         try:
-            next(self.gen)
+            next(gen)
         except StopIteration as stop:
             self.done, self.result = True, stop.value
 
@@ -319,8 +343,11 @@ class Feeder:
         self._send(chunk)
 
     def _send(self, chunk: Buf) -> None:
+        gen = self.gen
+        if gen is None:
+            raise RuntimeError("a Feeder sent a chunk before its parser started")
         try:
-            self.gen.send(chunk)
+            gen.send(chunk)
         except StopIteration as stop:
             self.done, self.result = True, stop.value
         except DecodeError as exc:
@@ -332,22 +359,32 @@ class Feeder:
         """The result, or None (with ``error`` set) when the frame ended early or was bad."""
         if self._direct is not None:
             direct, self._direct = self._direct, None
-            self.gen.close()
             whole = b"".join(self._pieces) if self._pieces is not None else self._first
-            try:
-                self.result, self.done = direct(whole if whole is not None else b""), True
-            except DecodeError as exc:
-                self.error = str(exc)
-            except (struct.error, ValueError, IndexError) as exc:
-                self.error = f"{type(exc).__name__}: {exc}"
+            result, error = run_direct(direct, whole if whole is not None else b"")
+            if error is None:
+                self.result, self.done = result, True
+            else:
+                self.error = error
             self._first = self._pieces = None
         if not self.done and self.error is None:
             self.error = ENDED_EARLY
-            self.gen.close()
+            gen = self.gen
+            if gen is not None:
+                gen.close()
         return self.result if self.done else None
 
 
 ENDED_EARLY: Final = "frame ended before the message did"
+
+
+def run_direct(direct: Callable[[Buf], Any], whole: Buf) -> tuple[Any, str | None]:
+    """A direct twin over a whole message: (result, None), or (None, why it failed)."""
+    try:
+        return direct(whole), None
+    except DecodeError as exc:
+        return None, str(exc)
+    except (struct.error, ValueError, IndexError) as exc:
+        return None, f"{type(exc).__name__}: {exc}"
 
 
 # ---------------------------------------------------------------- direct twins

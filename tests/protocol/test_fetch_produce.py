@@ -12,7 +12,7 @@ from fetchlat.protocol import apis, fetch, fetch_now, produce, produce_now
 from fetchlat.protocol.encoder import encode
 from fetchlat.protocol.headers import parse_request_header, response_body_start
 from fetchlat.protocol.schema import load
-from fetchlat.protocol.stream import BatchStats, Feeder, parse_whole
+from fetchlat.protocol.stream import BatchStats, Feeder, Twin, parse_whole
 from fetchlat.protocol.walker import walk
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -205,11 +205,10 @@ def test_captured_fetches_and_produces(run: str) -> None:
 def test_the_direct_twin_fails_where_the_generator_fails(body: bytes, version: int, cut: int) -> None:
     """Garbage: a Feeder given the frame in one chunk (the twin) or in two (the generator)
     agrees on the result, or on failing."""
-    from fetchlat.protocol.stream import Feeder
-
-    one = Feeder(fetch.parse_response(version), lambda b: fetch_now.parse_response_now(b, version))
+    twin = Twin(lambda: fetch.parse_response(version), lambda b: fetch_now.parse_response_now(b, version))
+    one = Feeder(twin)
     one.feed(body)
-    two = Feeder(fetch.parse_response(version), lambda b: fetch_now.parse_response_now(b, version))
+    two = Feeder(twin)
     two.feed(body[:cut])
     two.feed(body[cut:])
     a, b = one.finish(), two.finish()
@@ -230,8 +229,8 @@ def test_a_collected_request_parses_as_the_generator_does(data: st.DataObject, v
                 {"Name": f"t{i}", "PartitionData": [{"Index": i, "Records": b""}]} for i in range(n)]})
     cuts = sorted(data.draw(st.lists(st.integers(0, len(body)), max_size=4)))
     pieces = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]
-    collected = Feeder(produce.parse_request(version), lambda b: produce_now.parse_request_now(b, version),
-                       collect=True)
+    collected = Feeder(Twin(lambda: produce.parse_request(version),
+                            lambda b: produce_now.parse_request_now(b, version)), collect=True)
     streamed = Feeder(produce.parse_request(version))
     for p in pieces:
         collected.feed(memoryview(p))
