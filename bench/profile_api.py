@@ -44,11 +44,29 @@ def split(data: Path) -> dict[str, float]:
     return dict(out)
 
 
+def top(data: Path, n: int) -> list[tuple[float, str, str]]:
+    """The ``n`` functions with the most self samples: (share %, library, symbol)."""
+    rep = subprocess.run(["perf", "report", "-i", str(data), "--sort", "dso,sym", "--stdio", "-g", "none"],
+                         capture_output=True, text=True, check=False).stdout
+    out: list[tuple[float, str, str]] = []
+    for ln in rep.splitlines():
+        parts = ln.split()
+        if len(parts) < 4 or not parts[0].endswith("%") or ln.lstrip().startswith("#"):
+            continue
+        lib = next((g for g, key in GROUPS if key in parts[1]), parts[1])
+        out.append((float(parts[0].rstrip("%")), lib, parts[-1]))
+        if len(out) == n:
+            break
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--paths", default="fetchlat,relay")
     ap.add_argument("--seconds", type=float, default=4.0)
-    ap.add_argument("--connections", type=int, default=32)
+    ap.add_argument("--connections", type=int, default=32,
+                    help="1: one request at a time (every request pays a whole wakeup)")
+    ap.add_argument("--top", type=int, default=0, help="also print the N functions with the most self samples")
     a = ap.parse_args()
     import uvloop
 
@@ -77,6 +95,8 @@ def main() -> int:
                 cells = "  ".join(f"{g} {shares.get(g, 0.0):4.1f}% ({us * shares.get(g, 0.0) / 100:4.1f} µs)"
                                   for g, _ in GROUPS)
                 print(f"{path:8s} {mix:18s} {us:6.1f} µs/request: {cells}", flush=True)
+                for share, lib, sym in top(out, a.top):
+                    print(f"    {share:5.2f}% {us * share / 100:5.2f} µs  {lib:18s} {sym}", flush=True)
     return 0
 
 

@@ -70,11 +70,17 @@ def request_header_version(key: int, version: int) -> int:
     api = table().get(key)
     if key == CONTROLLED_SHUTDOWN and version == 0:
         return 0
-    return 2 if api is not None and version in api.request_flexible else 1
+    if api is None:
+        return 1
+    flexible = api.request_flexible  # a schema.Versions; compared inline (its ``in`` runs interpreted)
+    return 2 if flexible.lo <= version <= flexible.hi else 1
 
 
 def response_header_version(key: int, version: int) -> int:
     if key == API_VERSIONS:
         return 0
     api = table().get(key)
-    return 1 if api is not None and version in api.response_flexible else 0
+    if api is None:
+        return 0
+    flexible = api.response_flexible
+    return 1 if flexible.lo <= version <= flexible.hi else 0

@@ -69,10 +69,16 @@ class ResponseSeen:
         self.rewritten = rewritten
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class BrokersLearned:
+    """Brokers named in a response (every Metadata response: spelled-out ``__init__``)."""
+
     api_key: int
     brokers: tuple[BrokerAddress, ...]
+
+    def __init__(self, *, api_key: int, brokers: tuple[BrokerAddress, ...]) -> None:
+        self.api_key = api_key
+        self.brokers = brokers
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -93,11 +99,14 @@ class SaslPassthroughStarted:
     mechanism: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class TopicIdsLearned:
     """Topic names and ids from a Metadata v10+ response (Fetch v13+ names topics by id)."""
 
     topics: tuple[tuple[str, uuid.UUID], ...]
+
+    def __init__(self, *, topics: tuple[tuple[str, uuid.UUID], ...]) -> None:
+        self.topics = topics
 
 
 @dataclass(slots=True, kw_only=True)

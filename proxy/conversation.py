@@ -225,7 +225,9 @@ class Conversation:
         if not before:
             return segments, NOTHING
         self.observer.observe(before, t_ns, t_ns)  # topic ids learned
-        return segments, tuple(Learn(ev.brokers) for ev in before if isinstance(ev, BrokersLearned))
+        registry = self.ctx.registry
+        return segments, tuple(Learn(ev.brokers) for ev in before
+                               if isinstance(ev, BrokersLearned) and not registry.knows(ev.brokers))
 
     def written(self, segments: list[Segment]) -> int:
         """Count what went to the client; its size."""

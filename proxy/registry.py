@@ -29,6 +29,14 @@ class BrokerRegistry:
         self.generation = 0  # bumped on every change: cached labels check it
         self._by_addr: dict[HostPort, str] = {}
 
+    def knows(self, brokers: tuple[BrokerAddress, ...]) -> bool:
+        """Every one of ``brokers`` is known at that address: ``learn`` would change nothing."""
+        for b in brokers:
+            old = self.nodes.get(b.node_id)
+            if old is None or old.host != b.host or old.port != b.port:
+                return False
+        return True
+
     def learn(self, brokers: tuple[BrokerAddress, ...]) -> list[Change]:
         changes = []
         for b in brokers:
