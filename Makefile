@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 COMPILED := $(VENV)/.compiled
 HOT_SOURCES := setup.py $(wildcard protocol/*.py metrics/*.py proxy/*.py)
-DEB_PACKAGES := kcat haproxy prometheus chromium
+DEB_PACKAGES := kcat haproxy prometheus chromium tcpdump tshark
 
 .PHONY: test test-pure demo lint typecheck unit integration deps clean bench-observe bench-analyze load soak fuzz bench-proxy \
 	bench-memory bench-codec profile-proxy bench-core bench-rate bench-accuracy profile-api
@@ -33,10 +33,10 @@ deps: $(COMPILED)
 	fi
 
 lint: $(STAMP)
-	$(BIN)/ruff check protocol proxy metrics tests bench analysis deploy perf setup.py
+	$(BIN)/ruff check protocol proxy metrics tests bench analysis deploy perf capture setup.py
 
 typecheck: $(STAMP)
-	$(BIN)/mypy protocol metrics proxy analysis perf
+	$(BIN)/mypy protocol metrics proxy analysis perf capture
 
 unit: $(STAMP)
 	$(BIN)/pytest -q -m "not integration"

@@ -10,6 +10,7 @@ import signal
 import sys
 
 from fetchlat.analysis import cli as analysis_cli
+from fetchlat.capture import run as capture_cli
 from fetchlat.perf import cli as perf_cli
 
 from .config import FLAGS, Config, ConfigError, format_hostport, load_config
@@ -118,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     _demo_parser(sub)
     analysis_cli.add_parser(sub)
     perf_cli.add_parser(sub)
+    capture_cli.add_parser(sub)
     return parser
 
 
@@ -135,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         return int(analysis_cli.run(args))
     if args.command == "perf":
         return int(perf_cli.run(args))
+    if args.command == "pcap":
+        return int(capture_cli.run(args))
     if args.command == "demo":
         from .demo import run_demo
 

@@ -38,6 +38,7 @@ class Close:
     message: str
     abort: bool = True
     level: int = logging.WARNING
+    reason: str = ""  # the connection_errors label it was counted under
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +144,7 @@ class Conversation:
 
     def _refuse(self, r: Refusal) -> Close:
         self.ctx.observer.metrics.connection_errors.labels(r.reason).inc()
-        return Close(f"client {self.peer} via {self.listener}: {r.message}")
+        return Close(f"client {self.peer} via {self.listener}: {r.message}", reason=r.reason)
 
     # ------------------------------------------------------------------ client -> broker
     def from_client(self, data: bytes, t_ns: int) -> tuple[Action, ...]:
@@ -178,9 +179,10 @@ class Conversation:
         return actions
 
     def _framing_lost(self, side: str, exc: FramingError) -> Close:
-        self.ctx.observer.metrics.connection_errors.labels(f"{side}_framing").inc()
+        reason = f"{side}_framing"
+        self.ctx.observer.metrics.connection_errors.labels(reason).inc()
         return Close(f"client {self.peer} via {self.listener}: {side} framing lost ({exc}); "
-                     "closing this connection only")
+                     "closing this connection only", reason=reason)
 
     def _notes(self, events: list[Event]) -> list[Action]:
         out: list[Action] = []
@@ -213,7 +215,7 @@ class Conversation:
         hold_s = self.policy.limits.upstream_hold_ns / 1e9
         return Close(f"client {self.peer} via {self.listener}: broker unreachable for {hold_s:.1f} s ({last_error}); "
                      f"closing the connection so the client reconnects ({self.in_flight} request(s), "
-                     f"{self.policy.pending_bytes} bytes held)", abort=False)
+                     f"{self.policy.pending_bytes} bytes held)", abort=False, reason="upstream_unreachable")
 
     # ------------------------------------------------------------------ broker -> client
     def from_broker(self, data: bytes, t_ns: int) -> tuple[list[Segment], tuple[Action, ...]]:

@@ -53,8 +53,9 @@ class _File:
 
 class TraceWriter:
     def __init__(self, directory: str, *, proxy_id: str, queue_rows: int = 100_000, rotate_s: float = 300.0,
-                 rotate_bytes: int = 128 * 1024 * 1024) -> None:
+                 rotate_bytes: int = 128 * 1024 * 1024, block: bool = False) -> None:
         self.directory = directory
+        self.block = block  # a full queue waits for the writer (offline: no row may be lost) instead of dropping
         self.proxy_id = proxy_id
         self.rotate_ns = int(rotate_s * 1e9)
         self.rotate_bytes = rotate_bytes
@@ -72,6 +73,9 @@ class TraceWriter:
     # on the event loop --------------------------------------------------------------
     def put(self, table: str, row: dict[str, Any]) -> None:
         """Queue one row (``metrics/rows.py`` builds them); a full queue drops and counts it."""
+        if self.block:
+            self.queue.put((table, row))
+            return
         try:
             self.queue.put_nowait((table, row))
         except queue.Full:

