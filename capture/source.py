@@ -1,8 +1,9 @@
 """A capture: pcap or pcapng, from a file or a live pipe (``-``: standard input), read with
 libpcap through pcapy-ng (chosen by measured speed: docs/capture.md, "The reader").
 
-Yields the packets in batches -- (timestamp ns, bytes) -- so the Python cost per packet is a
-slice, not a call into C. Must never: hide a file it cannot read (a ``CaptureError`` names it).
+Yields the packets of a file in batches -- (timestamp ns, bytes) -- so the Python cost per
+packet is a slice, not a call into C; a live pipe one packet at a time, as it comes.
+Must never: hide a file it cannot read (a ``CaptureError`` names it).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import pcapy
 
 from .packets import unsupported_link
 
-BATCH: Final = 1024
+BATCH: Final = 1024  # packets per call from a file
+PIPE_BATCH: Final = 1  # from a live pipe: libpcap waits until a batch is full, so metrics would lag
 _META = struct.Struct("=IIII")  # sec, usec, offset, caplen
 
 
@@ -42,10 +44,13 @@ class Capture:
         """(buffer, [(timestamp ns, offset, length)]) per batch, until the capture ends. A
         capture cut short mid-packet ends there with a CaptureError naming how far it got."""
         reader = self._reader
+        batch = PIPE_BATCH if self.path == "-" else BATCH
         while True:
             try:
-                data, meta = reader.next_batch(BATCH)
+                data, meta = reader.next_batch(batch)
             except pcapy.PcapError as exc:
+                if batch > 1:  # the batch's good packets went with the error: read them again, one by one
+                    yield from self._salvage()
                 raise CaptureError(f"{self.path}: the capture is damaged or cut after {self.packets} packets ({exc})"
                                    ) from None
             if not meta:
@@ -54,3 +59,23 @@ class Capture:
             self.packets += len(out)
             self.bytes += len(data)
             yield data, out
+
+    def _salvage(self) -> Iterator[tuple[bytes, list[tuple[int, int, int]]]]:
+        """The packets between the last whole batch and the damage: the file opened again, the
+        packets already read skipped, the rest read one at a time until the damage."""
+        reader = pcapy.open_offline(self.path)
+        skip = self.packets
+        while skip > 0:
+            _, meta = reader.next_batch(min(BATCH, skip))
+            skip -= len(meta) // _META.size
+        while True:
+            try:
+                header, data = reader.next()
+            except pcapy.PcapError:
+                return
+            if header is None:
+                return
+            sec, usec = header.getts()
+            self.packets += 1
+            self.bytes += len(data)
+            yield data, [(sec * 1_000_000_000 + usec * 1000, 0, len(data))]

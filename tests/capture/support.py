@@ -25,3 +25,27 @@ def table(ports: set[int], **kw: Any) -> tuple[FlowTable, Rows]:
     metrics = ProxyMetrics()
     observer = Observer(metrics, FetchMetrics(metrics.registry), wall_minus_mono_ns=0, proxy_id="pcap:test", sink=rows)
     return FlowTable(capture_context(observer), ports, **kw), rows
+
+
+# ---------------------------------------------------------------- writing captures
+def ipv4_tcp(src: tuple[str, int], dst: tuple[str, int], seq: int, flags: int, payload: bytes = b"") -> bytes:
+    """One Ethernet frame: IPv4, TCP, ``payload``."""
+    import ipaddress
+    import struct
+
+    tcp = struct.pack("!HHIIBBHHH", src[1], dst[1], seq, 0, 5 << 4, flags, 65535, 0, 0) + payload
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(tcp), 0, 0x4000, 64, 6, 0,
+                     ipaddress.IPv4Address(src[0]).packed, ipaddress.IPv4Address(dst[0]).packed)
+    return b"\x00" * 12 + b"\x08\x00" + ip + tcp
+
+
+def write_pcap(path: Any, packets: list[tuple[int, bytes]], *, snaplen: int = 262144, linktype: int = 1) -> None:
+    """A classic pcap file (µs timestamps): ``(timestamp ns, frame)`` each, cut at ``snaplen``."""
+    import struct
+
+    with open(path, "wb") as f:
+        f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, snaplen, linktype))
+        for t_ns, frame in packets:
+            kept = frame[:snaplen]
+            f.write(struct.pack("<IIII", t_ns // 1_000_000_000, t_ns % 1_000_000_000 // 1000, len(kept), len(frame)))
+            f.write(kept)

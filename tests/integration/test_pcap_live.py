@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -155,16 +156,32 @@ def test_a_capture_behind_the_proxy_measures_what_the_proxy_measures(tmp_path: P
                                  f"tcp port {relay_port} or tcp port {tansu_port}"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         procs.append(dump)
-        assert dump.stderr is not None
-        assert b"listening on" in dump.stderr.readline()
+        # and live: a second tcpdump piped into fetchlat pcap, its metrics scraped while it runs
+        pipe = subprocess.Popen(["tcpdump", "-i", "lo", "-U", "-s", "0", "-n", "-w", "-", f"tcp port {relay_port}"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        procs.append(pipe)
+        metrics_port = free_ports(0)
+        live = subprocess.Popen([sys.executable, "-m", "fetchlat.proxy", "pcap", "-", "--broker-port", str(relay_port),
+                                 "--metrics-listen", f"127.0.0.1:{metrics_port}", "--quiet"],
+                                stdin=pipe.stdout, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        procs.append(live)
+        for d in (dump, pipe):
+            assert d.stderr is not None
+            assert b"listening on" in d.stderr.readline()
         proxy = start_proxy(f"127.0.0.1:{relay_port}", tmp_path, "--trace-dir", str(tmp_path / "proxy"))
         try:
             traffic(proxy.bootstrap, 6.0)
+            time.sleep(0.5)
+            with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as resp:
+                scraped = resp.read().decode()  # while the pipe still runs
         finally:
             stop_proxy(proxy)
         time.sleep(0.3)
-        dump.send_signal(signal.SIGINT)
-        dump.wait(10)
+        for d in (dump, pipe):
+            d.send_signal(signal.SIGINT)
+            d.wait(10)
+        live_out, live_err = live.communicate(timeout=60)
+        assert live.returncode == 0, live_err
     finally:
         for p in reversed(procs):
             if p.poll() is None:
@@ -181,6 +198,10 @@ def test_a_capture_behind_the_proxy_measures_what_the_proxy_measures(tmp_path: P
         assert {x["proxy_id"] for x in legs[leg]} == {"pcap:legs.pcap"}
 
     proxy_rows = fetches(tmp_path / "proxy")
+    live_fetches = sum(float(ln.rsplit(" ", 1)[1]) for ln in scraped.splitlines()
+                       if ln.startswith("fetchlat_fetches_total{"))
+    assert live_fetches >= 0.5 * len(proxy_rows), "the live pipe's metrics lag"
+    assert "conversations:" in live_out
     assert len(proxy_rows) >= 30, "too few fetches to compare"
     pairs = match(proxy_rows, legs["proxy-relay"])
     same = sum(p["outcome"] == c["outcome"] for p, c in pairs)
@@ -193,7 +214,7 @@ def test_a_capture_behind_the_proxy_measures_what_the_proxy_measures(tmp_path: P
         **{f"{col}_abs_diff_ms": {"p50": round(statistics.median(v), 4), "p90": round(pct(v, 0.9), 4),
                                   "max": round(max(v), 4)} for col, v in diff.items()},
         "far_leg_matched": len(far), "local_minus_far_leg_local_ms_p50": round(statistics.median(behind), 3),
-        "delay_ms_each_way": DELAY_MS,
+        "delay_ms_each_way": DELAY_MS, "live_pipe_fetches_scraped": live_fetches,
     }
     with RESULTS.open("a") as fh:
         fh.write(json.dumps(result) + "\n")
