@@ -8,7 +8,7 @@ HOT_SOURCES := setup.py $(wildcard protocol/*.py metrics/*.py proxy/*.py)
 DEB_PACKAGES := kcat haproxy prometheus chromium tcpdump tshark
 
 .PHONY: test test-pure demo lint typecheck unit integration deps clean bench-observe bench-analyze load soak fuzz bench-proxy \
-	bench-memory bench-codec profile-proxy bench-core bench-rate bench-accuracy profile-api
+	bench-memory bench-codec profile-proxy bench-core bench-rate bench-accuracy profile-api bench-pcap
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -81,6 +81,9 @@ bench-core: deps
 
 bench-rate: deps
 	$(BIN)/python bench/request_rate.py --trials 3
+
+bench-pcap: deps
+	$(BIN)/python bench/pcap_speed.py --mb 300
 
 bench-accuracy: deps
 	$(BIN)/python bench/accuracy_under_load.py --rps 4000

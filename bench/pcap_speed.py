@@ -2,18 +2,21 @@
 and the capture readers it could be built on.
 
 Two captures are made first with ``tcpdump -i lo -s 0`` of a fresh Tansu's port: ``bulk``
-(librdkafka producing ``--mb`` MB in big batches, then consuming it back: few, large packets)
-and ``small`` (32 connections of one-at-a-time Fetch, Produce, Metadata and ApiVersions
-requests: many small packets). Then, per capture, each reader runs alone on one core and its
-CPU seconds are turned into MB/s and packets/s of capture:
+(librdkafka producing ``--mb`` MB in big batches, then consuming it back: few, large packets,
+loopback's MTU being 64 KiB) and ``small`` (32 connections of one-at-a-time Fetch, Produce,
+Metadata and ApiVersions requests: many small packets). A third, ``bulk-mtu1500``, is ``bulk``
+cut into the 1448-byte segments a NIC with a 1500-byte MTU would carry. Then, per capture,
+each reader runs alone on one core and its CPU seconds are turned into MB/s and packets/s of
+capture:
 
-- ``fetchlat pcap`` (reassembly, the proxy's codec and latency model, no trace files);
+- ``fetchlat pcap`` (reassembly, the proxy's codec and latency model, no trace files), from
+  the file and from a pipe (``-``: read a packet at a time, as from ``tcpdump -U -w -``);
 - ``tshark -r FILE -d tcp.port==PORT,kafka -T fields -e kafka.correlation_id`` (Wireshark's Kafka
   dissector: the request-to-response tool a user would reach for);
 - the capture readers alone, every packet's bytes in Python: libpcap through pcapy-ng (what
-  fetchlat uses, in batches) and dpkt (pure Python).
+  fetchlat uses, in batches of 64) and dpkt (pure Python).
 
-    python bench/pcap_speed.py [--mb 300] [--keep DIR]
+    python bench/pcap_speed.py [--mb 300] [--keep DIR]   # --keep: kept, and reused by the next run
 """
 
 from __future__ import annotations
@@ -77,7 +80,38 @@ def make_captures(work: Path, mb: int) -> tuple[dict[str, Path], int]:
 
         capture(port, paths["bulk"], bulk)
         capture(port, paths["small"], small)
+        (work / "port").write_text(str(port))
         return paths, port
+
+
+def resegment(src: Path, dst: Path, mss: int = 1448) -> None:
+    """``src`` as a NIC with a 1500-byte MTU would have carried it: every TCP payload cut into
+    ``mss``-byte segments (loopback's 64 KiB MTU makes a few huge packets), same timestamps."""
+    import struct
+
+    from fetchlat.capture.packets import FIN, Segment, tcp_segment
+    from fetchlat.capture.source import Capture
+
+    cap = Capture(str(src))
+    with open(dst, "wb") as out:
+        out.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262144, 1))
+        for buf, packets in cap.batches():
+            view = memoryview(buf)
+            for t_ns, off, n in packets:
+                seg = tcp_segment(cap.linktype, view[off : off + n])
+                if not isinstance(seg, Segment):
+                    continue
+                payload = bytes(seg.payload)
+                pieces = [payload[i : i + mss] for i in range(0, len(payload), mss)] or [b""]
+                for i, piece in enumerate(pieces):
+                    flags = seg.flags if i == len(pieces) - 1 else seg.flags & ~FIN
+                    tcp = struct.pack("!HHIIBBHHH", seg.src[1], seg.dst[1], (seg.seq + i * mss) % 2**32, 0, 0x50,
+                                      flags, 65535, 0, 0) + piece
+                    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(tcp), 0, 0x4000, 64, 6, 0, seg.src[0],
+                                     seg.dst[0])
+                    frame = b"\x00" * 12 + b"\x08\x00" + ip + tcp
+                    out.write(struct.pack("<IIII", t_ns // 10**9, t_ns % 10**9 // 1000, len(frame), len(frame)))
+                    out.write(frame)
 
 
 def child_cpu(cmd: list[str]) -> tuple[float, float, str]:
@@ -97,7 +131,7 @@ READ_PCAPY = """
 import sys, pcapy
 r = pcapy.open_offline(sys.argv[1]); n = b = 0
 while True:
-    data, meta = r.next_batch(1024)
+    data, meta = r.next_batch(64)
     if not meta: break
     n += len(meta) // 16; b += len(data)
 print(n, b)
@@ -118,8 +152,14 @@ def main() -> int:
     a = ap.parse_args()
     work = Path(a.keep or tempfile.mkdtemp(prefix="fetchlat-pcap-speed-"))
     work.mkdir(parents=True, exist_ok=True)
-    print("making the captures", flush=True)
-    paths, port = make_captures(work, a.mb)
+    if a.keep and (work / "port").exists():  # captures kept by an earlier run: reused
+        paths, port = {"bulk": work / "bulk.pcap", "small": work / "small.pcap"}, int((work / "port").read_text())
+    else:
+        print("making the captures", flush=True)
+        paths, port = make_captures(work, a.mb)
+    paths["bulk-mtu1500"] = work / "bulk-mtu1500.pcap"
+    if not paths["bulk-mtu1500"].exists():
+        resegment(paths["bulk"], paths["bulk-mtu1500"])
     results = []
     for name, path in paths.items():
         size = path.stat().st_size
@@ -127,6 +167,8 @@ def main() -> int:
         runs = {
             "fetchlat pcap": [sys.executable, "-m", "fetchlat.proxy", "pcap", str(path), "--broker-port", str(port),
                               "--quiet"],
+            "fetchlat pcap - (a pipe, as live)": ["sh", "-c", f"{sys.executable} -m fetchlat.proxy pcap - "
+                                                  f"--broker-port {port} --quiet < {path}"],
             "tshark (Kafka dissector)": ["tshark", "-r", str(path), "-d", f"tcp.port=={port},kafka", "-T", "fields",
                                          "-e", "kafka.correlation_id"],
             "reader only: pcapy-ng (libpcap, batches)": [sys.executable, "-c", READ_PCAPY, str(path)],
@@ -140,7 +182,7 @@ def main() -> int:
             if label == "fetchlat pcap":
                 row["summary"] = out.splitlines()[0][:200] if out else ""
             results.append(row)
-            print(f"  {name:6s} {label:42s} {row['mb_per_cpu_s']:8.1f} MB/s {row['packets_per_cpu_s']:10,d} packets/s "
+            print(f"  {name:12s} {label:42s} {row['mb_per_cpu_s']:8.1f} MB/s {row['packets_per_cpu_s']:10,d} packets/s "
                   f"per core ({cpu:.2f} CPU-s, {wall:.2f} s wall)", flush=True)
     print(json.dumps(results))
     if not a.keep:

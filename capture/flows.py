@@ -45,6 +45,7 @@ LOST: Final = "lost_segment"
 UNSYNCED: Final = "never_synchronised"
 TLS: Final = "tls"
 SASL: Final = "sasl_unobserved"
+INTERNAL_ERROR: Final = "internal_error"  # a bug in fetchlat: reported, and only this conversation stops
 
 
 def capture_context(observer: Observer, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
@@ -308,7 +309,10 @@ class FlowTable:
                 return  # the last ACKs of a conversation that ended, or a reset: nothing to start
             flow = self.flows[key] = Flow(self._next_id, client, broker, self.ctx, t_ns, self.tap)
             self._next_id += 1
-        flow.segment(seg, to_broker, t_ns)
+        try:
+            flow.segment(seg, to_broker, t_ns)
+        except Exception as exc:  # a bug must cost one conversation, never the capture
+            flow.end(INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
         if flow.ended is not None and (all(flow.fin) or seg.flags & RST):
             self._close(key)
 

@@ -25,7 +25,7 @@ from fetchlat.metrics.prom import FetchMetrics, ProxyMetrics
 from fetchlat.protocol.framing import DEFAULT_MAX_FRAME_BYTES
 from fetchlat.proxy.config import ConfigError, parse_hostport
 
-from .flows import COMPLETE, OPEN_AT_END, Flow, FlowTable, capture_context
+from .flows import COMPLETE, INTERNAL_ERROR, OPEN_AT_END, Flow, FlowTable, capture_context
 from .packets import Segment, format_ip, tcp_segment
 from .source import Capture, CaptureError
 
@@ -110,7 +110,9 @@ class Summary:
 
 
 def _flow_ended(flow: Flow) -> None:
-    if flow.ended not in (COMPLETE, OPEN_AT_END):
+    if flow.ended == INTERNAL_ERROR:
+        log.warning("%s: decoding stopped by an error in fetchlat (please report it): %s", flow.name, flow.detail)
+    elif flow.ended not in (COMPLETE, OPEN_AT_END):
         log.info("%s: decoding stopped: %s (%s)", flow.name, flow.ended, flow.detail)
 
 

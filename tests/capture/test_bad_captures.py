@@ -13,6 +13,8 @@ from fetchlat.capture.flows import TLS
 from fetchlat.capture.packets import ACK, FIN, SYN
 from fetchlat.capture.run import feed
 from fetchlat.capture.source import Capture, CaptureError
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.support.captures import CAPTURES, conversations
 
@@ -94,3 +96,27 @@ def test_http_and_tls_on_the_broker_port_are_counted_and_kafka_beside_them_is_me
     flows.close_all()
     assert flows.ended["http_on_plaintext"] == 1 and flows.ended[TLS] == 1 and flows.ended["complete"] == 1
     assert len(rows.exchanges()) == sum(1 for f in conversations("confluent")[2] if f.direction == "resp")
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cut=st.integers(0, 4000), junk=st.binary(max_size=64), at=st.integers(0, 4000))
+def test_a_damaged_capture_gives_a_clear_error_or_a_count_never_a_crash(tmp_path: Path, cut: int, junk: bytes,
+                                                                         at: int) -> None:
+    """A real capture cut anywhere, with junk written anywhere: ``CaptureError`` (named) or a
+    normal end, and every exchange measured before the damage is one of the whole capture's."""
+    data = (CAPTURES / "confluent.pcap").read_bytes()
+    bad = data[:at] + junk + data[at + len(junk):]
+    bad = bad[: len(bad) - cut] if cut < len(bad) else bad[:24]
+    path = tmp_path / "damaged.pcap"
+    path.write_bytes(bad)
+    whole, whole_rows = table({39093})
+    feed(Capture(str(CAPTURES / "confluent.pcap")), whole, {39093})
+    good = {(r["conn_id"], r["correlation_id"]) for r in whole_rows.exchanges()}
+    flows, rows = table({39093})
+    try:
+        feed(Capture(str(path)), flows, {39093})
+    except CaptureError as exc:
+        assert str(path) in str(exc)
+    flows.close_all()
+    if not junk:
+        assert {(r["conn_id"], r["correlation_id"]) for r in rows.exchanges()} <= good
