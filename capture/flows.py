@@ -30,7 +30,7 @@ from fetchlat.proxy.conversation import Close, Conversation, CoreContext, Learn
 from fetchlat.proxy.policy import Limits
 from fetchlat.proxy.registry import BrokerRegistry
 
-from .packets import FIN, RST, SYN, Segment, format_ip
+from .packets import ACK, FIN, RST, SYN, Segment, format_ip
 from .reassembly import Stream
 
 Endpoint = tuple[bytes, int]  # raw IP, port
@@ -290,7 +290,7 @@ class FlowTable:
         if (seg.dst, seg.src) in self.flows or (seg.src, seg.dst) in self.flows:
             to_broker = (seg.src, seg.dst) in self.flows
         elif seg.dst[1] in self.broker_ports and not (seg.src[1] in self.broker_ports and seg.flags & SYN
-                                                     and not seg.flags & 0x10):
+                                                     and not seg.flags & ACK):
             to_broker = True
         elif seg.src[1] in self.broker_ports:
             to_broker = False
@@ -300,7 +300,7 @@ class FlowTable:
         client, broker = (seg.src, seg.dst) if to_broker else (seg.dst, seg.src)
         key = (client, broker)
         flow = self.flows.get(key)
-        if flow is not None and to_broker and seg.flags & SYN and not seg.flags & 0x10 and (
+        if flow is not None and to_broker and seg.flags & SYN and not seg.flags & ACK and (
                 flow.to_broker.next_seq is not None):
             self._close(key)  # the port pair was reused by a new connection
             flow = None

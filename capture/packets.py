@@ -31,6 +31,7 @@ TCP: Final = 6
 FIN: Final = 0x01
 SYN: Final = 0x02
 RST: Final = 0x04
+PSH: Final = 0x08
 ACK: Final = 0x10
 
 _U16 = struct.Struct("!H")
