@@ -5,6 +5,7 @@ exchange of them, with the clients' correlation ids."""
 
 from __future__ import annotations
 
+import subprocess
 from collections import defaultdict
 
 import pytest
@@ -74,3 +75,30 @@ def test_every_exchange_of_a_capture_is_measured_with_its_correlation_id(run: st
     assert got == answered
     fetches = [r for r in rows.exchanges() if r["api"] == "Fetch"]  # type: ignore[attr-defined]
     assert (run == "admin" or fetches) and all(r["total_ns"] > 0 and r["outcome"] for r in fetches)
+
+
+@pytest.mark.integration  # needs Debian's tshark (make deps installs it)
+@pytest.mark.parametrize("run", RUNS)
+def test_wiresharks_kafka_dissector_sees_the_same_exchanges(run: str) -> None:
+    """An independent oracle: tshark's Kafka dissector, on the same capture, finds the same
+    answered requests (api key, correlation id) in the same conversations."""
+    out = subprocess.run(["tshark", "-r", str(CAPTURES / f"{run}.pcap"), "-d", f"tcp.port=={PORT},kafka", "-Y", "kafka",
+                          "-T", "fields", "-e", "tcp.stream", "-e", "tcp.srcport", "-e", "kafka.request_key",
+                          "-e", "kafka.correlation_id"], capture_output=True, text=True, check=True, timeout=60).stdout
+    requests: dict[int, dict[int, int]] = defaultdict(dict)
+    answered: set[tuple[int, int]] = set()
+    for line in out.splitlines():
+        stream, sport, key, corr = line.split("\t")
+        for c in corr.split(","):  # one line per packet: a packet may carry several frames
+            if int(sport) == PORT:
+                answered.add((int(stream), int(c)))
+            elif key:
+                requests[int(stream)][int(c)] = int(key.split(",")[corr.split(",").index(c)])
+    theirs = sorted(sorted((requests[s][c], c) for s2, c in answered if s2 == s and c in requests[s])
+                    for s in requests)
+    _, _, rows = read(run)
+    by_conn: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    names = {a.name: k for k, a in apis.table().items()}
+    for r in rows.exchanges():  # type: ignore[attr-defined]
+        by_conn[r["conn_id"]].append((names[r["api"]], r["correlation_id"]))
+    assert sorted(sorted(v) for v in by_conn.values()) == [t for t in theirs if t]
