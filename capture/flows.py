@@ -283,6 +283,7 @@ class FlowTable:
         self.ended: Counter[str] = Counter()
         self.skipped_bytes = 0
         self.other_tcp = 0
+        self.packets_skipped: Counter[str] = Counter()  # packets with no TCP segment, by reason (packets.py)
         self.on_end = on_end
         self._next_id = 1
 

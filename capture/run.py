@@ -104,9 +104,10 @@ class Summary:
                       pct(d["local_ns"]), mix)
         console.print(t)
         ended = ", ".join(f"{k} {v}" for k, v in flows.ended.most_common())
+        not_read = ", ".join(f"{k} {v}" for k, v in flows.packets_skipped.most_common())
         console.print(f"conversations: {sum(flows.ended.values())} ({ended or 'none'}); "
                       f"{flows.skipped_bytes} bytes skipped before a provable frame; "
-                      f"{flows.other_tcp} TCP packets on other ports")
+                      f"{flows.other_tcp} TCP packets on other ports; packets without TCP: {not_read or 'none'}")
 
 
 def _flow_ended(flow: Flow) -> None:
@@ -193,7 +194,7 @@ def feed(cap: Capture, flows: FlowTable, broker_ports: set[int], *, progress: bo
     """Every packet of ``cap`` into ``flows``. A packet on a broker port that the snap length cut
     is an error: every figure after it would be a guess."""
     linktype = cap.linktype
-    skipped: Counter[str] = Counter()
+    skipped = flows.packets_skipped
     last = time.monotonic()
     start = last
     for buf, packets in cap.batches():

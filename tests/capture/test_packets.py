@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import ipaddress
 import struct
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from fetchlat.capture.packets import (
@@ -83,3 +86,14 @@ def test_several_brokers_on_one_port_are_told_apart_by_address() -> None:
         flows.segment(seg, i)
     assert sorted(f.name for f in flows.flows.values()) == ["10.0.0.1:5000 -> 10.0.0.10:9092",
                                                              "10.0.0.1:5000 -> 10.0.0.11:9092"]
+
+
+def test_packets_without_tcp_are_counted_in_the_summary(tmp_path: Path) -> None:
+    from .support import write_pcap
+
+    arp = b"\x00" * 12 + b"\x08\x06" + b"\x00" * 28
+    p = tmp_path / "arp.pcap"
+    write_pcap(p, [(10**18, arp), (10**18 + 1, arp)])
+    r = subprocess.run([sys.executable, "-m", "fetchlat.proxy", "pcap", str(p), "--broker-port", "9092", "--quiet"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "packets without TCP: not_ip 2" in r.stdout

@@ -7,6 +7,8 @@ loopback capturing both legs behind the proxy: proxy -> relay and relay -> Tansu
   (matched by client id, correlation id and time) the same outcome for >= 99 % and total, wait
   and local within 0.2 ms at p50 of the proxy's own rows.
 - On the relay -> Tansu leg the delay is gone: local latency there is the proxy's minus 2·D.
+- ``fetchlat analyze`` reads the capture's traces unchanged (its summary checked against
+  percentiles computed independently from the same files).
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+
+from tests.support.analysis_checks import check_summary, independent_values
 
 from .conftest import free_ports, start_proxy, stop_proxy, wait_port
 
@@ -224,3 +228,11 @@ def test_a_capture_behind_the_proxy_measures_what_the_proxy_measures(tmp_path: P
     for col, v in diff.items():
         assert statistics.median(v) <= 0.2, (col, result)
     assert len(behind) >= 10 and abs(statistics.median(behind) - 2 * DELAY_MS) <= 3, result
+
+    # the capture's traces are the proxy's: fetchlat analyze reads them unchanged
+    out = tmp_path / "report"
+    r = subprocess.run([sys.executable, "-m", "fetchlat.proxy", "analyze", str(tmp_path / "proxy-relay"), "--out",
+                        str(out), "--window", "10s", "--master", "local[2]"], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    check_summary(json.loads((out / "summary.json").read_text()), independent_values(tmp_path / "proxy-relay"))
