@@ -31,7 +31,7 @@ from fetchlat.proxy.policy import Limits
 from fetchlat.proxy.registry import BrokerRegistry
 
 from .packets import ACK, FIN, RST, SYN, Segment, format_ip
-from .reassembly import Stream
+from .reassembly import Stream, seq_diff
 
 Endpoint = tuple[bytes, int]  # raw IP, port
 SYNC_WINDOW_BYTES: Final = 4 << 20  # bytes scanned for a provable frame before giving up
@@ -301,9 +301,9 @@ class FlowTable:
         client, broker = (seg.src, seg.dst) if to_broker else (seg.dst, seg.src)
         key = (client, broker)
         flow = self.flows.get(key)
-        if flow is not None and to_broker and seg.flags & SYN and not seg.flags & ACK and (
-                flow.to_broker.next_seq is not None):
-            self._close(key)  # the port pair was reused by a new connection
+        if (flow is not None and to_broker and seg.flags & SYN and not seg.flags & ACK
+                and flow.to_broker.next_seq is not None and seq_diff(seg.seq + 1, flow.to_broker.next_seq) != 0):
+            self._close(key)  # the port pair was reused by a new connection (not a repeated SYN)
             flow = None
         if flow is None:
             if seg.flags & RST or not (seg.flags & SYN or len(seg.payload)):

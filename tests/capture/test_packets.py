@@ -97,3 +97,14 @@ def test_packets_without_tcp_are_counted_in_the_summary(tmp_path: Path) -> None:
     r = subprocess.run([sys.executable, "-m", "fetchlat.proxy", "pcap", str(p), "--broker-port", "9092", "--quiet"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "packets without TCP: not_ip 2" in r.stdout
+
+
+def test_a_repeated_syn_is_one_conversation_and_a_reused_port_pair_is_a_new_one() -> None:
+    flows, _ = table({9092})
+    syn = tcp_segment(DLT_EN10MB, memoryview(ipv4_tcp(("10.0.0.1", 5000), ("10.0.0.2", 9092), 100, 0x02)))
+    again = tcp_segment(DLT_EN10MB, memoryview(ipv4_tcp(("10.0.0.1", 5000), ("10.0.0.2", 9092), 100, 0x02)))
+    reused = tcp_segment(DLT_EN10MB, memoryview(ipv4_tcp(("10.0.0.1", 5000), ("10.0.0.2", 9092), 90000, 0x02)))
+    for i, seg in enumerate((syn, again, reused)):
+        assert isinstance(seg, Segment)
+        flows.segment(seg, i)
+    assert sum(flows.ended.values()) == 1 and len(flows.flows) == 1
