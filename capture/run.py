@@ -42,7 +42,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--broker-port", dest="broker_ports", type=int, action="append", required=True,
                    help="a port brokers listen on (repeat for several); the server side of it is the broker")
     p.add_argument("--trace-dir", help="write exchanges/partitions traces here (as the proxy does)")
-    p.add_argument("--metrics-listen", help="serve the proxy's metric families on HOST:PORT while it runs (e.g. 127.0.0.1:9310)")
+    p.add_argument("--metrics-listen",
+                   help="serve the proxy's metric families on HOST:PORT while it runs (e.g. 127.0.0.1:9310)")
     p.add_argument("--proxy-id", help="names this source in traces (default pcap:<first capture's name>)")
     p.add_argument("--max-frame-bytes", type=int, default=DEFAULT_MAX_FRAME_BYTES,
                    help=f"largest Kafka frame accepted (default {DEFAULT_MAX_FRAME_BYTES}), as for the proxy")
