@@ -215,10 +215,7 @@ class ResponseDecoder:
         if size < 4 or end > len(data):
             return False
         head = in_flight[0]
-        rewrite = (self.rewriter is not None and head.api_key >= 0
-                   and self.rewriter.wants(head.api_key, head.api_version))
-        mode = response_mode(api_key=head.api_key, size=size, decoded=head.info is not None,
-                             rewrite=rewrite, sasl_handshake=head.sasl_mechanism is not None)
+        mode = self._mode_of(head, size)
         if mode is not ResponseMode.PASS and mode is not ResponseMode.DEFER:
             return False
         _check_correlation(int.from_bytes(data[pos + 4 : pos + 8], "big", signed=True), head)
@@ -232,6 +229,13 @@ class ResponseDecoder:
             body = (memoryview(data) if view is None else view)[pos + 8 : end]
         self._after.append(_Finish(head, None, size, t_ns, t_ns, body))
         return True
+
+    def _mode_of(self, head: InFlight, size: int) -> ResponseMode:
+        """How the response of ``size`` bytes to ``head`` is handled (``response_mode``)."""
+        rewrite = (self.rewriter is not None and head.api_key >= 0
+                   and self.rewriter.wants(head.api_key, head.api_version))
+        return response_mode(api_key=head.api_key, size=size, decoded=head.info is not None,
+                             rewrite=rewrite, sasl_handshake=head.sasl_mechanism is not None)
 
     def after_write(self) -> list[Event]:
         """Run what ``forward`` left for after the write; every other event, in order."""
@@ -269,10 +273,7 @@ class ResponseDecoder:
         self._size = size
         self._left = size - (len(self._prefix) - 4)
         self._t_first = t_ns
-        rewrite = (self.rewriter is not None and head.api_key >= 0
-                   and self.rewriter.wants(head.api_key, head.api_version))
-        self._mode = mode = response_mode(api_key=head.api_key, size=size, decoded=head.info is not None,
-                                          rewrite=rewrite, sasl_handshake=head.sasl_mechanism is not None)
+        self._mode = mode = self._mode_of(head, size)
         if mode is ResponseMode.HOLD:
             self._hold = list(self._prefix_pieces)
         else:
