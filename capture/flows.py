@@ -107,7 +107,7 @@ def find_response_start(buf: bytearray, correlation_id: int, max_frame: int) -> 
 class Flow:
     """One TCP conversation between a client and a broker port."""
 
-    def __init__(self, conn_id: int, client: Endpoint, broker: Endpoint, ctx: CoreContext, t_ns: int,
+    def __init__(self, conn_id: int, client: Endpoint, broker: Endpoint, ctx: CoreContext,
                  tap: Callable[[Flow, bool, bytes], None] | None = None) -> None:
         self.conn_id = conn_id
         self.tap = tap
@@ -125,7 +125,6 @@ class Flow:
         self.detail = ""
         self.fin = [False, False]
         self.queue: list[tuple[bool, bytes, int]] = []  # (to_broker, chunk, t) held while the other side has a hole
-        self.t_first_ns = t_ns
 
     @property
     def name(self) -> str:
@@ -195,14 +194,13 @@ class Flow:
         else:
             self.skipped_bytes += len(chunk)  # answers to requests sent before the capture began
 
-    def _start(self, t_ns: int) -> Conversation:
+    def _start(self, t_ns: int) -> None:
         upstream = (format_ip(self.broker[0]), self.broker[1])
         conv = Conversation(self.ctx, conn_id=self.conn_id, listener="capture",
                             broker_label=f"{upstream[0]}:{upstream[1]}", upstream=upstream, t_ns=t_ns,
                             peer=f"{format_ip(self.client[0])}:{self.client[1]}")
         conv.upstream_connected(t_ns, upstream)
         self.conv = conv
-        return conv
 
     def _sync_requests(self, chunk: bytes, t_ns: int) -> None:
         if self.to_broker.started_with_syn and not self.req_buf:
@@ -308,7 +306,7 @@ class FlowTable:
         if flow is None:
             if seg.flags & RST or not (seg.flags & SYN or len(seg.payload)):
                 return  # the last ACKs of a conversation that ended, or a reset: nothing to start
-            flow = self.flows[key] = Flow(self._next_id, client, broker, self.ctx, t_ns, self.tap)
+            flow = self.flows[key] = Flow(self._next_id, client, broker, self.ctx, self.tap)
             self._next_id += 1
         try:
             flow.segment(seg, to_broker, t_ns)

@@ -22,6 +22,7 @@ from typing import Any, Final
 
 from fetchlat.metrics.observer import Observer
 from fetchlat.metrics.prom import FetchMetrics, ProxyMetrics
+from fetchlat.perf.stats import nearest_rank
 from fetchlat.protocol.framing import DEFAULT_MAX_FRAME_BYTES
 from fetchlat.proxy.config import ConfigError, parse_hostport
 
@@ -97,7 +98,7 @@ class Summary:
             if not xs:
                 return "-"
             s = sorted(xs)
-            return f"{s[len(s) // 2] / 1e6:.3f} / {s[min(len(s) - 1, int(len(s) * 0.99))] / 1e6:.3f}"
+            return f"{nearest_rank(s, 50) / 1e6:.3f} / {nearest_rank(s, 99) / 1e6:.3f}"
 
         for key in sorted(self.fetch):
             d = self.fetch[key]
@@ -169,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
                 code = 2
                 continue  # the other captures are still read
             captures.append(cap)
-            feed(cap, flows, set(args.broker_ports), progress=not args.quiet)
+            feed(cap, flows, progress=not args.quiet)
         flows.close_all()
     except CaptureError as exc:
         print(f"fetchlat pcap: {exc}", file=sys.stderr)
@@ -192,21 +193,22 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
-def feed(cap: Capture, flows: FlowTable, broker_ports: set[int], *, progress: bool = False) -> None:
+def feed(cap: Capture, flows: FlowTable, *, progress: bool = False) -> None:
     """Every packet of ``cap`` into ``flows``. A packet on a broker port that the snap length cut
     is an error: every figure after it would be a guess."""
     linktype = cap.linktype
+    broker_ports = flows.broker_ports
     skipped = flows.packets_skipped
     last = time.monotonic()
     start = last
     for buf, packets in cap.batches():
         view = memoryview(buf)
-        for ts_ns, off, n in packets:
+        for i, (ts_ns, off, n) in enumerate(packets):
             seg = tcp_segment(linktype, view[off : off + n])
             if isinstance(seg, Segment):
                 if seg.cut and (seg.dst[1] in broker_ports or seg.src[1] in broker_ports):
                     raise CaptureError(
-                        f"{cap.path}: packet {cap.packets - len(packets) + 1 + packets.index((ts_ns, off, n))} "
+                        f"{cap.path}: packet {cap.packets - len(packets) + 1 + i} "
                         f"({format_ip(seg.src[0])}:{seg.src[1]} -> {format_ip(seg.dst[0])}:{seg.dst[1]}) was cut "
                         f"at {n} bytes by the capture's snap length: recapture with tcpdump -s 0 (the whole packet)")
                 flows.segment(seg, ts_ns)
@@ -219,10 +221,4 @@ def feed(cap: Capture, flows: FlowTable, broker_ports: set[int], *, progress: bo
                 rate = cap.bytes / 1e6 / (now - start)
                 print(f"\r{cap.path}: {cap.packets:,} packets, {cap.bytes / 1e6:,.1f} MB ({rate:.1f} MB/s), "
                       f"{len(flows.flows)} open conversations", end="", file=sys.stderr, flush=True)
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="fetchlat")
-    add_parser(p.add_subparsers(dest="command", required=True))
-    return run(p.parse_args(argv))
 

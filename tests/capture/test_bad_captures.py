@@ -64,10 +64,10 @@ def test_a_capture_cut_mid_packet_keeps_what_it_read(tmp_path: Path) -> None:
     cut.write_bytes(data[: len(data) * 2 // 3])
     flows, rows = table({9092})
     with pytest.raises(CaptureError, match="damaged or cut after 11 packets"):
-        feed(Capture(str(cut)), flows, {9092})  # the packets of the batch before the damage are read again
+        feed(Capture(str(cut)), flows)  # the packets of the batch before the damage are read again
     flows.close_all()
     whole, whole_rows = table({9092})
-    feed(Capture(str(good)), whole, {9092})
+    feed(Capture(str(good)), whole)
     whole.close_all()
     got = [r["correlation_id"] for r in rows.exchanges()]
     assert got and got == [r["correlation_id"] for r in whole_rows.exchanges()][: len(got)]
@@ -92,7 +92,7 @@ def test_http_and_tls_on_the_broker_port_are_counted_and_kafka_beside_them_is_me
     p = tmp_path / "mixed.pcap"
     write_pcap(p, sorted(http + tls + kafka_conversation(CLIENT, t0), key=lambda x: x[0]))
     flows, rows = table({9092})
-    feed(Capture(str(p)), flows, {9092})
+    feed(Capture(str(p)), flows)
     flows.close_all()
     assert flows.ended["http_on_plaintext"] == 1 and flows.ended[TLS] == 1 and flows.ended["complete"] == 1
     assert len(rows.exchanges()) == sum(1 for f in conversations("confluent")[2] if f.direction == "resp")
@@ -110,11 +110,11 @@ def test_a_damaged_capture_gives_a_clear_error_or_a_count_never_a_crash(tmp_path
     path = tmp_path / "damaged.pcap"
     path.write_bytes(bad)
     whole, whole_rows = table({39093})
-    feed(Capture(str(CAPTURES / "confluent.pcap")), whole, {39093})
+    feed(Capture(str(CAPTURES / "confluent.pcap")), whole)
     good = {(r["conn_id"], r["correlation_id"]) for r in whole_rows.exchanges()}
     flows, rows = table({39093})
     try:
-        feed(Capture(str(path)), flows, {39093})
+        feed(Capture(str(path)), flows)
     except CaptureError as exc:
         assert str(path) in str(exc)
     flows.close_all()

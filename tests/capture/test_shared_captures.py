@@ -40,7 +40,7 @@ def read(run: str) -> tuple[dict[int, dict[bool, bytearray]], list[Flow], object
         streams[flow.conn_id][to_broker] += chunk
 
     flows, rows = table({PORT}, tap=tap, on_end=ended.append)
-    feed(Capture(str(CAPTURES / f"{run}.pcap")), flows, {PORT})
+    feed(Capture(str(CAPTURES / f"{run}.pcap")), flows)
     flows.close_all()
     return streams, ended, rows
 
