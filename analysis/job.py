@@ -15,8 +15,8 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from fetchlat.metrics import trace_layout as layout
 from pyspark import StorageLevel
-from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 
 from . import report
@@ -36,12 +36,12 @@ def build_session(master: str | None) -> SparkSession:
     # a local driver is also the executor: give it room (spark-submit sets its own)
     b = b.config("spark.driver.memory", os.environ.get("FETCHLAT_SPARK_DRIVER_MEMORY", "4g"))
     if master is None or master.startswith("local"):
-        # the throughput collector: the one pass allocates a sketch per group, G1 spent ~20% of it in GC
+        # the throughput collector (measured with the KLL sketches this job used before: G1 spent ~20% in GC)
         b = b.config("spark.driver.extraJavaOptions", os.environ.get("FETCHLAT_SPARK_JAVA_OPTIONS", JAVA_OPTIONS))
     spark = (b.config("spark.sql.session.timeZone", "UTC")
              .config("spark.ui.showConsoleProgress", "false")
-             # sketches are object-hash aggregates; past 128 groups Spark falls back to sorting,
-             # which made per-window x client tables ~10x slower
+             # collect_list (a histogram's buckets) is an object-hash aggregate; past 128 groups
+             # Spark falls back to sorting, which made per-window x client tables ~10x slower
              .config("spark.sql.objectHashAggregate.sortBased.fallbackThreshold", "1000000")
              .config("spark.sql.shuffle.partitions", os.environ.get("FETCHLAT_SHUFFLE_PARTITIONS", "8"))
              .getOrCreate())
@@ -49,22 +49,55 @@ def build_session(master: str | None) -> SparkSession:
     return spark
 
 
-def _is_local(path: str) -> bool:
-    return "://" not in path or path.startswith("file://")
+def _hadoop_fs(spark: SparkSession, path: str) -> tuple[Any, Any]:
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    p = jvm.org.apache.hadoop.fs.Path(path)
+    return p.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), jvm.org.apache.hadoop.fs.Path
 
 
-def read_table(spark: SparkSession, dirs: list[str], table: str) -> DataFrame:
-    paths = [f"{d.rstrip('/')}/{table}" for d in dirs]
-    paths = [p for p in paths if not _is_local(p) or os.path.isdir(p.removeprefix("file://"))]
+def table_inputs(spark: SparkSession, dirs: list[str], table: str, since_ns: int | None = None,
+                 until_ns: int | None = None) -> tuple[list[str], int]:
+    """What to read of ``table`` under each trace directory, through Hadoop's filesystem layer
+    (local, s3a://, hdfs://): the hour directories (``metrics/trace_layout.py``) that overlap
+    [since, until), and the files of the layout before hour directories. Returns those paths
+    and how many hour directories there were in all (the rest were pruned)."""
+    paths: list[str] = []
+    hours_seen = 0
+    for d in dirs:
+        base = f"{d.rstrip('/')}/{table}"
+        fs, Path = _hadoop_fs(spark, base)
+        if not fs.exists(Path(base)):
+            continue
+        for st in fs.globStatus(Path(f"{base}/date=*/hour=*")) or []:
+            hour = layout.hour_of_dir(st.getPath().toString())
+            if hour is None or not st.isDirectory():
+                continue
+            hours_seen += 1
+            if layout.hours_overlap(hour, since_ns, until_ns):
+                paths.append(st.getPath().toString())
+        for st in fs.listStatus(Path(base)):  # the flat layout; dot files (.tmp-*) are still being written
+            name = st.getPath().getName()
+            if st.isFile() and name.endswith(".parquet") and not name.startswith((".", "_")):
+                paths.append(st.getPath().toString())
+    return paths, hours_seen
+
+
+def read_table(spark: SparkSession, dirs: list[str], table: str, since_ns: int | None = None,
+               until_ns: int | None = None, seen: dict[str, Any] | None = None) -> DataFrame:
+    """``table``'s rows in [since, until) from every trace directory, with the writer's schema
+    (a file of an older schema version reads its missing columns as null). ``seen`` gets, per
+    table, how many hour directories were read of how many there are."""
+    paths, hours = table_inputs(spark, dirs, table, since_ns, until_ns)
     schema = spark_schema(table)
+    if seen is not None:
+        seen[table] = {"read": sum(1 for p in paths if layout.hour_of_dir(p) is not None), "in_all": hours,
+                       "flat_files": sum(1 for p in paths if p.endswith(".parquet"))}
     if not paths:
         return spark.createDataFrame([], schema)
-    try:  # dot files (.tmp-*, still being written) are hidden from Hadoop readers
-        return spark.read.schema(schema).option("recursiveFileLookup", "true").parquet(*paths)
-    except AnalysisException as exc:
-        if "PATH_NOT_FOUND" in str(exc) or "Path does not exist" in str(exc):
-            return spark.createDataFrame([], schema)
-        raise
+    # dot files (.tmp-*, still being written) inside a directory are hidden from Hadoop readers
+    df = spark.read.schema(schema).option("recursiveFileLookup", "true").parquet(*paths)
+    return tf.in_range(df, since_ns, until_ns)
 
 
 def _rows(table: pa.Table) -> list[dict[str, Any]]:
@@ -98,13 +131,15 @@ def run(dirs: list[str], out: str, *, master: str | None = None, since_ns: int |
     spark = spark or build_session(master)
     try:
         progress("reading traces")
-        ex = tf.in_range(read_table(spark, dirs, "exchanges"), since_ns, until_ns)
-        parts = tf.in_range(read_table(spark, dirs, "partitions"), since_ns, until_ns)
-        repl = tf.in_range(read_table(spark, dirs, "replication"), since_ns, until_ns)
-        progress("sketching latency per window x broker x kind x client (one pass over the exchanges)")
+        seen: dict[str, Any] = {}
+        ex, parts, repl = (read_table(spark, dirs, t, since_ns, until_ns, seen)
+                           for t in ("exchanges", "partitions", "replication"))
+        hours = seen["exchanges"]
+        progress(f"reading traces: {hours['read']} of {hours['in_all']} hour directories in range")
+        progress("counting latency per window x broker x kind x client (one pass over the exchanges)")
         fine = tf.fine(tf.with_window(tf.timed(ex), window)).persist(StorageLevel.MEMORY_AND_DISK)
-        fine.count()  # the only pass over the exchanges; every latency table below merges its sketches
-        # every per-broker table's sketches, merged in one aggregation (a few thousand rows)
+        fine.count()  # the only pass over the exchanges; every latency table below merges its histograms
+        # every per-broker table's histograms, merged in one aggregation
         brokers = tf.coarse(tf.without_clients(fine)).persist(StorageLevel.MEMORY_AND_DISK)
         rec = tf.record_latency(parts, sla_ms).cache()
         tables: dict[str, DataFrame] = {
@@ -128,6 +163,7 @@ def run(dirs: list[str], out: str, *, master: str | None = None, since_ns: int |
         rows_in = ex.count()
         progress("writing the report")
         summary = _summary(collected, dirs, window, sla_ms, rows_in, time.monotonic() - t0)
+        summary["hour_directories"] = seen
         os.makedirs(out, exist_ok=True)
         with open(os.path.join(out, "summary.json"), "w") as fh:
             json.dump(summary, fh, indent=2, default=str)

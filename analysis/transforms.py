@@ -5,24 +5,30 @@ results it writes (``ORDER``)."""
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Callable
 
 from fetchlat.metrics.vocabulary import Kind, Outcome
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-QUANTILES = (0.5, 0.9, 0.99, 0.999)
+PER_MILLE = (500, 900, 990, 999)
+QUANTILES = tuple(q / 1000 for q in PER_MILLE)
 QNAMES = ("p50", "p90", "p99", "p999")
 PARTS = ("total", "wait", "local", "e2e")
-# Quantiles come from DataSketches KLL sketches (Spark's built-in kll_* functions): mergeable,
-# so one pass over the rows builds a sketch per window x broker x kind x client x replica and
-# every coarser table merges those instead of reading the rows again. A sketch holds its first
-# K values exactly; past that, a returned quantile's rank is within RANK_ERROR of the requested
-# one (DataSketches' bound for K, 99% confidence). The answer is always a value of the data.
-K = 200
-RANK_ERROR = 0.0133
+# Quantiles come from log-bucket histograms (DDSketch's mapping): a duration v (ns) counts in
+# bucket ``bucket(v)`` = sign(v) * (ceil(ln|v| / ln GAMMA) + 1), 0 for v = 0; a bucket stands for
+# 2 GAMMA^(|k|-1) / (GAMMA + 1), which is within ALPHA (relative) of every value in it. A
+# quantile is the bucket of the nearest-rank value (rank ceil(q n)), so it is within ALPHA of
+# that exact value. Counts are integers: histograms merge by summing, in any order, so one pass
+# over the rows serves every coarser table, and any partitioning (local[*], any cluster) gives
+# the same tables to the last bit.
+ALPHA = 0.01
+GAMMA = (1 + ALPHA) / (1 - ALPHA)
 FINE_KEYS = ("window_start", "broker", "api", "kind", "client_id", "replica_id", "acks")
 OUTCOMES = tuple(o.value for o in Outcome)  # the order encodes outcome as a number in the one pass
+STATS = ("requests", "records", *OUTCOMES, "with_records", "wait_sum_ns", "total_sum_ns")
 
 
 def window_us(window: str) -> int:
@@ -63,61 +69,107 @@ ORDER = {
 }
 
 
-def sketch(col: str | Column) -> Column:
-    return F.kll_sketch_agg_bigint(col, K)
+def bucket(ns: Column) -> Column:
+    """The histogram bucket of a duration in ns (null stays null: it counts nowhere)."""
+    k = F.ceil(F.ln(F.abs(ns)) / math.log(GAMMA)) + 1
+    return F.when(ns > 0, k).when(ns < 0, -k).when(ns == 0, 0).cast("int")
 
 
-def merged(col: str) -> Column:
-    return F.kll_merge_agg_bigint(col, K)
+def bucket_ms(k: Column) -> Column:
+    """What bucket ``k`` stands for, in ms."""
+    v = 2 * F.pow(F.lit(GAMMA), F.abs(k) - 1) / (GAMMA + 1) / 1e6
+    return F.when(k == 0, 0.0).otherwise(F.signum(k) * v)
 
 
-def quantile_ms(sk: str | Column, q: float) -> Column:
-    return F.kll_sketch_get_quantile_bigint(sk, F.lit(q)) / 1e6
+def quantile_buckets(hist: Column, n: Column) -> Column:
+    """Walk a histogram (array of (bucket, n), any order, a bucket may repeat) once: the buckets
+    of the nearest-rank values at PER_MILLE, as a struct k0..k3 (null for an empty histogram)."""
+    ranks = [_rank(n, q) for q in PER_MILLE]
+    init = F.struct(F.lit(0).cast("long").alias("c"),
+                    *[F.lit(None).cast("int").alias(f"k{i}") for i in range(len(ranks))])
+
+    def step(acc: Column, x: Column) -> Column:
+        c = acc["c"] + x["n"]
+        return F.struct(c.alias("c"), *[F.coalesce(acc[f"k{i}"], F.when(c >= r, x["bucket"])).alias(f"k{i}")
+                                        for i, r in enumerate(ranks)])
+
+    return F.aggregate(F.array_sort(hist), init, step)
+
+
+def _rank(n: Column, per_mille: int) -> Column:
+    """The nearest rank, ceil(n q), in integers (a double q n can land just above a whole number)."""
+    return F.greatest(F.lit(1), F.floor((n * per_mille + 999) / 1000)).cast("int")
+
+
+def sorted_lists(df: DataFrame, cols: list[str]) -> DataFrame:
+    """``df`` with each of ``cols`` (arrays of buckets) sorted, once: a later select that reads
+    a sorted list several times must not sort it again each time (Spark keeps a projection
+    apart when inlining it would repeat an expensive expression)."""
+    return df.select(*[F.array_sort(c).alias(c) if c in cols else c for c in df.columns])
+
+
+def list_quantiles_ms(s: Column) -> list[Column]:
+    """The PER_MILLE quantiles (ms) of a sorted array of buckets, one per value (null when empty)."""
+    return [bucket_ms(F.try_element_at(s, _rank(F.size(s), q))) for q in PER_MILLE]
+
+
+STAT_COLS = (*STATS, "total_max_ns")
 
 
 def fine(timed_df: DataFrame) -> DataFrame:
     """The one pass over the rows: per window x broker x api x kind x client x replica x acks,
-    counts, outcome counts, sums and a KLL sketch of each duration (``{part}_sk``, ns). Produces
-    are kept per broker x acks only (no client key: nothing reports them per client).
+    the counts, outcome counts and sums (STATS, ``total_max_ns``) and, per duration, the list of
+    its buckets (``{part}_b``: a group holds a client's fetches of one window, a few hundred).
+    Produces are kept per broker x acks only (no client key: nothing reports them per client).
 
-    The pass is an object-hash aggregation (sketches are objects), which Spark runs row by row
-    on rows it first copies out of the columnar scan: ``api`` goes in as a boolean and
-    ``outcome`` as a small number, so the strings copied and hashed per row are only the ones
-    that have to be (broker, kind, client)."""
+    ``api`` goes in as a boolean and ``outcome`` as a small number: the strings copied and
+    hashed per row are only the ones that have to be (broker, kind, client)."""
     is_fetch = F.col("api") == "Fetch"
     outcome = F.coalesce(*[F.when(F.col("outcome") == o, F.lit(i)) for i, o in enumerate(OUTCOMES)]).cast("byte")
     rows = timed_df.select("window_start", "broker", is_fetch.alias("_fetch"), "kind",
                            F.when(is_fetch, F.col("client_id")).alias("client_id"), "replica_id", "acks", "records",
-                           outcome.alias("_outcome"), *[f"{part}_ns" for part in PARTS])
+                           outcome.alias("_outcome"), "wait_ns", "total_ns",
+                           *[bucket(F.col(f"{p}_ns")).alias(f"{p}_b") for p in PARTS])
     g = rows.groupBy("window_start", "broker", "_fetch", "kind", "client_id", "replica_id", "acks").agg(
         F.count(F.lit(1)).alias("requests"), F.sum("records").alias("records"),
         *[F.sum(F.when(F.col("_outcome") == i, 1).otherwise(0)).alias(o) for i, o in enumerate(OUTCOMES)],
         F.sum(F.when(F.col("records") > 0, 1).otherwise(0)).alias("with_records"),
         F.sum("wait_ns").alias("wait_sum_ns"), F.sum("total_ns").alias("total_sum_ns"),
-        *[sketch(f"{part}_ns").alias(f"{part}_sk") for part in PARTS])
+        F.max("total_ns").alias("total_max_ns"),
+        *[F.collect_list(f"{p}_b").alias(f"{p}_b") for p in PARTS])  # nulls count nowhere
     api = F.when(F.col("_fetch"), F.lit("Fetch")).otherwise(F.lit("Produce")).alias("api")
     rest = [c for c in g.columns if c not in ("window_start", "broker", "_fetch")]
     return g.select("window_start", "broker", api, *rest)
 
 
-def _merged_sketches() -> list[Column]:
-    return [merged(f"{part}_sk").alias(f"{part}_sk") for part in PARTS]
+STATS_PART = -1  # a histogram table's row of part -1 carries its group's STAT_COLS (bucket, n null)
 
 
-def _sums() -> list[Column]:
-    cols = ("requests", "records", *OUTCOMES, "with_records", "wait_sum_ns", "total_sum_ns")
-    return [F.sum(c).alias(c) for c in cols]
+def _merged() -> list[Column]:
+    """The aggregations that merge histogram rows into coarser ones (grouped by keys, part, bucket)."""
+    return [F.sum("n").alias("n"), *[F.sum(c).alias(c) for c in STATS], F.max("total_max_ns").alias("total_max_ns")]
+
+
+def _tagged(part: int) -> Callable[[Column], Column]:
+    return lambda b: F.struct(F.lit(part).alias("part"), b.alias("bucket"))
 
 
 def without_clients(fine_df: DataFrame) -> DataFrame:
-    """``fine`` merged over clients (per window x broker x api x kind x replica x acks): a few
-    thousand rows that every per-broker table reads instead of the per-client ones."""
-    return fine_df.groupBy("window_start", "broker", "api", "kind", "replica_id", "acks").agg(
-        *_sums(), *_merged_sketches())
+    """``fine`` as histograms merged over clients: per window x broker x api x kind x replica x
+    acks x part x bucket the count ``n``, and per window x ... x acks a STATS_PART row of sums.
+    What every per-broker table reads instead of the per-client rows."""
+    keys = [F.col(k) for k in COARSE_KEYS]
+    nulls = [F.lit(None).cast("int").alias("bucket"), F.lit(None).cast("long").alias("n")]
+    stats = fine_df.select(*keys, F.lit(STATS_PART).alias("part"), *nulls, *STAT_COLS)
+    each = F.concat(*[F.transform(f"{p}_b", _tagged(i)) for i, p in enumerate(PARTS)])
+    counts = (fine_df.select(*keys, F.explode(each).alias("_e"))
+              .select(*keys, "_e.part", "_e.bucket", F.lit(1).cast("long").alias("n"),
+                      *[F.lit(None).cast("long").alias(c) for c in STAT_COLS]))
+    return stats.unionByName(counts).groupBy(*COARSE_KEYS, "part", "bucket").agg(*_merged())
 
 
 # The per-broker tables, each a grouping of ``without_clients``: one grouping-sets aggregation
-# merges the sketches for all of them at once (one Spark job instead of one per table).
+# merges the histograms for all of them at once (one Spark job instead of one per table).
 COARSE_KEYS = ("window_start", "broker", "api", "kind", "replica_id", "acks")
 COARSE_SETS = {
     "summary": ("api", "broker", "kind"),
@@ -126,60 +178,80 @@ COARSE_SETS = {
     "produce_latency": ("api", "broker", "acks"),
     "timeline": ("api", "window_start", "kind"),
 }
+_GROUPED = (*COARSE_KEYS, "part", "bucket")
 
 
 def _grouping_id(keys: tuple[str, ...]) -> int:
-    """Spark's ``grouping_id()`` of a set: one bit per COARSE_KEYS column, set when aggregated away."""
-    return sum(1 << (len(COARSE_KEYS) - 1 - i) for i, c in enumerate(COARSE_KEYS) if c not in keys)
+    """Spark's ``grouping_id()`` of a set: one bit per grouped column, set when aggregated away."""
+    return sum(1 << (len(_GROUPED) - 1 - i) for i, c in enumerate(_GROUPED) if c not in (*keys, "part", "bucket"))
 
 
 def coarse(brokers: DataFrame) -> DataFrame:
     """Every per-broker grouping of ``without_clients`` in one aggregation; ``grouping`` names the
     table a row belongs to (a key column a grouping does not use is null there)."""
-    gid = F.grouping_id(*COARSE_KEYS)
+    gid = F.grouping_id(*_GROUPED)
     name = F.lit(None).cast("string")
     for table, keys in COARSE_SETS.items():
         name = F.when(gid == _grouping_id(keys), F.lit(table)).otherwise(name)
-    return (brokers.groupingSets([list(k) for k in COARSE_SETS.values()], *COARSE_KEYS)
-            .agg(*_sums(), *_merged_sketches(), name.alias("grouping")))
+    return (brokers.groupingSets([[*k, "part", "bucket"] for k in COARSE_SETS.values()], *_GROUPED)
+            .agg(*_merged(), name.alias("grouping")))
 
 
 def _grouped(df: DataFrame, table: str) -> DataFrame:
-    """The rows of one grouping: of ``coarse`` when given it, else ``df`` grouped here (the same
-    result, one aggregation per table)."""
+    """The histogram rows of one grouping: of ``coarse`` when given it, else ``df`` grouped here
+    (the same result, one aggregation per table)."""
     if "grouping" in df.columns:
         return df.where(F.col("grouping") == table)
-    keys = COARSE_SETS[table]
-    return df.groupBy(*keys).agg(*_sums(), *_merged_sketches())
+    if "part" not in df.columns:  # per-client rows (``fine``)
+        df = without_clients(df)
+    return df.groupBy(*COARSE_SETS[table], "part", "bucket").agg(*_merged())
 
 
-def _quantile_table(sketches: DataFrame, keys: list[str]) -> DataFrame:
-    ranks = F.array(*[F.lit(q) for q in QUANTILES])  # one sketch read per part, not per quantile
-    q = sketches.select(*keys, F.col("requests").alias("fetches"),
-                        *[F.kll_sketch_get_quantile_bigint(f"{part}_sk", ranks).alias(part) for part in PARTS])
-    return q.select(*keys, "fetches", *[(F.col(part)[i] / 1e6).alias(f"{part}_{name}")
-                                        for part in PARTS for i, name in enumerate(QNAMES)])
+def _quantile_table(hist: DataFrame, keys: list[str], parts: tuple[str, ...] = PARTS) -> DataFrame:
+    """Per ``keys``: the sums of STATS (``fetches`` = requests), ``total_max_ms``, and
+    ``{part}_{p50,p90,p99,p999}`` in ms for ``parts``, from histogram rows (keys, part, bucket, n)."""
+    wanted = [STATS_PART, *[PARTS.index(p) for p in parts]]
+    per_part = (hist.where(F.col("part").isin(wanted))
+                .groupBy(*keys, "part").agg(F.collect_list(F.struct("bucket", "n")).alias("_h"),
+                                            F.sum("n").alias("_n"), *[F.sum(c).alias(c) for c in STATS],
+                                            F.max("total_max_ns").alias("total_max_ns")))
+    per_part = per_part.select(*keys, "part", *STATS, "total_max_ns",
+                               quantile_buckets(F.col("_h"), F.col("_n")).alias("_k"))
+    return per_part.groupBy(*keys).agg(
+        *[F.sum(c).alias(c) for c in STATS], (F.max("total_max_ns") / 1e6).alias("total_max_ms"),
+        *[F.max(F.when(F.col("part") == PARTS.index(p), bucket_ms(F.col("_k")[f"k{i}"]))).alias(f"{p}_{name}")
+          for p in parts for i, name in enumerate(QNAMES)]
+    ).withColumnRenamed("requests", "fetches")
 
 
-def _fetches(fine_df: DataFrame) -> DataFrame:
-    return fine_df.where(F.col("api") == "Fetch")
+def _fetches(df: DataFrame) -> DataFrame:
+    return df.where(F.col("api") == "Fetch")
+
+
+LATENCY_COLS = ["fetches", *[f"{p}_{q}" for p in PARTS for q in QNAMES]]
 
 
 def latency_by_window(fine_df: DataFrame) -> DataFrame:
     """Per window x broker x kind x client (and replica, for followers): count and
     p50/p90/p99/p99.9 of each duration."""
-    return _quantile_table(_fetches(fine_df), ["window_start", "broker", "kind", "client_id", "replica_id"])
+    lists = [f"{p}_b" for p in PARTS]
+    return sorted_lists(_fetches(fine_df), lists).select(
+        "window_start", "broker", "kind", "client_id", "replica_id", F.col("requests").alias("fetches"),
+        *[q.alias(f"{p}_{name}") for p in PARTS for q, name in zip(list_quantiles_ms(F.col(f"{p}_b")), QNAMES,
+                                                                     strict=True)])
 
 
 def summary(fine_df: DataFrame) -> DataFrame:
     """The headline: per broker x kind over the whole range."""
-    return _quantile_table(_fetches(_grouped(fine_df, "summary")), ["broker", "kind"])
+    keys = ["broker", "kind"]
+    return _quantile_table(_fetches(_grouped(fine_df, "summary")), keys).select(*keys, *LATENCY_COLS)
 
 
 def outcome_mix(fine_df: DataFrame) -> DataFrame:
     """Per window x broker x kind: fetches by outcome, and long-poll efficiency (the share of
     fetches that brought records back, and the share of fetch time spent parked)."""
-    g = _fetches(_grouped(fine_df, "outcome_mix"))
+    g = _fetches(_grouped(fine_df, "outcome_mix")).where(F.col("part") == STATS_PART)
+    g = g.groupBy("window_start", "broker", "kind").agg(*[F.sum(c).alias(c) for c in STATS])
     return g.select("window_start", "broker", "kind", F.col("requests").alias("fetches"), *OUTCOMES, "with_records",
                     (F.col("with_records") / F.col("requests")).alias("data_efficiency"),
                     F.when(F.col("total_sum_ns") > 0, F.col("wait_sum_ns") / F.col("total_sum_ns")).alias("wait_share"))
@@ -188,9 +260,9 @@ def outcome_mix(fine_df: DataFrame) -> DataFrame:
 def pair_latency(fine_df: DataFrame) -> DataFrame:
     """Follower -> leader: per window, the median and p99 true local fetch latency."""
     f = _fetches(_grouped(fine_df, "pair_latency")).where(F.col("kind") == Kind.FOLLOWER.value)
-    return f.select("window_start", F.col("broker").alias("leader"), F.col("replica_id").alias("follower"),
-                    F.col("requests").alias("fetches"), quantile_ms("local_sk", 0.5).alias("local_p50"),
-                    quantile_ms("local_sk", 0.99).alias("local_p99"))
+    q = _quantile_table(f, ["window_start", "broker", "replica_id"], ("local",))
+    return q.select("window_start", F.col("broker").alias("leader"), F.col("replica_id").alias("follower"),
+                    "fetches", "local_p50", "local_p99")
 
 
 def flag_shifts(pairs: DataFrame, *, factor: float = 2.0, min_delta_ms: float = 5.0) -> DataFrame:
@@ -205,46 +277,42 @@ def flag_shifts(pairs: DataFrame, *, factor: float = 2.0, min_delta_ms: float = 
                         & (F.col("shift_ms") >= min_delta_ms)))
 
 
-def record_latency(partitions: DataFrame, sla_ms: float) -> DataFrame:
-    """KIP-489 record latency per topic x partition x client, with SLA breaches.
+def _list_table(rows: DataFrame, keys: list[str], ns: Column, *extra: Column) -> DataFrame:
+    """Per ``keys``: ``samples``, p50/p99 of one duration ``ns`` (from its buckets), ``max_ms`` and ``extra``."""
+    g = sorted_lists(rows.groupBy(*keys).agg(F.count(F.lit(1)).alias("samples"), F.collect_list(bucket(ns)).alias("_b"),
+                                             (F.max(ns) / 1e6).alias("max_ms"), *extra), ["_b"])
+    q = list_quantiles_ms(F.col("_b"))
+    return g.select(*keys, "samples", q[0].alias("p50_ms"), q[2].alias("p99_ms"), "max_ms",
+                    *[c for c in g.columns if c.startswith("_x_")])
 
-    Every group is active all the time (a consumer fetches all its partitions every poll), so
-    each scan task's aggregation holds tens of thousands of sketches and touches a different
-    one per row. Sorting each task's rows on a 64-bit hash of the key first (a radix sort, no
-    shuffle) hands the aggregation a group's rows together; the grouping is still on the
-    exact key. Measured on 4.2 M rows, 60 000 groups: 3.6 s instead of 4.8 s (warm)."""
+
+def record_latency(partitions: DataFrame, sla_ms: float) -> DataFrame:
+    """KIP-489 record latency per topic x partition x client, with SLA breaches."""
     p = partitions.where((F.col("api") == "Fetch") & F.col("record_latency_ns").isNotNull())
-    p = p.sortWithinPartitions(F.xxhash64("topic", "partition", "client_id"))
     ns = F.col("record_latency_ns")
-    return (p.groupBy("topic", "partition", "client_id").agg(
-        F.count(F.lit(1)).alias("samples"), sketch(ns).alias("sk"), F.max(ns).alias("_max"), F.avg(ns).alias("_avg"),
-        F.sum(F.when(ns > sla_ms * 1e6, 1).otherwise(0)).alias("sla_breaches"),
-    ).select("topic", "partition", "client_id", "samples", quantile_ms("sk", 0.5).alias("p50_ms"),
-             quantile_ms("sk", 0.99).alias("p99_ms"), (F.col("_max") / 1e6).alias("max_ms"),
-             (F.col("_avg") / 1e6).alias("avg_ms"), "sla_breaches")
-     )
+    keys = ["topic", "partition", "client_id"]
+    q = _list_table(p, keys, ns, F.avg(ns).alias("_x_avg"),
+                    F.sum(F.when(ns > sla_ms * 1e6, 1).otherwise(0)).alias("_x_sla"))
+    return q.select(*keys, "samples", "p50_ms", "p99_ms", "max_ms", (F.col("_x_avg") / 1e6).alias("avg_ms"),
+                    F.col("_x_sla").alias("sla_breaches"))
 
 
 def produce_latency(fine_df: DataFrame) -> DataFrame:
     g = _grouped(fine_df, "produce_latency").where(F.col("api") == "Produce")
-    return g.select("broker", "acks", "requests", "records", quantile_ms("total_sk", 0.5).alias("p50_ms"),
-                    quantile_ms("total_sk", 0.99).alias("p99_ms"),
-                    (F.kll_sketch_get_quantile_bigint("total_sk", F.lit(1.0)) / 1e6).alias("max_ms"))
+    q = _quantile_table(g, ["broker", "acks"], ("total",))
+    return q.select("broker", "acks", F.col("fetches").alias("requests"), "records", F.col("total_p50").alias("p50_ms"),
+                    F.col("total_p99").alias("p99_ms"), F.col("total_max_ms").alias("max_ms"))
 
 
 def replication_latency(replication: DataFrame) -> DataFrame:
-    ns = F.col("latency_ns")
-    return (replication.groupBy("broker", "follower").agg(F.count(F.lit(1)).alias("samples"), sketch(ns).alias("sk"),
-                                                          F.max(ns).alias("_max"))
-            .select("broker", "follower", "samples", quantile_ms("sk", 0.5).alias("p50_ms"),
-                    quantile_ms("sk", 0.99).alias("p99_ms"), (F.col("_max") / 1e6).alias("max_ms")))
+    return _list_table(replication, ["broker", "follower"], F.col("latency_ns"))
 
 
 def slowest_clients(fine_df: DataFrame, n: int) -> DataFrame:
-    return (_fetches(fine_df).groupBy("client_id", "kind")
-            .agg(F.sum("requests").alias("fetches"), merged("local_sk").alias("sk"))
-            .select("client_id", "kind", "fetches", quantile_ms("sk", 0.99).alias("local_p99"),
-                    quantile_ms("sk", 0.5).alias("local_p50"))
+    g = sorted_lists(_fetches(fine_df).groupBy("client_id", "kind").agg(
+        F.sum("requests").alias("fetches"), F.flatten(F.collect_list("local_b")).alias("_b")), ["_b"])
+    q = list_quantiles_ms(F.col("_b"))
+    return (g.select("client_id", "kind", "fetches", q[2].alias("local_p99"), q[0].alias("local_p50"))
             .orderBy(F.col("local_p99").desc(), "client_id").limit(n))
 
 
@@ -254,6 +322,5 @@ def slowest_partitions(record_lat: DataFrame, n: int) -> DataFrame:
 
 def timeline(fine_df: DataFrame) -> DataFrame:
     """Per window x kind: median naive total vs true local (for the report's main chart)."""
-    g = _fetches(_grouped(fine_df, "timeline"))
-    medians = [quantile_ms(f"{p}_sk", 0.5).alias(f"{p}_p50") for p in ("total", "local", "wait")]
-    return g.select("window_start", "kind", *medians, F.col("requests").alias("fetches"))
+    q = _quantile_table(_fetches(_grouped(fine_df, "timeline")), ["window_start", "kind"], ("total", "local", "wait"))
+    return q.select("window_start", "kind", "total_p50", "local_p50", "wait_p50", "fetches")

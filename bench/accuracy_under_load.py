@@ -161,7 +161,7 @@ def run_build(build: str, a: argparse.Namespace, work: Path) -> dict[str, Any]:
         stop_processes(procs)
         log.close()
     rows: dict[int, int] = {}
-    for f in (traces / "exchanges").glob("*.parquet"):
+    for f in (traces / "exchanges").rglob("*.parquet"):
         t = pq.read_table(f, columns=["client_id", "api", "correlation_id", "total_ns"]).to_pylist()
         rows.update({r["correlation_id"]: r["total_ns"] for r in t if r["client_id"] == PROBE and r["api"] == "Fetch"})
     spans: dict[int, int] = {}

@@ -135,7 +135,7 @@ def main() -> None:
         SELECT broker, kind, count(*) AS n,
           {", ".join(f"quantile_disc({p}_ns / 1e6, [0.5, 0.9, 0.99, 0.999]) AS {p}"
                      for p in ("total", "wait", "local", "e2e"))}
-        FROM read_parquet('{trace_dir}/exchanges/*.parquet')
+        FROM read_parquet('{trace_dir}/exchanges/**/*.parquet')
         WHERE api = 'Fetch' AND total_ns IS NOT NULL GROUP BY broker, kind ORDER BY broker, kind"""
     duck = con.execute(q).fetchall()
     duck_s = time.monotonic() - t

@@ -3,10 +3,12 @@
     python bench/gen_traces.py OUT_DIR --rows 10000000 [--brokers 6] [--clients 200] [--topics 50]
            [--grey LEADER:FOLLOWER:START_S:LENGTH_S:EXTRA_MS] [--seed 1]
 
-Writes OUT_DIR/{exchanges,partitions,replication}/*.parquet with the proxy's own schema
-(``fetchlat.metrics.trace_schema``) and, by default, its file layout: one proxy per broker,
-a file per proxy per 5 minutes, row groups of the writer's size (``--layout mixed``: files
-that each span every broker and the whole duration, the old layout, kept for comparison).
+Writes OUT_DIR/{exchanges,partitions,replication}/ with the proxy's own schema
+(``fetchlat.metrics.trace_schema``) and, by default, its file layout
+(``fetchlat.metrics.trace_layout``: hour directories): one proxy per broker, a file per
+proxy per 5 minutes (split at the hour), row groups of the writer's size (``--layout mixed``:
+files directly under the table's directory, as proxies wrote before hour directories, each
+spanning every broker and the whole duration, kept for comparison).
 Mix: 70% consumer fetches (expired / immediate / woken), 20% follower fetches between
 every broker pair, 10% produces. A grey failure adds EXTRA_MS to the true local latency of
 one follower->leader pair for a stretch of time; ``generate`` returns that ground truth.
@@ -23,6 +25,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from fetchlat.metrics import trace_layout
 from fetchlat.metrics.trace_schema import META_CLOCK, META_SCHEMA_VERSION, SCHEMA_VERSION, TABLES
 from fetchlat.proxy.traces import ROWS_PER_GROUP
 
@@ -43,7 +46,7 @@ def _write(out: str, table: str, cols: dict[str, Any], name: str, row_group_rows
                                           META_CLOCK: json.dumps({"wall_ns": 0, "mono_ns": 0}).encode()})
     n = len(next(iter(cols.values())))
     arrays = [pa.array(cols[f.name], type=f.type) if f.name in cols else pa.nulls(n, f.type) for f in schema]
-    os.makedirs(os.path.join(out, table), exist_ok=True)
+    os.makedirs(os.path.dirname(os.path.join(out, table, name)), exist_ok=True)
     pq.write_table(pa.Table.from_arrays(arrays, schema=schema), os.path.join(out, table, f"{name}.parquet"),
                    compression="zstd", row_group_size=row_group_rows)
 
@@ -81,10 +84,13 @@ def generate(out: str, rows: int, *, brokers: int = 3, clients: int = 20, topics
             for table, cols in tables.items():
                 _write(out, table, cols, f"gen-{index:05d}", None)
             continue
-        for b in range(1, brokers + 1):  # one file per proxy (= broker) per rotation
+        for b in range(1, brokers + 1):  # one file per proxy (= broker) per rotation, in its hour's directory
             name = f"{start_ns + int(t0_s * 1e9)}-sidecar-{b}"
             for table, cols in tables.items():
-                _write(out, table, _take(cols, cols["broker"] == str(b)), name, ROWS_PER_GROUP)
+                hours = np.asarray(cols["ts_ns"]) // trace_layout.HOUR_NS
+                for hour in np.unique(hours):
+                    _write(out, table, _take(cols, (cols["broker"] == str(b)) & (hours == hour)),
+                           f"{trace_layout.hour_dir(int(hour))}/{name}", ROWS_PER_GROUP)
     return truth
 
 

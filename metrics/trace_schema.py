@@ -1,9 +1,9 @@
 """The trace schema: explicit and versioned, shared by the writer (proxy/traces.py) and the
 analysis job. DESIGN.md pins the minimum ``exchanges`` columns; extend, never rename.
 
-Files: ``TRACE_DIR/exchanges/*.parquet`` (one row per request/response pair),
-``TRACE_DIR/partitions/*.parquet`` (one row per partition of a fetch or produce) and
-``TRACE_DIR/replication/*.parquet`` (one row per replication-latency sample). Each file's
+Tables: ``exchanges`` (one row per request/response pair), ``partitions`` (one row per
+partition of a fetch or produce) and ``replication`` (one row per replication-latency sample),
+each under ``TRACE_DIR/<table>/`` as ``metrics/trace_layout.py`` places them. Each file's
 Parquet metadata holds the schema version and one (wall, monotonic) clock pair.
 Must never: hold record keys, values, headers or SASL bytes (there are no such columns).
 """

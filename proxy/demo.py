@@ -21,6 +21,7 @@ import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
+from fetchlat.metrics import trace_layout
 from prometheus_client.parser import text_string_to_metric_families
 
 TANSU_NODE_ID = 111
@@ -172,12 +173,10 @@ def _trace_summary(trace_dir: str) -> dict[str, dict[str, float]]:
     import pyarrow.parquet as pq
 
     rows: dict[str, list[dict[str, Any]]] = {}
-    folder = os.path.join(trace_dir, "exchanges")
-    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
-        if name.endswith(".parquet") and not name.startswith("."):
-            for r in pq.read_table(os.path.join(folder, name)).to_pylist():
-                if r["api"] == "Fetch" and r["local_ns"] is not None:
-                    rows.setdefault(r["client_id"] or "?", []).append(r)
+    for path in trace_layout.local_files(trace_dir, "exchanges"):
+        for r in pq.read_table(path).to_pylist():
+            if r["api"] == "Fetch" and r["local_ns"] is not None:
+                rows.setdefault(r["client_id"] or "?", []).append(r)
     return {c: {"fetches": len(rs), **{part: statistics.median(x[f"{part}_ns"] for x in rs) / 1e6
                                        for part in ("total", "wait", "local")}} for c, rs in rows.items()}
 

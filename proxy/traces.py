@@ -3,7 +3,9 @@
 The event loop only puts rows (built by ``metrics/rows.py``) on the queue (full: drop and count, never
 block). The writer thread batches rows into row groups, rotates files by time and size, and
 writes each file under a temporary name (``.tmp-*``) that it renames into place when closed:
-readers see only whole files. Each file records one (wall, monotonic) clock pair.
+readers see only whole files. Each file records one (wall, monotonic) clock pair. Where files
+go (an hour directory per row's UTC hour, a name no other writer picks) is
+``metrics/trace_layout.py``'s.
 """
 
 from __future__ import annotations
@@ -13,11 +15,11 @@ import logging
 import os
 import queue
 import threading
-import uuid
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from fetchlat.metrics import trace_layout as layout
 from fetchlat.metrics.trace_schema import META_CLOCK, META_SCHEMA_VERSION, SCHEMA_VERSION, TABLES
 
 from . import clock
@@ -26,18 +28,21 @@ log = logging.getLogger("fetchlat.traces")
 
 ROWS_PER_GROUP = 8192
 FLUSH_EVERY_S = 1.0
+LATE_ROWS_NS = 60 * 10**9  # a past hour's file stays open this long for rows still in flight
 
 
 class _File:
-    def __init__(self, directory: str, table: str) -> None:
+    def __init__(self, directory: str, table: str, proxy_id: str, hour: int) -> None:
         self.table = table
         self.schema = TABLES[table].with_metadata({
             META_SCHEMA_VERSION: str(SCHEMA_VERSION).encode(),
             META_CLOCK: json.dumps({"wall_ns": clock.wall_ns(), "mono_ns": clock.now_ns()}).encode(),
         })
-        name = f"{clock.wall_ns()}-{uuid.uuid4().hex[:8]}.parquet"
-        self.final = os.path.join(directory, table, name)
-        self.tmp = os.path.join(directory, table, f".tmp-{name}")
+        name = layout.file_name(clock.wall_ns(), proxy_id)
+        where = os.path.join(directory, table, layout.hour_dir(hour))
+        os.makedirs(where, exist_ok=True)
+        self.final = os.path.join(where, name)
+        self.tmp = os.path.join(where, f".tmp-{name}")
         self.writer = pq.ParquetWriter(self.tmp, self.schema, compression="zstd")
         self.opened_ns = clock.now_ns()
         self.rows = 0
@@ -63,6 +68,7 @@ class TraceWriter:
         self.dropped = 0
         self.written = 0
         self.files_closed = 0
+        self._newest_ns = 0  # the newest row time written (the writer thread's)
         for table in TABLES:
             os.makedirs(os.path.join(directory, table), exist_ok=True)
         self._thread = threading.Thread(target=self._run, name="fetchlat-traces", daemon=True)
@@ -93,7 +99,7 @@ class TraceWriter:
 
     # on the writer thread ------------------------------------------------------------
     def _run(self) -> None:
-        files: dict[str, _File] = {}
+        files: dict[tuple[str, int], _File] = {}
         pending: dict[str, list[dict[str, Any]]] = {t: [] for t in TABLES}
         stop = False
         while not stop:
@@ -109,24 +115,43 @@ class TraceWriter:
                     continue
             for table, rows in pending.items():
                 try:
-                    self._flush(files, table, rows, force_close=stop)
+                    self._write(files, table, rows)
                 except (OSError, pa.ArrowException) as exc:
                     self.dropped += len(rows)
                     log.error("writing %s traces failed (%s); %d rows dropped", table, exc, len(rows))
                 rows.clear()
+            self._rotate(files, force=stop)
 
-    def _flush(self, files: dict[str, _File], table: str, rows: list[dict[str, Any]], *, force_close: bool) -> None:
-        f = files.get(table)
-        if rows:
-            if f is None:
-                f = files[table] = _File(self.directory, table)
-            f.write(rows)
-            self.written += len(rows)
-        if f is None:
+    def _write(self, files: dict[tuple[str, int], _File], table: str, rows: list[dict[str, Any]]) -> None:
+        """Rows to the open file of their hour (one hour, the common case, without splitting)."""
+        if not rows:
             return
-        too_old = clock.now_ns() - f.opened_ns >= self.rotate_ns
-        too_big = os.path.getsize(f.tmp) >= self.rotate_bytes
-        if force_close or too_old or too_big:
-            f.close()
-            self.files_closed += 1
-            del files[table]
+        self._newest_ns = max(self._newest_ns, rows[0]["ts_ns"], rows[-1]["ts_ns"])
+        hours = {layout.hour_of(rows[0]["ts_ns"]), layout.hour_of(rows[-1]["ts_ns"])}
+        if len(hours) > 1 or any(layout.hour_of(r["ts_ns"]) not in hours for r in rows):
+            by_hour: dict[int, list[dict[str, Any]]] = {}
+            for r in rows:
+                by_hour.setdefault(layout.hour_of(r["ts_ns"]), []).append(r)
+        else:
+            by_hour = {hours.pop(): rows}
+        for hour, part in by_hour.items():
+            f = files.get((table, hour))
+            if f is None:
+                f = files[(table, hour)] = _File(self.directory, table, self.proxy_id, hour)
+            f.write(part)
+            self.written += len(part)
+
+    def _rotate(self, files: dict[tuple[str, int], _File], *, force: bool) -> None:
+        """Close (and rename into place) files that are old, big, or of an hour the rows have left
+        (by the rows' own time: a capture replayed from last week is written like a live run)."""
+        now_hour = layout.hour_of(self._newest_ns - LATE_ROWS_NS)
+        for key, f in list(files.items()):
+            try:
+                done = (force or clock.now_ns() - f.opened_ns >= self.rotate_ns or key[1] < now_hour
+                        or os.path.getsize(f.tmp) >= self.rotate_bytes)
+                if done:
+                    del files[key]
+                    f.close()
+                    self.files_closed += 1
+            except (OSError, pa.ArrowException) as exc:
+                log.error("closing %s traces failed (%s)", key[0], exc)

@@ -21,7 +21,9 @@ from .test_ground_truth import confluent_consume, create_topic
 pytestmark = pytest.mark.integration
 
 
-def test_analyze_real_proxy_traces(tansu: Broker, tmp_path: Path) -> None:
+def real_proxy_traces(tansu: Broker, tmp_path: Path) -> Path:
+    """Traces of a real proxy in front of Tansu: a consumer on a fed topic and one on an idle
+    topic (fetches that park), while a producer writes every 150 ms."""
     from confluent_kafka import Producer
 
     traces = tmp_path / "traces"
@@ -50,6 +52,11 @@ def test_analyze_real_proxy_traces(tansu: Broker, tmp_path: Path) -> None:
         t.join()
     finally:
         stop_proxy(p)
+    return traces
+
+
+def test_analyze_real_proxy_traces(tansu: Broker, tmp_path: Path) -> None:
+    traces = real_proxy_traces(tansu, tmp_path)
     out = tmp_path / "report"
     r = subprocess.run([sys.executable, "-m", "fetchlat.proxy", "analyze", str(traces), "--out", str(out),
                         "--window", "10s", "--master", "local[2]"], capture_output=True, text=True, timeout=300)

@@ -55,7 +55,7 @@ def rig(tmp_path: Path, delay_ms: float) -> Iterator[Rig]:
 
 def fetch_rows(trace_dir: Path, client_id: str) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
-    for f in sorted((trace_dir / "exchanges").glob("*.parquet")):
+    for f in sorted((trace_dir / "exchanges").rglob("*.parquet")):
         rows += [r for r in pq.read_table(f).to_pylist() if r["api"] == "Fetch" and r["client_id"] == client_id]
     return rows
 

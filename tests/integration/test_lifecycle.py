@@ -47,7 +47,7 @@ def test_sigterm_drains_in_flight_requests_and_flushes_traces(tansu: Broker, tmp
     assert result["response"]["Responses"][0]["Partitions"][0]["ErrorCode"] == 0  # type: ignore[index]
     assert 1.3 < result["seconds"] < 3.0  # type: ignore[operator]
     assert p.proc.wait(15) == 0
-    rows = [r for f in (tmp_path / "tr" / "exchanges").glob("*.parquet") for r in pq.read_table(f).to_pylist()
+    rows = [r for f in (tmp_path / "tr" / "exchanges").rglob("*.parquet") for r in pq.read_table(f).to_pylist()
             if r["api"] == "Fetch" and r["client_id"] == "routing-test"]
     assert [r["outcome"] for r in rows] == ["expired"]
     assert not list((tmp_path / "tr").rglob(".tmp-*"))

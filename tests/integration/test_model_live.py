@@ -51,7 +51,7 @@ def test_follower_fetches_give_replication_latency_per_follower(tansu: Broker, t
         _follower_scenario(proxy)
     finally:
         stop_proxy(proxy)
-    rows = [r for f in (tmp_path / "tr" / "replication").glob("*.parquet") for r in pq.read_table(f).to_pylist()]
+    rows = [r for f in (tmp_path / "tr" / "replication").rglob("*.parquet") for r in pq.read_table(f).to_pylist()]
     assert sorted((r["follower"], r["partition"]) for r in rows) == [(2, 0)] * 3 + [(3, 0)] * 3
     assert all(r["broker"] == str(TANSU_NODE_ID) and r["latency_ns"] > 0 for r in rows)
 
@@ -104,7 +104,7 @@ def test_a_reported_wait_time_is_used_as_is(tmp_path: Path) -> None:
     finally:
         stop_proxy(p)
         fake.stop()
-    rows = [r for f in (tmp_path / "tr" / "exchanges").glob("*.parquet") for r in pq.read_table(f).to_pylist()
+    rows = [r for f in (tmp_path / "tr" / "exchanges").rglob("*.parquet") for r in pq.read_table(f).to_pylist()
             if r["api"] == "Fetch"]
     assert len(rows) == 3
     for r in rows:
@@ -137,7 +137,7 @@ def test_records_stamped_in_the_past_show_their_age(tansu: Broker, tmp_path: Pat
         assert got == 3
     finally:
         stop_proxy(p)
-    rows = [r for f in (tmp_path / "tr" / "partitions").glob("*.parquet") for r in pq.read_table(f).to_pylist()
+    rows = [r for f in (tmp_path / "tr" / "partitions").rglob("*.parquet") for r in pq.read_table(f).to_pylist()
             if r["api"] == "Fetch" and r["topic"] == topic and r["record_latency_ns"] is not None]
     assert rows
     for r in rows:

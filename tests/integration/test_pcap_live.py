@@ -44,7 +44,7 @@ RESULTS = Path(os.environ.get("FETCHLAT_PCAP_OUT", "/tmp/fetchlat-pcap-live.json
 
 def rows(trace_dir: Path) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    for f in sorted((trace_dir / "exchanges").glob("*.parquet")):
+    for f in sorted((trace_dir / "exchanges").rglob("*.parquet")):
         out += pq.read_table(f).to_pylist()
     return out
 

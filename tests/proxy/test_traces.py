@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
+from fetchlat.metrics import trace_layout
 from fetchlat.metrics.model import FetchSample, PartitionSample
 from fetchlat.metrics.rows import fetch_rows
 from fetchlat.metrics.trace_schema import EXCHANGES, META_CLOCK, PARTITIONS
@@ -54,14 +55,14 @@ def test_rows_land_in_whole_files_with_a_clock_pair(tmp_path: Path) -> None:
     w.close()
     files = sorted(tmp_path.rglob("*"))
     assert not [f for f in files if f.name.startswith(".tmp-")]
-    ex = pq.read_table(next((tmp_path / "exchanges").glob("*.parquet")))
+    ex = pq.read_table(next((tmp_path / "exchanges").rglob("*.parquet")))
     assert ex.num_rows == 10 and ex.schema.remove_metadata() == EXCHANGES
     row = ex.slice(0, 1).to_pylist()[0]
     assert (row["proxy_id"], row["conn_id"], row["broker"], row["outcome"], row["e2e_ns"]) == (
         "p1", 7, "111", "immediate", 2_100)
     clock = json.loads(ex.schema.metadata[META_CLOCK])
     assert clock["wall_ns"] > 1_600_000_000 * 10**9 and clock["mono_ns"] > 0
-    parts = pq.read_table(next((tmp_path / "partitions").glob("*.parquet")))
+    parts = pq.read_table(next((tmp_path / "partitions").rglob("*.parquet")))
     assert parts.num_rows == 10 and parts.column("record_latency_ns").to_pylist() == [5] * 10
 
 
@@ -77,7 +78,7 @@ def test_size_rotation_closes_files(tmp_path: Path) -> None:
     put_fetch(w, "111", 1, ev, s)
     w.close()
     assert w.written == 4
-    assert len(list((tmp_path / "exchanges").glob("*.parquet"))) == 2
+    assert len(list((tmp_path / "exchanges").rglob("*.parquet"))) == 2
     assert not list(tmp_path.rglob(".tmp-*"))
 
 
@@ -90,3 +91,29 @@ def test_a_full_queue_drops_and_counts_without_blocking(tmp_path: Path) -> None:
     w.start()
     w.close()
     assert w.written == 4
+
+
+def test_writers_sharing_a_directory_never_share_a_file_and_split_rows_by_hour(tmp_path: Path) -> None:
+    """Many sidecars may share one trace directory: each file has one writer (its name carries the
+    proxy and a random part), and holds rows of one UTC hour, in that hour's directory."""
+    _, s = sample()
+    hour = 3600 * 10**9
+    base = (1_700_000_000 * 10**9 // hour + 1) * hour  # an hour boundary
+    writers = [TraceWriter(str(tmp_path), proxy_id=f"10.0.0.{i}:9092") for i in range(3)]
+    for w in writers:
+        w.start()
+    for k in range(40):  # rows 2 ms apart across the hour boundary, from every writer
+        for i, w in enumerate(writers):
+            for table, row in fetch_rows(base - 40_000_000 + k * 2_000_000, w.proxy_id, "111", i, k, s, []):
+                w.put(table, row)
+    for w in writers:
+        w.close()
+    files = sorted((tmp_path / "exchanges").rglob("*.parquet"))
+    assert len(files) == 6  # per writer: one file before the hour, one after
+    assert len({f.name for f in files}) == 6
+    for f in files:
+        t = pq.read_table(f).to_pylist()
+        assert len({r["proxy_id"] for r in t}) == 1 and f.name.split("-")[1] == t[0]["proxy_id"].replace(":", "_")
+        want = f"date={f.parent.parent.name.removeprefix('date=')}/hour={f.parent.name.removeprefix('hour=')}"
+        assert {trace_layout.hour_dir(r["ts_ns"] // hour) for r in t} == {want}
+    assert sum(pq.read_metadata(f).num_rows for f in files) == 3 * 40

@@ -1,0 +1,112 @@
+"""A real Spark standalone cluster on 127.0.0.1: one master and N workers started from pyspark's
+own jars (``bin/spark-class``), each from a bare environment (``env -i``: no virtualenv, no
+fetchlat, no Python on the PATH but the system's), bounded in cores and memory, and stopped by
+the pids this module started."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+START_TIMEOUT_S = 90.0
+
+
+def spark_home() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def bare_env(**extra: str) -> dict[str, str]:
+    """What a daemon gets: the system PATH, Spark's home, loopback only; nothing of this venv."""
+    return {"PATH": "/usr/bin:/bin", "SPARK_HOME": str(spark_home()), "SPARK_LOCAL_IP": "127.0.0.1",
+            "HOME": os.environ.get("HOME", "/tmp"), **extra}
+
+
+@dataclass
+class Cluster:
+    master_url: str
+    web_url: str
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def state(self) -> dict[str, object]:
+        with urllib.request.urlopen(f"{self.web_url}/json/", timeout=5) as r:
+            data: dict[str, object] = json.load(r)
+            return data
+
+    def alive_workers(self) -> int:
+        workers = self.state().get("workers", [])
+        assert isinstance(workers, list)
+        return sum(1 for w in workers if w.get("state") == "ALIVE")
+
+    def completed_apps(self) -> list[dict[str, object]]:
+        apps = self.state().get("completedapps", [])
+        assert isinstance(apps, list)
+        return apps
+
+
+def _spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    out = log.open("wb")
+    return subprocess.Popen([str(spark_home() / "bin" / "spark-class"), *args], env=env, stdout=out,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _stop(p: subprocess.Popen[bytes]) -> None:
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(10)
+
+
+@contextmanager
+def standalone(work: Path, *, workers: int = 2, cores: int = 1, memory: str = "1g") -> Iterator[Cluster]:
+    """A master and ``workers`` workers (``cores`` and ``memory`` each); yields once every
+    worker has registered, and stops them all (workers first) on the way out."""
+    work.mkdir(parents=True, exist_ok=True)
+    port, web = free_port(), free_port()
+    daemon = {"SPARK_DAEMON_MEMORY": "512m"}
+    master_env = bare_env(**daemon, SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false")
+    cluster = Cluster(f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{web}")
+    cluster.procs.append(_spawn(["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
+                                 "--webui-port", str(web)], master_env, work / "master.log"))
+    try:
+        for i in range(workers):
+            d = work / f"worker-{i}"
+            d.mkdir(exist_ok=True)
+            cluster.procs.append(_spawn(["org.apache.spark.deploy.worker.Worker", cluster.master_url,
+                                         "--host", "127.0.0.1", "--cores", str(cores), "--memory", memory,
+                                         "--webui-port", "0", "--work-dir", str(d)],
+                                        bare_env(**daemon), work / f"worker-{i}.log"))
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            dead = [p.args for p in cluster.procs if p.poll() is not None]
+            assert not dead, f"a Spark daemon exited: {dead}; see {work}/*.log"
+            try:
+                if cluster.alive_workers() == workers:
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, f"{workers} workers not registered in {START_TIMEOUT_S} s; see {work}"
+            time.sleep(0.5)
+        yield cluster
+    finally:
+        for p in reversed(cluster.procs):
+            _stop(p)
