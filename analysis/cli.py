@@ -6,6 +6,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -54,12 +59,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         from fetchlat.analysis import job
     except ImportError as exc:
-        print(f"fetchlat analyze needs PySpark ({exc}); install it with: pip install 'fetchlat[analysis]'",
+        print(f"fetchlat analyze needs PySpark and plotly ({exc}); install them with: pip install 'fetchlat[analysis]'",
               file=sys.stderr)
         return 2
-    from rich.console import Console
-
-    console = Console(stderr=True)
+    console = Console(stderr=True) if sys.stderr.isatty() else Console(stderr=True, width=140)
     since, until = parse_time_ns(args.since, "--since"), parse_time_ns(args.until, "--until")
     try:
         from fetchlat.analysis.transforms import window_us
@@ -68,13 +71,62 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"fetchlat analyze: {exc}", file=sys.stderr)
         return 2
-    with console.status("starting Spark") as status:
-        summary = job.run(args.trace_dirs, args.out, master=args.master, since_ns=since, until_ns=until,
-                          window=args.window, sla_ms=parse_duration_ms(args.sla), top_n=args.top,
-                          progress=lambda s: status.update(s))
+    summary = run_with_progress(console, lambda progress: job.run(
+        args.trace_dirs, args.out, master=args.master, since_ns=since, until_ns=until, window=args.window,
+        sla_ms=parse_duration_ms(args.sla), top_n=args.top, progress=progress))
     import os
 
+    console.print(headline_table(summary))
     console.print(f"{summary['exchanges_read']:,} exchanges analysed in {summary['seconds']} s; "
                   f"{len(summary['flagged_pairs'])} broker-pair window(s) flagged")
     print(os.path.join(os.path.abspath(args.out), "report.html"))
     return 0
+
+
+PROGRESS_LINE = "fetchlat analyze: {pct:3d}% {what}"  # without a terminal (fetchlat demo reads these)
+
+
+Report = Callable[[float, str], None]  # (share done, what is running)
+
+
+def run_with_progress(console: Console, work: Callable[[Report], dict[str, Any]]) -> dict[str, Any]:
+    """Run ``work(progress)`` with a progress bar and the time left on a terminal, or a line per
+    step (and per 10%) otherwise."""
+    if not console.is_terminal:
+        last: list[Any] = [None, -10]
+
+        def line(done: float, what: str) -> None:
+            pct, step = int(done * 100), what.split(" · ")[0]
+            if step != last[0] or pct >= last[1] + 10:
+                last[:] = [step, pct]
+                print(PROGRESS_LINE.format(pct=pct, what=what), file=sys.stderr, flush=True)
+
+        return work(line)
+    from rich.progress import (
+        BarColumn,
+        Progress,
+        TaskProgressColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    columns = (TextColumn("[bold]analyze"), BarColumn(), TaskProgressColumn(), TimeElapsedColumn(),
+               TextColumn("left"), TimeRemainingColumn(), TextColumn("{task.description}"))
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task("starting", total=1.0)
+        return work(lambda done, what: bar.update(task, completed=done, description=what))
+
+
+def headline_table(summary: dict[str, Any]) -> Table:
+    """Per broker x kind: p50 and p99 (a latency tool's numbers are its tail, not an average)."""
+    t = Table(title="fetch latency per broker, ms (percentiles within 1%)")
+    cols = (("naive total", "total", "p50"), ("p99", "total", "p99"), ("purgatory wait", "wait", "p50"),
+            ("true local", "local", "p50"), ("p99", "local", "p99"), ("end to end", "e2e", "p50"),
+            ("p99", "e2e", "p99"))
+    for col in ("broker", "kind", "fetches", *(c[0] for c in cols)):
+        t.add_column(col, justify="left" if col in ("broker", "kind") else "right")
+    for b in summary["brokers"]:
+        cells = [b[f"{part}_ms"][q] for _, part, q in cols]
+        t.add_row(b["broker"], b["kind"], f"{b['fetches']:,}", *("-" if v is None else f"{v:.3f}" for v in cells))
+    return t

@@ -66,6 +66,7 @@ ORDER = {
     "produce_latency": ("broker", "acks"),
     "replication_latency": ("broker", "follower"),
     "timeline": ("window_start", "kind"),
+    "broker_timeline": ("window_start", "broker", "kind"),
 }
 
 
@@ -173,7 +174,7 @@ def without_clients(fine_df: DataFrame) -> DataFrame:
 COARSE_KEYS = ("window_start", "broker", "api", "kind", "replica_id", "acks")
 COARSE_SETS = {
     "summary": ("api", "broker", "kind"),
-    "outcome_mix": ("api", "window_start", "broker", "kind"),
+    "window_broker": ("api", "window_start", "broker", "kind"),  # outcome_mix, broker_timeline
     "pair_latency": ("api", "window_start", "broker", "kind", "replica_id"),
     "produce_latency": ("api", "broker", "acks"),
     "timeline": ("api", "window_start", "kind"),
@@ -250,7 +251,7 @@ def summary(fine_df: DataFrame) -> DataFrame:
 def outcome_mix(fine_df: DataFrame) -> DataFrame:
     """Per window x broker x kind: fetches by outcome, and long-poll efficiency (the share of
     fetches that brought records back, and the share of fetch time spent parked)."""
-    g = _fetches(_grouped(fine_df, "outcome_mix")).where(F.col("part") == STATS_PART)
+    g = _fetches(_grouped(fine_df, "window_broker")).where(F.col("part") == STATS_PART)
     g = g.groupBy("window_start", "broker", "kind").agg(*[F.sum(c).alias(c) for c in STATS])
     return g.select("window_start", "broker", "kind", F.col("requests").alias("fetches"), *OUTCOMES, "with_records",
                     (F.col("with_records") / F.col("requests")).alias("data_efficiency"),
@@ -324,3 +325,11 @@ def timeline(fine_df: DataFrame) -> DataFrame:
     """Per window x kind: median naive total vs true local (for the report's main chart)."""
     q = _quantile_table(_fetches(_grouped(fine_df, "timeline")), ["window_start", "kind"], ("total", "local", "wait"))
     return q.select("window_start", "kind", "total_p50", "local_p50", "wait_p50", "fetches")
+
+
+def broker_timeline(fine_df: DataFrame) -> DataFrame:
+    """Per window x broker x kind: p50 and p99 of naive total, true local and wait (the report's
+    per-broker chart)."""
+    keys = ["window_start", "broker", "kind"]
+    q = _quantile_table(_fetches(_grouped(fine_df, "window_broker")), keys, ("total", "local", "wait"))
+    return q.select(*keys, "fetches", *[f"{p}_{n}" for p in ("total", "local", "wait") for n in ("p50", "p99")])

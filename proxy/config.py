@@ -62,6 +62,7 @@ class Config:
     advertise_host: str
     metrics_listen: HostPort = ("127.0.0.1", 9464)
     trace_dir: str | None = None
+    trace_rotate_s: float = 300.0  # close (rename into place) trace files this often
     nodes: dict[int, NodeOverride] = field(default_factory=dict)
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     connect_timeout_s: float = 10.0
@@ -143,6 +144,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("metrics_listen", f"HOST:PORT for /metrics and /health (default {DEFAULT_METRICS_LISTEN})", flag=True,
             env=True),
     Setting("trace_dir", "directory for per-request trace files", flag=True, env=True),
+    Setting("trace_rotate_s", "close trace files (readers see them) after this many seconds (default 300)",
+            flag=True, env=True),
     Setting("max_frame_bytes", f"largest Kafka frame accepted (default {DEFAULT_MAX_FRAME_BYTES})", flag=True,
             kind="int", env=True),
     Setting("log_level", "DEBUG, INFO (default), WARNING or ERROR", flag=True, env=True, reloadable=True),
@@ -196,6 +199,16 @@ def _read_yaml(path: str) -> dict[str, Any]:
             f"--config {path}: unknown setting(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(KNOWN_KEYS))}"
         )
     return {k.replace("-", "_"): v for k, v in data.items()}
+
+
+def _positive_float(value: Any, what: str) -> float:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{what}: '{value}' is not a number") from None
+    if not x > 0:
+        raise ConfigError(f"{what}: must be positive, got {value}")
+    return x
 
 
 def _positive_int(value: Any, what: str) -> int:
@@ -323,6 +336,7 @@ def load_config(cli: dict[str, Any], env: dict[str, str] | None = None) -> Confi
         advertise_host=str(adv),
         metrics_listen=metrics_listen,
         trace_dir=merged.get("trace_dir"),
+        trace_rotate_s=_positive_float(merged.get("trace_rotate_s", 300.0), "trace_rotate_s"),
         nodes=_nodes(merged.get("nodes")),
         max_frame_bytes=_positive_int(merged.get("max_frame_bytes", DEFAULT_MAX_FRAME_BYTES), "max_frame_bytes"),
         connect_timeout_s=float(merged.get("connect_timeout_s", 10.0)),

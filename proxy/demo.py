@@ -10,8 +10,8 @@ import argparse
 import contextlib
 import os
 import random
+import re
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from fetchlat.metrics import trace_layout
-from prometheus_client.parser import text_string_to_metric_families
+from fetchlat.perf.stats import nearest_rank
 
 TANSU_NODE_ID = 111
 # (client id, fetch.wait.max.ms, topic): three consumers of a fed topic, one of an idle topic
@@ -61,46 +61,60 @@ def connects(port: int) -> bool:
         return True
 
 
-Totals = dict[str, dict[str, float]]  # client -> {"n", "total", "wait", "local"} (seconds, cumulative)
+ROTATE_S = 2.0  # the demo's proxy closes trace files this often, so the live view reads them
+PARTS = (("naive total", "total"), ("purgatory wait", "wait"), ("true local", "local"))
+Stats = dict[str, dict[str, float]]  # client -> {"fetches", "total_p50", "total_p99", ...} (ms)
 
 
-def scrape(url: str) -> Totals:
-    with urllib.request.urlopen(url, timeout=5) as r:
-        text = r.read().decode()
-    out: Totals = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            client = s.labels.get("client", "")
-            if s.name == "fetchlat_client_fetches_total":
-                out.setdefault(client, {})["n"] = out.get(client, {}).get("n", 0) + s.value
-            elif s.name == "fetchlat_client_fetch_seconds_total":
-                row = out.setdefault(client, {})
-                row[s.labels["part"]] = row.get(s.labels["part"], 0.0) + s.value
+class TraceTail:
+    """The demo's proxy closes its trace files every 2 s; this reads each closed file once."""
+
+    def __init__(self, trace_dir: str) -> None:
+        self.trace_dir = trace_dir
+        self.seen: set[str] = set()
+        self.rows: dict[str, list[dict[str, Any]]] = {}  # client -> every fetch so far
+
+    def new_rows(self) -> dict[str, list[dict[str, Any]]]:
+        import pyarrow.parquet as pq
+
+        fresh: dict[str, list[dict[str, Any]]] = {}
+        for path in trace_layout.local_files(self.trace_dir, "exchanges"):
+            if path in self.seen:
+                continue
+            self.seen.add(path)
+            cols = ["api", "client_id", "total_ns", "wait_ns", "local_ns"]
+            for r in pq.read_table(path, columns=cols).to_pylist():
+                if r["api"] == "Fetch" and r["local_ns"] is not None:
+                    fresh.setdefault(r["client_id"] or "?", []).append(r)
+        for client, rows in fresh.items():
+            self.rows.setdefault(client, []).extend(rows)
+        return fresh
+
+
+def stats(rows: dict[str, list[dict[str, Any]]]) -> Stats:
+    """Per client: fetches, and p50 and p99 (nearest rank) of each part, in ms."""
+    out: Stats = {}
+    for client, rs in rows.items():
+        row = {"fetches": float(len(rs))}
+        for _, part in PARTS:
+            values = sorted(r[f"{part}_ns"] for r in rs)
+            row[f"{part}_p50"] = nearest_rank(values, 50) / 1e6
+            row[f"{part}_p99"] = nearest_rank(values, 99) / 1e6
+        out[client] = row
     return out
 
 
-def interval(now: Totals, before: Totals) -> dict[str, dict[str, float]]:
-    """Average ms per fetch between two scrapes, per client."""
-    rows = {}
-    for client, cur in now.items():
-        prev = before.get(client, {})
-        n = cur.get("n", 0) - prev.get("n", 0)
-        if n <= 0:
-            continue
-        rows[client] = {"fetches": n, **{part: (cur.get(part, 0) - prev.get(part, 0)) / n * 1000
-                                          for part in ("total", "wait", "local")}}
-    return rows
-
-
-def _table(rows: dict[str, dict[str, float]], title: str) -> Any:
+def _table(rows: Stats, title: str) -> Any:
     from rich.table import Table
 
     t = Table(title=title)
-    for col in ("client", "fetches", "naive total ms", "purgatory wait ms", "true local ms"):
+    cols = ("client", "fetches", "naive total p50", "p99", "purgatory wait p50", "true local p50", "p99")
+    for col in cols:
         t.add_column(col, justify="left" if col == "client" else "right")
     for client in sorted(rows):
         r = rows[client]
-        t.add_row(client, f"{int(r['fetches'])}", f"{r['total']:.2f}", f"{r['wait']:.2f}", f"{r['local']:.3f}")
+        t.add_row(client, f"{int(r['fetches'])}", f"{r['total_p50']:.2f}", f"{r['total_p99']:.2f}",
+                  f"{r['wait_p50']:.2f}", f"{r['local_p50']:.3f}", f"{r['local_p99']:.3f}")
     return t
 
 
@@ -121,7 +135,7 @@ def _processes(workdir: str) -> Iterator[tuple[str, str, int]]:
             procs.append(subprocess.Popen(
                 [sys.executable, "-m", "fetchlat.proxy", "proxy", "--upstream", f"127.0.0.1:{broker_port}",
                  "--listen", f"127.0.0.1:{base}", "--metrics-listen", f"127.0.0.1:{base + 1000}",
-                 "--trace-dir", os.path.join(workdir, "traces")],
+                 "--trace-dir", os.path.join(workdir, "traces"), "--trace-rotate-s", str(ROTATE_S)],
                 stdout=plog, stderr=subprocess.STDOUT))
             health = f"http://127.0.0.1:{base + 1000}/health/ready"
             wait_until(lambda: urllib.request.urlopen(health, timeout=1).status == 200, "the proxy")
@@ -169,62 +183,92 @@ def _load(bootstrap: str, stop: threading.Event, rate_per_s: int) -> list[thread
     return threads
 
 
-def _trace_summary(trace_dir: str) -> dict[str, dict[str, float]]:
-    import pyarrow.parquet as pq
+def _analyze(console: Any, trace_dir: str, out: str) -> str | None:
+    """``fetchlat analyze`` on the run's traces (its own process: Spark), its progress shown here."""
+    proc = subprocess.Popen([sys.executable, "-m", "fetchlat.proxy", "analyze", trace_dir, "--out", out,
+                             "--window", "10s"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    tail: list[str] = []
+    with _bar(console, "analyze (Spark)") as update:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            m = re.match(r"fetchlat analyze:\s+(\d+)% (.*)", line)
+            if m:
+                update(int(m.group(1)) / 100, m.group(2).split(" · ")[0][:60])
+            else:
+                tail = [*tail, line.rstrip()][-5:]
+    stdout = proc.stdout.read() if proc.stdout else ""
+    if proc.wait() != 0:
+        console.print(f"[red]fetchlat analyze failed[/red]: {tail[-1:]}")
+        return None
+    return stdout.strip().splitlines()[-1]
 
-    rows: dict[str, list[dict[str, Any]]] = {}
-    for path in trace_layout.local_files(trace_dir, "exchanges"):
-        for r in pq.read_table(path).to_pylist():
-            if r["api"] == "Fetch" and r["local_ns"] is not None:
-                rows.setdefault(r["client_id"] or "?", []).append(r)
-    return {c: {"fetches": len(rs), **{part: statistics.median(x[f"{part}_ns"] for x in rs) / 1e6
-                                       for part in ("total", "wait", "local")}} for c, rs in rows.items()}
+
+@contextlib.contextmanager
+def _bar(console: Any, name: str) -> Iterator[Any]:
+    """A progress bar with the time left on a terminal; a line per quarter otherwise."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    if not console.is_terminal:
+        last = [-1]
+
+        def line(done: float, what: str) -> None:
+            if int(done * 4) > last[0]:
+                last[0] = int(done * 4)
+                console.print(f"{name}: {done:.0%} {what}")
+
+        yield line
+        return
+    with Progress(TextColumn(f"[bold]{name}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                  TextColumn("left"), TimeRemainingColumn(), TextColumn("{task.description}"), console=console,
+                  transient=True) as progress:
+        task = progress.add_task("", total=1.0)
+        yield lambda done, what: progress.update(task, completed=done, description=what)
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from rich.console import Console
+    from rich.console import Console, Group
     from rich.live import Live
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
     console = Console() if sys.stdout.isatty() else Console(width=110)
     workdir = tempfile.mkdtemp(prefix="fetchlat-demo-")
+    traces = os.path.join(workdir, "traces")
     stop = threading.Event()
-    title = "fetchlat: fetch latency per client, last interval (averages)"
+    title = f"fetchlat: fetch latency per client, ms, traces of the last {ROTATE_S:g} s (p50 and p99)"
     with _processes(workdir) as (bootstrap, metrics_url, broker_port):
         console.print(f"broker 127.0.0.1:{broker_port} (Tansu) · proxy {bootstrap} · metrics {metrics_url}")
         threads = _load(bootstrap, stop, args.rate)
-        deadline = time.monotonic() + args.seconds
-        before: Totals = {}
+        start = time.monotonic()
+        deadline = start + args.seconds
+        tail = TraceTail(traces)
         if console.is_terminal:
-            with Live(_table({}, title), console=console, refresh_per_second=2) as live:
+            bar = Progress(TextColumn("[bold]demo"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                           TextColumn("left"), TimeRemainingColumn(), console=console)
+            task = bar.add_task("", total=float(args.seconds))
+            with Live(Group(_table({}, title), bar), console=console, refresh_per_second=4) as live:
+                last: Stats = {}
                 while time.monotonic() < deadline:
-                    time.sleep(2.0)
-                    now = scrape(metrics_url)
-                    live.update(_table(interval(now, before), title))
-                    before = now
+                    time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+                    bar.update(task, completed=min(args.seconds, time.monotonic() - start))
+                    fresh = stats(tail.new_rows())
+                    last = fresh or last
+                    live.update(Group(_table(last, title), bar))
         else:
             while time.monotonic() < deadline:
                 time.sleep(min(5.0, max(0.1, deadline - time.monotonic())))
-                now = scrape(metrics_url)
-                for client, r in sorted(interval(now, before).items()):
-                    print(f"[{time.strftime('%H:%M:%S')}] {client}: {int(r['fetches'])} fetches, naive total "
-                          f"{r['total']:.1f} ms = wait {r['wait']:.1f} ms + true local {r['local']:.3f} ms",
+                left = max(0.0, deadline - time.monotonic())
+                for client, r in sorted(stats(tail.new_rows()).items()):
+                    print(f"[{time.strftime('%H:%M:%S')}, {left:.0f} s left] {client}: {int(r['fetches'])} fetches, "
+                          f"naive total p50 {r['total_p50']:.1f} p99 {r['total_p99']:.1f} ms = wait p50 "
+                          f"{r['wait_p50']:.1f} ms + true local p50 {r['local_p50']:.3f} p99 {r['local_p99']:.3f} ms",
                           flush=True)
-                before = now
         stop.set()
         for t in threads:
             t.join(15)
-    summary = _trace_summary(os.path.join(workdir, "traces"))
-    console.print(_table(summary, "whole run, from the traces (medians)"))
-    report = None
-    if not args.no_report:
-        with console.status("running fetchlat analyze on the traces (Spark)"):
-            done = subprocess.run([sys.executable, "-m", "fetchlat.proxy", "analyze", os.path.join(workdir, "traces"),
-                                "--out", os.path.join(workdir, "report"), "--window", "10s"],
-                               capture_output=True, text=True)
-        if done.returncode == 0:
-            report = done.stdout.strip().splitlines()[-1]
-        else:
-            console.print(f"[red]fetchlat analyze failed[/red]: {done.stderr.strip().splitlines()[-1:]}")
+    tail.new_rows()  # the files the proxy closed on its way out
+    summary = stats(tail.rows)
+    console.print(_table(summary, "whole run, from the traces: fetch latency per client, ms (p50 and p99)"))
+    report = None if args.no_report else _analyze(console, traces, os.path.join(workdir, "report"))
     console.print(
         "Naive total is what broker and client metrics show. On the idle topic it is the long poll parked in "
         "purgatory: the wait comes out and the true local time is what the fetch cost. On the fed topic, "

@@ -140,7 +140,7 @@ class Proxy:
 
     def enable_traces(self, directory: str) -> None:
         proxy_id = self.cfg.proxy_id or f"{socket.gethostname()}:{self.cfg.listen[1]}"
-        writer = self.traces = TraceWriter(directory, proxy_id=proxy_id)
+        writer = self.traces = TraceWriter(directory, proxy_id=proxy_id, rotate_s=self.cfg.trace_rotate_s)
         writer.start()
         self.observer.proxy_id = proxy_id
         self.observer.sink = writer.put

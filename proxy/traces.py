@@ -28,6 +28,8 @@ log = logging.getLogger("fetchlat.traces")
 
 ROWS_PER_GROUP = 8192
 FLUSH_EVERY_S = 1.0
+FLUSH_EVERY_NS = int(FLUSH_EVERY_S * 1e9)
+HOLD_NS = 10 * 10**9  # the longest a row waits in memory under steady traffic
 LATE_ROWS_NS = 60 * 10**9  # a past hour's file stays open this long for rows still in flight
 
 
@@ -99,28 +101,41 @@ class TraceWriter:
 
     # on the writer thread ------------------------------------------------------------
     def _run(self) -> None:
+        """Rows wait in memory until their table has a row group's worth, the queue has been idle
+        for a second, or the oldest has waited HOLD (or the rotation period, if shorter); files
+        are checked for rotation every second."""
         files: dict[tuple[str, int], _File] = {}
         pending: dict[str, list[dict[str, Any]]] = {t: [] for t in TABLES}
+        since: dict[str, int] = {}  # table -> when its oldest pending row arrived
+        hold_ns = min(self.rotate_ns, HOLD_NS)
+        next_check = clock.now_ns() + FLUSH_EVERY_NS
         stop = False
         while not stop:
+            idle = False
             try:
                 item = self.queue.get(timeout=FLUSH_EVERY_S)
             except queue.Empty:
-                item = ("", {})
+                item, idle = ("", {}), True
             if item is None:
                 stop = True
             elif item[0]:
                 pending[item[0]].append(item[1])
-                if len(pending[item[0]]) < ROWS_PER_GROUP:
-                    continue
-            for table, rows in pending.items():
+                since.setdefault(item[0], clock.now_ns())
+            now = clock.now_ns()
+            due = [t for t, rows in pending.items()
+                   if rows and (stop or idle or len(rows) >= ROWS_PER_GROUP or now - since[t] >= hold_ns)]
+            for table in due:
+                rows = pending[table]
                 try:
                     self._write(files, table, rows)
                 except (OSError, pa.ArrowException) as exc:
                     self.dropped += len(rows)
                     log.error("writing %s traces failed (%s); %d rows dropped", table, exc, len(rows))
                 rows.clear()
-            self._rotate(files, force=stop)
+                del since[table]
+            if stop or now >= next_check:
+                next_check = now + FLUSH_EVERY_NS
+                self._rotate(files, force=stop)
 
     def _write(self, files: dict[tuple[str, int], _File], table: str, rows: list[dict[str, Any]]) -> None:
         """Rows to the open file of their hour (one hour, the common case, without splitting)."""

@@ -1,7 +1,7 @@
 """The layers and which way they depend (STYLE.md §1, docs/architecture.md), walked with ast:
 protocol/ and metrics/ never touch sockets, asyncio or clocks; the proxy core (conversation,
 policy, registry) is as pure; the proxy's I/O modules import no latency model; analysis/
-shares only the trace schema and vocabulary; and no module imports, even indirectly, itself."""
+shares only the trace schema, layout and vocabulary; and no module imports, even indirectly, itself."""
 
 from __future__ import annotations
 
@@ -31,7 +31,8 @@ RULES = {
     "capture/flows.py": IO_MODULES | {"fetchlat.proxy.session", "fetchlat.proxy.server", "fetchlat.metrics.model"},
 }
 # analysis/ may import these of fetchlat, and nothing else
-ANALYSIS_ALLOWED = {"fetchlat.analysis", "fetchlat.metrics.trace_schema", "fetchlat.metrics.vocabulary"}
+ANALYSIS_ALLOWED = {"fetchlat.analysis", "fetchlat.metrics.trace_schema", "fetchlat.metrics.trace_layout",
+                    "fetchlat.metrics.vocabulary"}
 
 
 def module_name(path: Path) -> str:
@@ -75,7 +76,7 @@ def test_modules_import_only_what_their_layer_may(where: str) -> None:
             assert not banned, f"{f.relative_to(ROOT)} imports {name}"
 
 
-def test_analysis_shares_only_the_trace_schema_and_vocabulary() -> None:
+def test_analysis_shares_only_the_trace_schema_layout_and_vocabulary() -> None:
     for f in sources("analysis"):
         ours = {n for n in imports(f) if n.startswith("fetchlat.")}
         stray = {n for n in ours if not any(n == a or n.startswith(a + ".") for a in ANALYSIS_ALLOWED)}

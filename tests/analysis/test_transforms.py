@@ -138,7 +138,7 @@ def test_one_grouping_sets_aggregation_gives_every_per_broker_table(spark: Spark
     both = tf.coarse(brokers)
     groupings = {r["grouping"] for r in both.select("grouping").distinct().collect()}
     assert groupings == set(tf.COARSE_SETS)
-    for table in (tf.summary, tf.outcome_mix, tf.pair_latency, tf.produce_latency, tf.timeline):
+    for table in (tf.summary, tf.outcome_mix, tf.pair_latency, tf.produce_latency, tf.timeline, tf.broker_timeline):
         alone = table(brokers)
         assert alone.count() > 0
         assertDataFrameEqual(table(both), alone)

@@ -117,3 +117,20 @@ def test_writers_sharing_a_directory_never_share_a_file_and_split_rows_by_hour(t
         want = f"date={f.parent.parent.name.removeprefix('date=')}/hour={f.parent.name.removeprefix('hour=')}"
         assert {trace_layout.hour_dir(r["ts_ns"] // hour) for r in t} == {want}
     assert sum(pq.read_metadata(f).num_rows for f in files) == 3 * 40
+
+
+def test_steady_traffic_still_rotates_on_time(tmp_path: Path) -> None:
+    """Rows arriving without a pause (the queue never idles a second) are still written and their
+    files closed every rotation period: readers see the traces while the proxy runs."""
+    ev, s = sample()
+    w = TraceWriter(str(tmp_path), proxy_id="p1", rotate_s=0.5)
+    w.start()
+    deadline = time.monotonic() + 3.0
+    while time.monotonic() < deadline:  # a row pair every 50 ms for 3 s
+        put_fetch(w, "111", 1, ev, s)
+        time.sleep(0.05)
+    closed_while_running = len(list((tmp_path / "exchanges").rglob("*.parquet")))
+    w.close()
+    assert closed_while_running >= 2
+    assert not list(tmp_path.rglob(".tmp-*"))
+    assert sum(pq.read_metadata(f).num_rows for f in (tmp_path / "exchanges").rglob("*.parquet")) == w.written // 2

@@ -1,0 +1,117 @@
+"""report.html in a real browser (Debian's Chromium, headless, driven by Playwright): every chart
+renders with data, hovering a point with the mouse shows that point's value, and the page
+makes no network request (it opens offline: plotly.js is inlined)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fetchlat.analysis import job
+from pyspark.sql import SparkSession
+
+from .gen import load
+
+pytestmark = pytest.mark.skipif(shutil.which("chromium") is None,
+                                reason="Debian chromium not installed (make test installs it)")
+gen = load()
+START_NS = 1_795_000_020 * 10**9
+CHARTS = ("broker-timeline", "pair-heatmap", "decomposition", "outcome-mix", "record-latency")
+
+# Where on the page a chart's first drawn point is (a heatmap: its first non-empty cell), from
+# plotly's own axes, and every value drawn at that x (what a hover there may rightly show).
+TARGET_JS = """id => {
+  const gd = document.getElementById(id), fl = gd._fullLayout, r = gd.getBoundingClientRect();
+  for (const tr of gd._fullData) {
+    if (tr.visible !== true) continue;
+    const ax = fl[tr.xaxis.replace('x', 'xaxis')], ay = fl[tr.yaxis.replace('y', 'yaxis')];
+    let x = null, y = null, value = null;
+    if (tr.type === 'heatmap') {
+      outer: for (let i = 0; i < tr.z.length; i++) for (let j = 0; j < tr.z[i].length; j++)
+        if (tr.z[i][j] !== null) { x = tr.x[j]; y = tr.y[i]; value = tr.z[i][j]; break outer; }
+    } else {
+      const k = tr.y.findIndex(v => v !== null);
+      if (k < 0) continue;
+      x = tr.x[k]; y = tr.y[k]; value = y;
+      if (tr.type === 'bar') y = y / 2;  // the middle of the bar (stacked or not, inside it)
+      if (tr.type === 'bar' && tr.base) y = null;
+    }
+    if (x === null || y === null) continue;
+    const px = r.left + ax._offset + ax.l2p(ax.d2l(x)), py = r.top + ay._offset + ay.l2p(ay.d2l(y));
+    const same = [];
+    for (const t of gd._fullData) {
+      if (t.type === 'heatmap') t.z.forEach(row => row.forEach(v => v !== null && same.push(v)));
+      else (t.x || []).forEach((xv, k) => { if (String(xv) === String(x)) same.push(t.y[k]); });
+    }
+    return {x: px, y: py, value, type: tr.type, same};
+  }
+  return null;
+}"""
+
+
+@pytest.fixture(scope="module")
+def report(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("report")
+    gen.generate(str(d / "tr"), 20_000, brokers=3, grey=gen.Grey(1, 2, 120, 60, 25.0), start_ns=START_NS,
+                 duration_s=300, seed=3)
+    job.run([str(d / "tr")], str(d / "out"), window="1m", spark=spark, sla_ms=200.0)
+    return d / "out" / "report.html"
+
+
+@pytest.fixture(scope="module")
+def page(report: Path) -> Iterator[tuple[Any, list[str]]]:
+    from playwright.sync_api import sync_playwright
+
+    requests: list[str] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=shutil.which("chromium"),
+                                    args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        pg = browser.new_page(viewport={"width": 1200, "height": 900})
+        pg.on("request", lambda req: requests.append(req.url))
+        pg.goto(report.resolve().as_uri(), wait_until="load")
+        pg.wait_for_function("() => document.querySelectorAll('.js-plotly-plot .main-svg').length >= 5",
+                             timeout=60_000)
+        yield pg, requests
+        browser.close()
+
+
+def test_the_page_makes_no_network_request(page: tuple[Any, list[str]], report: Path) -> None:
+    _, requests = page
+    assert requests and all(u == report.resolve().as_uri() or u.startswith("data:") for u in requests), requests
+
+
+@pytest.mark.parametrize("chart", CHARTS)
+def test_every_chart_renders_with_data(page: tuple[Any, list[str]], chart: str) -> None:
+    pg, _ = page
+    drawn = pg.evaluate("""id => {
+      const gd = document.getElementById(id);
+      if (!gd || !gd._fullData) return null;
+      const points = gd._fullData.reduce((n, t) => n + (t.type === 'heatmap'
+          ? t.z.flat().filter(v => v !== null).length : (t.y || []).filter(v => v !== null).length), 0);
+      return {traces: gd._fullData.length, points,
+              marks: gd.querySelectorAll('.point, .bars path, .heatmaplayer image, .scatterlayer path.js-line').length};
+    }""", chart)
+    assert drawn is not None, f"{chart}: no plotly chart on the page"
+    assert drawn["traces"] > 0 and drawn["points"] > 0 and drawn["marks"] > 0, (chart, drawn)
+
+
+@pytest.mark.parametrize("chart", CHARTS)
+def test_hovering_a_point_shows_its_value(page: tuple[Any, list[str]], chart: str) -> None:
+    pg, _ = page
+    pg.mouse.move(1, 1)  # off every chart: the previous hover label goes away
+    pg.locator(f"#{chart}").scroll_into_view_if_needed()
+    target = pg.evaluate(TARGET_JS, chart)
+    assert target is not None, chart
+    pg.mouse.move(target["x"], target["y"])
+    label = pg.locator(f"#{chart} .hoverlayer .hovertext")
+    label.first.wait_for(timeout=10_000)
+    text = " ".join(label.all_text_contents())
+    shown = [float(v.replace(",", "")) for v in re.findall(r"(-?[\d,]+\.?\d*) (?:ms|fetches)", text)]
+    assert shown, (chart, text)
+    # the label's value is a value drawn under the cursor, as the page formats it (3 decimals)
+    assert any(abs(s - v) <= 5e-4 + 1e-9 * abs(v) for s in shown for v in target["same"] if v is not None), (
+        chart, text, target)
