@@ -201,16 +201,6 @@ def _read_yaml(path: str) -> dict[str, Any]:
     return {k.replace("-", "_"): v for k, v in data.items()}
 
 
-def _positive_float(value: Any, what: str) -> float:
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{what}: '{value}' is not a number") from None
-    if not x > 0:
-        raise ConfigError(f"{what}: must be positive, got {value}")
-    return x
-
-
 def _positive_int(value: Any, what: str) -> int:
     try:
         n = int(value)
