@@ -8,7 +8,7 @@ HOT_SOURCES := setup.py $(wildcard protocol/*.py metrics/*.py proxy/*.py)
 DEB_PACKAGES := kcat haproxy prometheus chromium tcpdump tshark
 
 .PHONY: test test-pure demo lint typecheck unit integration deps clean bench-observe bench-analyze load soak fuzz bench-proxy \
-	bench-memory bench-codec profile-proxy bench-core bench-rate bench-accuracy profile-api bench-pcap
+	bench-memory bench-codec profile-proxy bench-core bench-rate bench-accuracy profile-api bench-pcap bench-scale bench-prune
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -65,6 +65,12 @@ bench-observe: $(STAMP)
 
 bench-analyze: $(STAMP)
 	$(BIN)/python bench/bench_analyze.py --rows 10000000 --repeat 3
+
+bench-scale: $(STAMP)
+	FETCHLAT_SHUFFLE_PARTITIONS=64 $(BIN)/python bench/bench_scale.py --rows 100000000 --worker-memory 5g
+
+bench-prune: $(STAMP)
+	$(BIN)/python bench/bench_prune.py --rows 12000000 --hours 24
 
 bench-proxy: deps
 	$(BIN)/python bench/bench_proxy.py --trials 5 --out bench-proxy.json

@@ -99,7 +99,7 @@ def quantile_buckets(hist: Column, n: Column) -> Column:
 
 def _rank(n: Column, per_mille: int) -> Column:
     """The nearest rank, ceil(n q), in integers (a double q n can land just above a whole number)."""
-    return F.greatest(F.lit(1), F.floor((n * per_mille + 999) / 1000)).cast("int")
+    return F.greatest(F.lit(1), F.floor((n.cast("long") * per_mille + 999) / 1000))  # long: a fleet's n > 2^31
 
 
 def sorted_lists(df: DataFrame, cols: list[str]) -> DataFrame:
@@ -111,7 +111,7 @@ def sorted_lists(df: DataFrame, cols: list[str]) -> DataFrame:
 
 def list_quantiles_ms(s: Column) -> list[Column]:
     """The PER_MILLE quantiles (ms) of a sorted array of buckets, one per value (null when empty)."""
-    return [bucket_ms(F.try_element_at(s, _rank(F.size(s), q))) for q in PER_MILLE]
+    return [bucket_ms(F.try_element_at(s, _rank(F.size(s), q).cast("int"))) for q in PER_MILLE]
 
 
 STAT_COLS = (*STATS, "total_max_ns")

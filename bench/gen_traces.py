@@ -52,7 +52,8 @@ def _write(out: str, table: str, cols: dict[str, Any], name: str, row_group_rows
 
 
 def _take(cols: dict[str, Any], mask: Any) -> dict[str, Any]:
-    return {k: (v.filter(pa.array(mask)) if isinstance(v, pa.Array) else v[mask]) for k, v in cols.items()}
+    return {k: (v.filter(pa.array(mask)) if isinstance(v, pa.Array | pa.ChunkedArray) else v[mask])
+            for k, v in cols.items()}
 
 
 def generate(out: str, rows: int, *, brokers: int = 3, clients: int = 20, topics: int = 10, partitions: int = 6,
