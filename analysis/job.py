@@ -89,6 +89,26 @@ def table_inputs(spark: SparkSession, dirs: list[str], table: str, since_ns: int
     return paths, hours_seen
 
 
+def _bytes(spark: SparkSession, path: str) -> int:
+    fs, Path = _hadoop_fs(spark, path)
+    return int(fs.getContentSummary(Path(path)).getLength())
+
+
+BYTES_PER_REDUCE_TASK = 50 * 2**20  # 100 M rows (3.3 GB) -> 64 tasks: the setting measured (docs/analysis.md)
+
+
+def shuffle_partitions(spark: SparkSession, seen: dict[str, Any]) -> int:
+    """Reduce tasks for this input, unless FETCHLAT_SHUFFLE_PARTITIONS says: one per 50 MiB of the
+    exchanges and partitions read, at least 8. A reduce task holds its groups' bucket lists in
+    memory, so their count has to grow with the input."""
+    if "FETCHLAT_SHUFFLE_PARTITIONS" in os.environ:
+        return int(spark.conf.get("spark.sql.shuffle.partitions") or 8)
+    size = sum(int(seen[t]["bytes"]) for t in ("exchanges", "partitions") if t in seen)
+    n: int = max(8, -(-size // BYTES_PER_REDUCE_TASK))
+    spark.conf.set("spark.sql.shuffle.partitions", str(n))
+    return n
+
+
 def read_table(spark: SparkSession, dirs: list[str], table: str, since_ns: int | None = None,
                until_ns: int | None = None, seen: dict[str, Any] | None = None) -> DataFrame:
     """``table``'s rows in [since, until) from every trace directory, with the writer's schema
@@ -98,7 +118,8 @@ def read_table(spark: SparkSession, dirs: list[str], table: str, since_ns: int |
     schema = spark_schema(table)
     if seen is not None:
         seen[table] = {"read": sum(1 for p in paths if layout.hour_of_dir(p) is not None), "in_all": hours,
-                       "flat_files": sum(1 for p in paths if p.endswith(".parquet"))}
+                       "flat_files": sum(1 for p in paths if p.endswith(".parquet")),
+                       "bytes": sum(_bytes(spark, p) for p in paths)}
     if not paths:
         return spark.createDataFrame([], schema)
     # dot files (.tmp-*, still being written) inside a directory are hidden from Hadoop readers
@@ -185,10 +206,11 @@ def run(dirs: list[str], out: str, *, master: str | None = None, since_ns: int |
         ex, parts, repl = (read_table(spark, dirs, t, since_ns, until_ns, seen)
                            for t in ("exchanges", "partitions", "replication"))
         hours = seen["exchanges"]
+        reduce_tasks = shuffle_partitions(spark, seen)
         where = (f"{hours['read']} of {hours['in_all']} hour directories in range" if hours["in_all"]
                  else f"{hours['flat_files']} files")
-        steps.step("pass", f"one pass over the exchanges ({where}): counts and histograms per window x broker x "
-                           "kind x client")
+        steps.step("pass", f"one pass over the exchanges ({where}, {reduce_tasks} reduce tasks): counts and "
+                           "histograms per window x broker x kind x client")
         fine = tf.fine(tf.with_window(tf.timed(ex), window)).persist(StorageLevel.MEMORY_AND_DISK)
         fine.count()  # the only pass over the exchanges; every latency table below merges its histograms
         # every per-broker table's histograms, merged in one aggregation
