@@ -5,8 +5,10 @@ the run with a progress display. Imported by ``fetchlat``'s entry point; imports
 from __future__ import annotations
 
 import argparse
+import contextlib
+import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from rich.console import Console
@@ -83,25 +85,32 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-PROGRESS_LINE = "fetchlat analyze: {pct:3d}% {what}"  # without a terminal (fetchlat demo reads these)
-
-
+PROGRESS_LINE = "fetchlat analyze: {pct:3d}% {what}"  # without a terminal; fetchlat demo reads them back
+_PROGRESS_RE = re.compile(r"fetchlat analyze:\s+(\d+)% (.*)")
 Report = Callable[[float, str], None]  # (share done, what is running)
 
 
-def run_with_progress(console: Console, work: Callable[[Report], dict[str, Any]]) -> dict[str, Any]:
-    """Run ``work(progress)`` with a progress bar and the time left on a terminal, or a line per
-    step (and per 10%) otherwise."""
+def read_progress_line(line: str) -> tuple[float, str] | None:
+    """(share done, what) of a PROGRESS_LINE; None for any other line."""
+    m = _PROGRESS_RE.match(line)
+    return (int(m.group(1)) / 100, m.group(2).rstrip()) if m else None
+
+
+@contextlib.contextmanager
+def progress_bar(console: Console, name: str, line: Callable[[int, str], None]) -> Iterator[Report]:
+    """A progress bar with the elapsed time and the time left on a terminal; otherwise ``line``
+    (percent, what) once per step, and again each 10%."""
     if not console.is_terminal:
         last: list[Any] = [None, -10]
 
-        def line(done: float, what: str) -> None:
+        def report(done: float, what: str) -> None:
             pct, step = int(done * 100), what.split(" · ")[0]
             if step != last[0] or pct >= last[1] + 10:
                 last[:] = [step, pct]
-                print(PROGRESS_LINE.format(pct=pct, what=what), file=sys.stderr, flush=True)
+                line(pct, what)
 
-        return work(line)
+        yield report
+        return
     from rich.progress import (
         BarColumn,
         Progress,
@@ -111,11 +120,20 @@ def run_with_progress(console: Console, work: Callable[[Report], dict[str, Any]]
         TimeRemainingColumn,
     )
 
-    columns = (TextColumn("[bold]analyze"), BarColumn(), TaskProgressColumn(), TimeElapsedColumn(),
+    columns = (TextColumn(f"[bold]{name}"), BarColumn(), TaskProgressColumn(), TimeElapsedColumn(),
                TextColumn("left"), TimeRemainingColumn(), TextColumn("{task.description}"))
     with Progress(*columns, console=console, transient=True) as bar:
         task = bar.add_task("starting", total=1.0)
-        return work(lambda done, what: bar.update(task, completed=done, description=what))
+        yield lambda done, what: bar.update(task, completed=done, description=what)
+
+
+def run_with_progress(console: Console, work: Callable[[Report], dict[str, Any]]) -> dict[str, Any]:
+    """Run ``work(progress)`` under ``progress_bar``; without a terminal, PROGRESS_LINEs on stderr."""
+    def line(pct: int, what: str) -> None:
+        print(PROGRESS_LINE.format(pct=pct, what=what), file=sys.stderr, flush=True)
+
+    with progress_bar(console, "analyze", line) as report:
+        return work(report)
 
 
 def headline_table(summary: dict[str, Any]) -> Table:

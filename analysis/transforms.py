@@ -14,7 +14,6 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 PER_MILLE = (500, 900, 990, 999)
-QUANTILES = tuple(q / 1000 for q in PER_MILLE)
 QNAMES = ("p50", "p90", "p99", "p999")
 PARTS = ("total", "wait", "local", "e2e")
 # Quantiles come from log-bucket histograms (DDSketch's mapping): a duration v (ns) counts in
@@ -109,9 +108,11 @@ def sorted_lists(df: DataFrame, cols: list[str]) -> DataFrame:
     return df.select(*[F.array_sort(c).alias(c) if c in cols else c for c in df.columns])
 
 
-def list_quantiles_ms(s: Column) -> list[Column]:
-    """The PER_MILLE quantiles (ms) of a sorted array of buckets, one per value (null when empty)."""
-    return [bucket_ms(F.try_element_at(s, _rank(F.size(s), q).cast("int"))) for q in PER_MILLE]
+def list_quantiles_ms(s: Column) -> dict[str, Column]:
+    """The PER_MILLE quantiles (ms) of a sorted array of buckets, one per value (null when
+    empty), by QNAMES."""
+    return {name: bucket_ms(F.try_element_at(s, _rank(F.size(s), q).cast("int")))
+            for q, name in zip(PER_MILLE, QNAMES, strict=True)}
 
 
 STAT_COLS = (*STATS, "total_max_ns")
@@ -238,8 +239,7 @@ def latency_by_window(fine_df: DataFrame) -> DataFrame:
     lists = [f"{p}_b" for p in PARTS]
     return sorted_lists(_fetches(fine_df), lists).select(
         "window_start", "broker", "kind", "client_id", "replica_id", F.col("requests").alias("fetches"),
-        *[q.alias(f"{p}_{name}") for p in PARTS for q, name in zip(list_quantiles_ms(F.col(f"{p}_b")), QNAMES,
-                                                                     strict=True)])
+        *[q.alias(f"{p}_{name}") for p in PARTS for name, q in list_quantiles_ms(F.col(f"{p}_b")).items()])
 
 
 def summary(fine_df: DataFrame) -> DataFrame:
@@ -283,7 +283,7 @@ def _list_table(rows: DataFrame, keys: list[str], ns: Column, *extra: Column) ->
     g = sorted_lists(rows.groupBy(*keys).agg(F.count(F.lit(1)).alias("samples"), F.collect_list(bucket(ns)).alias("_b"),
                                              (F.max(ns) / 1e6).alias("max_ms"), *extra), ["_b"])
     q = list_quantiles_ms(F.col("_b"))
-    return g.select(*keys, "samples", q[0].alias("p50_ms"), q[2].alias("p99_ms"), "max_ms",
+    return g.select(*keys, "samples", q["p50"].alias("p50_ms"), q["p99"].alias("p99_ms"), "max_ms",
                     *[c for c in g.columns if c.startswith("_x_")])
 
 
@@ -313,7 +313,7 @@ def slowest_clients(fine_df: DataFrame, n: int) -> DataFrame:
     g = sorted_lists(_fetches(fine_df).groupBy("client_id", "kind").agg(
         F.sum("requests").alias("fetches"), F.flatten(F.collect_list("local_b")).alias("_b")), ["_b"])
     q = list_quantiles_ms(F.col("_b"))
-    return (g.select("client_id", "kind", "fetches", q[2].alias("local_p99"), q[0].alias("local_p50"))
+    return (g.select("client_id", "kind", "fetches", q["p99"].alias("local_p99"), q["p50"].alias("local_p50"))
             .orderBy(F.col("local_p99").desc(), "client_id").limit(n))
 
 
@@ -322,7 +322,7 @@ def slowest_partitions(record_lat: DataFrame, n: int) -> DataFrame:
 
 
 def timeline(fine_df: DataFrame) -> DataFrame:
-    """Per window x kind: median naive total vs true local (for the report's main chart)."""
+    """Per window x kind: median naive total, true local and wait."""
     q = _quantile_table(_fetches(_grouped(fine_df, "timeline")), ["window_start", "kind"], ("total", "local", "wait"))
     return q.select("window_start", "kind", "total_p50", "local_p50", "wait_p50", "fetches")
 

@@ -10,7 +10,6 @@ import argparse
 import contextlib
 import os
 import random
-import re
 import socket
 import subprocess
 import sys
@@ -21,6 +20,7 @@ import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
+from fetchlat.analysis.cli import progress_bar, read_progress_line
 from fetchlat.metrics import trace_layout
 from fetchlat.perf.stats import nearest_rank
 
@@ -62,7 +62,7 @@ def connects(port: int) -> bool:
 
 
 ROTATE_S = 2.0  # the demo's proxy closes trace files this often, so the live view reads them
-PARTS = (("naive total", "total"), ("purgatory wait", "wait"), ("true local", "local"))
+PARTS = ("total", "wait", "local")
 Stats = dict[str, dict[str, float]]  # client -> {"fetches", "total_p50", "total_p99", ...} (ms)
 
 
@@ -96,7 +96,7 @@ def stats(rows: dict[str, list[dict[str, Any]]]) -> Stats:
     out: Stats = {}
     for client, rs in rows.items():
         row = {"fetches": float(len(rs))}
-        for _, part in PARTS:
+        for part in PARTS:
             values = sorted(r[f"{part}_ns"] for r in rs)
             row[f"{part}_p50"] = nearest_rank(values, 50) / 1e6
             row[f"{part}_p99"] = nearest_rank(values, 99) / 1e6
@@ -188,41 +188,23 @@ def _analyze(console: Any, trace_dir: str, out: str) -> str | None:
     proc = subprocess.Popen([sys.executable, "-m", "fetchlat.proxy", "analyze", trace_dir, "--out", out,
                              "--window", "10s"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     tail: list[str] = []
-    with _bar(console, "analyze (Spark)") as update:
+
+    def line(pct: int, what: str) -> None:
+        console.print(f"analyze (Spark): {pct}% {what}")
+
+    with progress_bar(console, "analyze (Spark)", line) as update:
         assert proc.stderr is not None
-        for line in proc.stderr:
-            m = re.match(r"fetchlat analyze:\s+(\d+)% (.*)", line)
-            if m:
-                update(int(m.group(1)) / 100, m.group(2).split(" · ")[0][:60])
+        for text in proc.stderr:
+            progress = read_progress_line(text)
+            if progress:
+                update(progress[0], progress[1].split(" · ")[0][:60])
             else:
-                tail = [*tail, line.rstrip()][-5:]
+                tail = [*tail, text.rstrip()][-5:]
     stdout = proc.stdout.read() if proc.stdout else ""
     if proc.wait() != 0:
         console.print(f"[red]fetchlat analyze failed[/red]: {tail[-1:]}")
         return None
     return stdout.strip().splitlines()[-1]
-
-
-@contextlib.contextmanager
-def _bar(console: Any, name: str) -> Iterator[Any]:
-    """A progress bar with the time left on a terminal; a line per quarter otherwise."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-
-    if not console.is_terminal:
-        last = [-1]
-
-        def line(done: float, what: str) -> None:
-            if int(done * 4) > last[0]:
-                last[0] = int(done * 4)
-                console.print(f"{name}: {done:.0%} {what}")
-
-        yield line
-        return
-    with Progress(TextColumn(f"[bold]{name}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
-                  TextColumn("left"), TimeRemainingColumn(), TextColumn("{task.description}"), console=console,
-                  transient=True) as progress:
-        task = progress.add_task("", total=1.0)
-        yield lambda done, what: progress.update(task, completed=done, description=what)
 
 
 def run_demo(args: argparse.Namespace) -> int:

@@ -138,17 +138,12 @@ class TraceWriter:
                 self._rotate(files, force=stop)
 
     def _write(self, files: dict[tuple[str, int], _File], table: str, rows: list[dict[str, Any]]) -> None:
-        """Rows to the open file of their hour (one hour, the common case, without splitting)."""
-        if not rows:
-            return
-        self._newest_ns = max(self._newest_ns, rows[0]["ts_ns"], rows[-1]["ts_ns"])
-        hours = {layout.hour_of(rows[0]["ts_ns"]), layout.hour_of(rows[-1]["ts_ns"])}
-        if len(hours) > 1 or any(layout.hour_of(r["ts_ns"]) not in hours for r in rows):
-            by_hour: dict[int, list[dict[str, Any]]] = {}
-            for r in rows:
-                by_hour.setdefault(layout.hour_of(r["ts_ns"]), []).append(r)
-        else:
-            by_hour = {hours.pop(): rows}
+        """Rows to the open file of their hour, which this creates when there is none."""
+        by_hour: dict[int, list[dict[str, Any]]] = {}
+        for r in rows:
+            ts = r["ts_ns"]
+            self._newest_ns = max(self._newest_ns, ts)
+            by_hour.setdefault(layout.hour_of(ts), []).append(r)
         for hour, part in by_hour.items():
             f = files.get((table, hour))
             if f is None:
