@@ -25,7 +25,12 @@ $(COMPILED): $(STAMP) $(HOT_SOURCES)
 	$(BIN)/python -c "from fetchlat.proxy.build import hot_path as h, hot_path_reason as r; print('hot path:', h(), '-', r())"
 	touch $@
 
-deps: $(COMPILED)
+# Apache Kafka's jars (embedded/kafka-pom.xml names the version), fetched through Maven once
+KAFKA_JARS := $(HOME)/.cache/fetchlat/kafka-$(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' embedded/kafka-pom.xml)/libs/.complete
+$(KAFKA_JARS): embedded/kafka-pom.xml | $(STAMP)
+	$(BIN)/python -c "from fetchlat.embedded import kafka; print('Apache Kafka', kafka.VERSION, 'in', kafka.ensure_jars())"
+
+deps: $(COMPILED) $(KAFKA_JARS)
 	@missing=""; for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
@@ -33,10 +38,10 @@ deps: $(COMPILED)
 	fi
 
 lint: $(STAMP)
-	$(BIN)/ruff check protocol proxy metrics tests bench analysis deploy perf capture setup.py
+	$(BIN)/ruff check protocol proxy metrics tests bench analysis deploy perf capture embedded setup.py
 
 typecheck: $(STAMP)
-	$(BIN)/mypy protocol metrics proxy analysis perf capture
+	$(BIN)/mypy protocol metrics proxy analysis perf capture embedded
 
 unit: $(STAMP)
 	$(BIN)/pytest -q -m "not integration"

@@ -20,6 +20,7 @@ import time
 from collections import Counter, defaultdict
 from typing import Any, Final
 
+from fetchlat.metrics.model import DEFAULT_EXPIRY_OVERSHOOT_NS
 from fetchlat.metrics.observer import Observer
 from fetchlat.metrics.prom import FetchMetrics, ProxyMetrics
 from fetchlat.perf.stats import nearest_rank
@@ -50,6 +51,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    help=f"largest Kafka frame accepted (default {DEFAULT_MAX_FRAME_BYTES}), as for the proxy")
     p.add_argument("--wait-time-tag", type=int, default=None,
                    help="the tagged field a broker reports WaitTimeMs in (as for the proxy)")
+    p.add_argument("--expiry-overshoot-ms", type=float, default=DEFAULT_EXPIRY_OVERSHOOT_NS / 1e6,
+                   help="how long past max wait the broker releases an expired fetch (as for the proxy)")
     p.add_argument("--linger-s", type=float, default=0.0,
                    help="with --metrics-listen: keep serving this long after the capture ends")
     p.add_argument("--quiet", action="store_true", help="no progress line")
@@ -144,7 +147,8 @@ def run(args: argparse.Namespace) -> int:
         if writer is not None:
             writer.put(table, row)
 
-    observer = Observer(metrics, FetchMetrics(metrics.registry), wall_minus_mono_ns=0, proxy_id=proxy_id, sink=sink)
+    observer = Observer(metrics, FetchMetrics(metrics.registry), wall_minus_mono_ns=0, proxy_id=proxy_id, sink=sink,
+                        expiry_overshoot_ns=round(args.expiry_overshoot_ms * 1e6))
     ctx = capture_context(observer, max_frame_bytes=args.max_frame_bytes, wait_time_tag=args.wait_time_tag)
     flows = FlowTable(ctx, set(args.broker_ports), on_end=_flow_ended)
     admin = None

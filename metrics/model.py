@@ -23,6 +23,12 @@ from .vocabulary import Kind, Outcome, WaitSource, fetch_kind
 NS_PER_MS: Final = 1_000_000
 # A fetch answered this close to (or after) max_wait with too little data ran to expiry.
 EXPIRY_SLACK_NS: Final = 2 * NS_PER_MS
+# An expired fetch leaves purgatory after max_wait plus the broker's timer lateness: Apache
+# Kafka's purgatory timer ticks in whole milliseconds (a 1 ms timing wheel polled through a
+# DelayQueue that waits whole ms), so it fires one tick late on average, plus the expiry's
+# own work. Measured against Kafka 4.4's request log (docs/latency-model.md): remoteTimeMs -
+# maxWaitMs of expired fetches p10/p50/p90 0.48/1.29/1.67 ms. Configurable (expiry_overshoot_ms).
+DEFAULT_EXPIRY_OVERSHOOT_NS: Final = 1 * NS_PER_MS
 MAX_APPENDS_PER_PARTITION: Final = 4096
 MAX_PARTITIONS: Final = 100_000
 
@@ -63,6 +69,7 @@ def estimate_wait(
     data_at_request: bool = False,
     arrival_ns: int | None = None,
     arrival_basis: str | None = None,
+    expiry_overshoot_ns: int = 0,
 ) -> WaitEstimate:
     """The purgatory wait of one fetch. In order of preference:
 
@@ -78,7 +85,7 @@ def estimate_wait(
        - otherwise ``unknown``, wait 0 (local is then an upper bound), low confidence.
     5. too little data came back:
        - total reached max_wait (within ``EXPIRY_SLACK_NS``): ``expired``, wait = max_wait
-         (never more than total);
+         plus the broker's expiry overshoot (``expiry_overshoot_ns``; never more than total);
        - answered early with too little data: ``unknown``, wait 0, low confidence.
     """
     max_wait_ns = max(0, max_wait_ms) * NS_PER_MS
@@ -108,8 +115,8 @@ def estimate_wait(
                                 arrival_ns=arrival_ns)
         return WaitEstimate(wait_ns=0, source=INFERRED, outcome=UNKNOWN, basis="no_arrival", confident=False)
     if total_ns >= max_wait_ns - EXPIRY_SLACK_NS:
-        return WaitEstimate(wait_ns=min(max_wait_ns, total_ns), source=INFERRED, outcome=EXPIRED, basis="expired",
-                            confident=True)
+        return WaitEstimate(wait_ns=min(max_wait_ns + expiry_overshoot_ns, total_ns), source=INFERRED,
+                            outcome=EXPIRED, basis="expired", confident=True)
     return WaitEstimate(wait_ns=0, source=INFERRED, outcome=UNKNOWN, basis="early_without_data", confident=False)
 
 
@@ -239,15 +246,20 @@ class _Partition:
     log_end_t_ns: int = 0
     stable_end: int = -1  # last stable offset (read_committed readers see up to here)
     append_ends: list[int] = field(default_factory=list)  # end offsets of appends seen, ascending
-    append_times: list[int] = field(default_factory=list)
+    append_times: list[int] = field(default_factory=list)  # the produce forwarded (the append begins)
+    append_acks: list[int] = field(default_factory=list)  # its response's first byte (appended), or -1
     confirmed: dict[int, int] = field(default_factory=dict)  # follower -> offset it has
 
 
 class LatencyModel:
     """Per-proxy state and the samples each exchange yields."""
 
-    def __init__(self, *, wall_minus_mono_ns: int) -> None:
+    def __init__(self, *, wall_minus_mono_ns: int, expiry_overshoot_ns: int = DEFAULT_EXPIRY_OVERSHOOT_NS,
+                 beside_broker: bool = False) -> None:
         self.wall_minus_mono_ns = wall_minus_mono_ns
+        self.expiry_overshoot_ns = expiry_overshoot_ns
+        # a sidecar: the broker is on loopback, so a produce's acknowledgement dates its append
+        self.beside_broker = beside_broker
         self.topic_names: dict[TopicKey, str] = {}
         self._parts: OrderedDict[tuple[str, int], _Partition] = OrderedDict()
 
@@ -288,23 +300,33 @@ class LatencyModel:
                 error = error or rp.error_code
                 parts.append((topic, rp.partition, rp.base_offset, n))
                 if rp.error_code == 0 and rp.base_offset >= 0 and n > 0:
-                    self._appended(topic, rp.partition, rp.base_offset + n, ev.t_request_ns)
+                    self._appended(topic, rp.partition, rp.base_offset + n, ev.t_request_ns,
+                                   ev.t_first_ns if req.acks != 0 and self.beside_broker else -1)
         return ProduceSample(client_id=ev.client_id, acks=req.acks, api_version=ev.api_version, records=req.records,
                              request_bytes=ev.request_bytes, error_code=error,
                              total_ns=None if resp is None else ev.t_last_ns - ev.t_request_ns,
                              partitions=tuple(parts))
 
-    def _appended(self, topic: str, partition: int, end_offset: int, t_ns: int) -> None:
-        """The leader appended up to ``end_offset`` at ``t_ns`` (estimated as the time the
-        produce request was forwarded: a sidecar forwards within microseconds of arrival)."""
+    def _appended(self, topic: str, partition: int, end_offset: int, t_ns: int, ack_ns: int = -1) -> None:
+        """The leader began appending up to ``end_offset`` at ``t_ns`` (the produce request
+        forwarded: a sidecar forwards within microseconds of arrival) and had appended it by
+        ``ack_ns`` (the produce response's first byte; -1 for acks=0 or when the proxy is not
+        beside its broker). A follower's parked fetch wakes on the append; a consumer's when the
+        high watermark covers it, which for acks=all (or one replica) is when the produce is
+        acknowledged. Measured against Kafka's request log, the forwarded time came 2.5 ms early
+        for a sidecar's consumers (the produce's own time in the broker). Only a sidecar can use
+        the acknowledgement: across a network it comes a round trip after the append, and the
+        forwarded time is then the better date (the network delay shifts both alike)."""
         p = self._part(topic, partition)
         if p.append_ends and end_offset <= p.append_ends[-1]:
             return
         p.append_ends.append(end_offset)
         p.append_times.append(t_ns)
+        p.append_acks.append(ack_ns)
         if len(p.append_ends) > MAX_APPENDS_PER_PARTITION:
             del p.append_ends[: MAX_APPENDS_PER_PARTITION // 4]
             del p.append_times[: MAX_APPENDS_PER_PARTITION // 4]
+            del p.append_acks[: MAX_APPENDS_PER_PARTITION // 4]
         if end_offset > p.log_end:
             p.log_end, p.log_end_t_ns = end_offset, t_ns
 
@@ -341,7 +363,7 @@ class LatencyModel:
             rec_lat = None
             if b is not None and b.batches:
                 off = offsets.get((topic, rp.partition), b.first_offset)
-                a, basis = self._arrival(st, off, b.first_timestamp_ms, b.log_append_time)
+                a, basis = self._arrival(st, off, b.first_timestamp_ms, b.log_append_time, follower is not None)
                 if a is not None and (arrival is None or a < arrival):
                     arrival, arrival_basis = a, basis
                 if follower is None and b.max_timestamp_ms >= 0:
@@ -359,7 +381,8 @@ class LatencyModel:
         w = estimate_wait(max_wait_ms=req.max_wait_ms, min_bytes=req.min_bytes, total_ns=total,
                           t_request_ns=ev.t_request_ns, error=errored, returned_bytes=returned_bytes,
                           reported_wait_ms=resp.wait_time_ms, data_at_request=data_at_request,
-                          arrival_ns=arrival, arrival_basis=arrival_basis)
+                          arrival_ns=arrival, arrival_basis=arrival_basis,
+                          expiry_overshoot_ns=self.expiry_overshoot_ns)
         local = total - w.wait_ns
         error_code = resp.error_code or next((p.error_code for p in resp.partitions if p.error_code), 0)
         sample = FetchSample(
@@ -374,12 +397,14 @@ class LatencyModel:
             partitions=tuple(part_samples))
         return sample, replication
 
-    def _arrival(self, st: _Partition, fetch_offset: int, first_ts_ms: int, log_append: bool
+    def _arrival(self, st: _Partition, fetch_offset: int, first_ts_ms: int, log_append: bool, follower: bool
                  ) -> tuple[int | None, str | None]:
-        """When the first data beyond ``fetch_offset`` reached the leader."""
+        """When the first data beyond ``fetch_offset`` could wake this fetch: for a follower the
+        append beginning, for a consumer the append acknowledged (see ``_appended``)."""
         i = bisect.bisect_right(st.append_ends, fetch_offset)
         if i < len(st.append_ends):
-            return st.append_times[i], "produce_seen"
+            ack = st.append_acks[i]
+            return (st.append_times[i] if follower or ack < 0 else ack), "produce_seen"
         if first_ts_ms >= 0:
             return self._mono(first_ts_ms), "log_append_time" if log_append else "create_time"
         return None, None

@@ -33,7 +33,7 @@ from fetchlat.protocol.events import (
 from fetchlat.protocol.inflight import observed
 
 from .fast import CounterChild, HistogramChild
-from .model import LatencyModel
+from .model import DEFAULT_EXPIRY_OVERSHOOT_NS, LatencyModel
 from .prom import FetchMetrics, ProxyMetrics
 from .rows import fetch_rows, other_row, produce_rows
 
@@ -45,10 +45,12 @@ class Observer:
     """Per proxy (or per capture): the latency model, the metric families, the trace sink."""
 
     def __init__(self, metrics: ProxyMetrics, fetch_metrics: FetchMetrics, *, wall_minus_mono_ns: int,
-                 proxy_id: str = "", sink: TraceSink | None = None) -> None:
+                 proxy_id: str = "", sink: TraceSink | None = None,
+                 expiry_overshoot_ns: int = DEFAULT_EXPIRY_OVERSHOOT_NS, beside_broker: bool = False) -> None:
         self.metrics = metrics
         self.fetch_metrics = fetch_metrics
-        self.model = LatencyModel(wall_minus_mono_ns=wall_minus_mono_ns)
+        self.model = LatencyModel(wall_minus_mono_ns=wall_minus_mono_ns, expiry_overshoot_ns=expiry_overshoot_ns,
+                                  beside_broker=beside_broker)
         self.proxy_id = proxy_id
         self.sink = sink
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
+from fetchlat.metrics.model import DEFAULT_EXPIRY_OVERSHOOT_NS
 from fetchlat.protocol.framing import DEFAULT_MAX_FRAME_BYTES
 
 DEFAULT_METRICS_LISTEN = "127.0.0.1:9464"
@@ -69,6 +70,7 @@ class Config:
     metadata_refresh_s: float = 30.0
     log_level: str = "INFO"
     wait_time_tag: int | None = None  # top-level Fetch response tag carrying a broker's WaitTimeMs
+    expiry_overshoot_ms: float = DEFAULT_EXPIRY_OVERSHOOT_NS / 1e6  # the broker's purgatory timer lateness
     proxy_id: str | None = None  # names this proxy in traces (default host:listen_port)
     idle_timeout_s: float = 600.0  # a client connection with nothing in flight and no bytes (Kafka: 9 min)
     partial_frame_timeout_s: float = 30.0  # a request begun and never finished (slowloris)
@@ -151,6 +153,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("log_level", "DEBUG, INFO (default), WARNING or ERROR", flag=True, env=True, reloadable=True),
     Setting("wait_time_tag", "top-level Fetch response tag number a broker uses to report WaitTimeMs (KIP-736)",
             flag=True, kind="int", env=True),
+    Setting("expiry_overshoot_ms", "how long past max wait the broker's purgatory timer releases an expired fetch "
+                                   f"(default {DEFAULT_EXPIRY_OVERSHOOT_NS / 1e6:g}: Apache Kafka's 1 ms timer tick; "
+                                   "docs/latency-model.md says how to measure yours)", flag=True, env=True),
     Setting("sidecar_node", "sidecar mode: front broker N only; brokers advertise their sidecars, so addresses "
                             "pass unchanged and no per-node listeners open", flag=True, kind="int", env=True),
     Setting("tls_cert", "serve TLS to clients with this PEM certificate", flag=True, env=True),
@@ -218,6 +223,16 @@ def _positive_float(value: Any, what: str) -> float:
         raise ConfigError(f"{what}: '{value}' is not a number of seconds") from None
     if f <= 0:
         raise ConfigError(f"{what}: must be positive, got {f}")
+    return f
+
+
+def _non_negative_float(value: Any, what: str) -> float:
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{what}: '{value}' is not a number of milliseconds") from None
+    if not f >= 0:
+        raise ConfigError(f"{what}: must be 0 or more, got {f}")
     return f
 
 
@@ -333,6 +348,8 @@ def load_config(cli: dict[str, Any], env: dict[str, str] | None = None) -> Confi
         metadata_refresh_s=float(merged.get("metadata_refresh_s", 30.0)),
         log_level=level,
         wait_time_tag=_tag(merged.get("wait_time_tag")),
+        expiry_overshoot_ms=_non_negative_float(merged.get("expiry_overshoot_ms", DEFAULT_EXPIRY_OVERSHOOT_NS / 1e6),
+                                                "expiry_overshoot_ms"),
         proxy_id=merged.get("proxy_id"),
         sidecar_node=_node_id(merged.get("sidecar_node")),
         tls_cert=_readable(merged.get("tls_cert"), "tls_cert"),

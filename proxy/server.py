@@ -41,7 +41,9 @@ class Proxy:
         upstream_tls = client_context(cfg)
         self.registry = BrokerRegistry(cfg.sidecar_node)
         self.observer = Observer(metrics, FetchMetrics(metrics.registry),
-                                 wall_minus_mono_ns=clock.wall_ns() - clock.now_ns())
+                                 wall_minus_mono_ns=clock.wall_ns() - clock.now_ns(),
+                                 expiry_overshoot_ns=round(cfg.expiry_overshoot_ms * 1e6),
+                                 beside_broker=cfg.sidecar_node is not None)
         self.core = CoreContext(observer=self.observer, registry=self.registry, limits=Limits.from_config(cfg),
                                 rewriter=ResponseRewriter(self.advertise), max_frame_bytes=cfg.max_frame_bytes,
                                 wait_time_tag=cfg.wait_time_tag)

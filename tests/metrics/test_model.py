@@ -63,6 +63,12 @@ TABLE = {
         {"returned_bytes": 0, "total_ns": 499 * MS}, (EXPIRED, 499, INFERRED, "expired", True)),
     "too few bytes at max_wait expired": (
         {"returned_bytes": 10, "min_bytes": 1000, "total_ns": 505 * MS}, (EXPIRED, 500, INFERRED, "expired", True)),
+    "expired wait includes the broker's expiry overshoot": (
+        {"returned_bytes": 0, "total_ns": 503 * MS, "expiry_overshoot_ns": 1 * MS},
+        (EXPIRED, 501, INFERRED, "expired", True)),
+    "expiry overshoot never beyond total": (
+        {"returned_bytes": 0, "total_ns": 500 * MS + 400_000, "expiry_overshoot_ns": 1 * MS},
+        (EXPIRED, 500.4, INFERRED, "expired", True)),
     "empty and early is unknown": (
         {"returned_bytes": 0, "total_ns": 120 * MS}, (UNKNOWN, 0, INFERRED, "early_without_data", False)),
 }
@@ -78,18 +84,43 @@ def test_wait_estimate(name: str) -> None:
 
 # ------------------------------------------------------------------ scripted exchanges
 def test_idle_long_poll_expires_and_local_is_what_is_left() -> None:
-    m = LatencyModel(wall_minus_mono_ns=0)
+    m = LatencyModel(wall_minus_mono_ns=0, expiry_overshoot_ns=0)
     s, _ = m.on_fetch(fetch_ev(T0, T0 + 503 * MS, T0 + 503 * MS))
     assert (s.outcome, s.wait_ns, s.local_ns) == (EXPIRED, 500 * MS, 3 * MS)
+    # by default the broker's timer lateness (one 1 ms tick) is purgatory, not local time
+    s, _ = LatencyModel(wall_minus_mono_ns=0).on_fetch(fetch_ev(T0, T0 + 503 * MS, T0 + 503 * MS))
+    assert (s.wait_ns, s.local_ns) == (501 * MS, 2 * MS)
 
 
 def test_woken_by_a_produce_the_proxy_saw() -> None:
     m = LatencyModel(wall_minus_mono_ns=0)
-    m.on_produce(produce_ev(T0 + 100 * MS, T0 + 101 * MS, base=0, n=5))
+    m.on_produce(produce_ev(T0 + 100 * MS, T0 + 102 * MS, base=0, n=5))
     s, _ = m.on_fetch(fetch_ev(T0, T0 + 352 * MS, T0 + 353 * MS, records=5, hw=5))
-    # Tansu-like: parked at T0, data at +100 ms, answered on its next re-check at +352 ms
+    # Tansu-like: parked at T0, data forwarded at +100 ms, answered on its next re-check at +352 ms
     assert (s.outcome, s.basis, s.wait_ns, s.local_ns) == (WOKEN, "produce_seen", 100 * MS, 253 * MS)
     assert s.wake_lag_ns == 252 * MS
+
+
+def test_a_sidecar_dates_a_consumers_data_by_the_acknowledgement() -> None:
+    m = LatencyModel(wall_minus_mono_ns=0, beside_broker=True)
+    m.on_produce(produce_ev(T0 + 100 * MS, T0 + 102 * MS, base=0, n=5))
+    s, _ = m.on_fetch(fetch_ev(T0, T0 + 103 * MS, T0 + 103 * MS, records=5, hw=5))
+    # the high watermark covered the data when the produce was acknowledged (+102 ms)
+    assert (s.outcome, s.wait_ns, s.local_ns) == (WOKEN, 102 * MS, 1 * MS)
+
+
+def test_a_follower_is_woken_by_the_append_itself() -> None:
+    m = LatencyModel(wall_minus_mono_ns=0, beside_broker=True)
+    m.on_produce(produce_ev(T0 + 100 * MS, T0 + 108 * MS, base=0, n=5, acks=-1))  # acks=all: acked after replication
+    s, _ = m.on_fetch(fetch_ev(T0, T0 + 103 * MS, T0 + 103 * MS, records=5, hw=0, replica=2))
+    assert (s.kind, s.outcome, s.wait_ns) == ("follower", WOKEN, 100 * MS)
+
+
+def test_acks_zero_produce_dates_the_data_by_its_forwarding() -> None:
+    m = LatencyModel(wall_minus_mono_ns=0, beside_broker=True)
+    m.on_produce(produce_ev(T0 + 100 * MS, T0 + 100 * MS, base=0, n=5, acks=0))
+    s, _ = m.on_fetch(fetch_ev(T0, T0 + 103 * MS, T0 + 103 * MS, records=5, hw=5))
+    assert (s.outcome, s.wait_ns) == (WOKEN, 100 * MS)
 
 
 def test_data_known_before_the_request_is_immediate() -> None:

@@ -1,0 +1,146 @@
+"""The broker's own clock as ground truth: Apache Kafka (a single KRaft node behind its fetchlat
+sidecar, exactly as docs/deployment.md deploys it) with its request log on, real consumers and
+a producer (confluent-kafka), and every fetch in fetchlat's traces joined with the broker's
+line for the same request (analysis/request_log.py). fetchlat's purgatory wait is judged
+against the broker's ``remoteTimeMs``, fetch by fetch; the figures go to
+``FETCHLAT_BROKER_CLOCK_OUT`` (docs/kafka.md quotes them).
+
+The bars asserted here are looser than the goals in docs/kafka.md where a goal is not met
+yet (woken fetches), and say so; each still fails if the model regresses (for instance with
+the expiry overshoot taken out, expired fetches miss by 1.1-1.3 ms at p50).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fetchlat.analysis import request_log as rl
+
+pytestmark = pytest.mark.integration
+
+RESULTS = Path(os.environ.get("FETCHLAT_BROKER_CLOCK_OUT", "/tmp/fetchlat-broker-clock.jsonl"))
+
+
+@pytest.fixture(scope="module")
+def kafka_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from fetchlat.embedded import kafka
+
+    home = tmp_path_factory.mktemp("kafka-clock")
+    traces = home / "traces"
+    with kafka.cluster(home, brokers=1, sidecars=True,
+                       sidecar_args=["--trace-dir", str(traces), "--trace-rotate-s", "1"]) as c:
+        c.trace_dir = traces  # type: ignore[attr-defined]
+        yield c
+
+
+def _topics(bootstrap: str, *names: str) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.create_topics([NewTopic(n, num_partitions=1, replication_factor=1) for n in names]).values():
+        f.result(timeout=30)
+
+
+def _consume(bootstrap: str, topic: str, client_id: str, seconds: float, max_wait_ms: int, *,
+             from_start: bool = False, fetch_bytes: int = 1 << 20) -> int:
+    from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": client_id, "client.id": client_id,
+                  "fetch.wait.max.ms": max_wait_ms, "fetch.min.bytes": 1, "enable.auto.commit": False,
+                  "max.partition.fetch.bytes": fetch_bytes, "fetch.max.bytes": fetch_bytes,
+                  "message.max.bytes": fetch_bytes, "queued.max.messages.kbytes": 64})
+    c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING if from_start else OFFSET_END)])
+    n = 0
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        m = c.poll(0.05)
+        if m is not None and m.error() is None:
+            n += 1
+    c.close()
+    return n
+
+
+def _produce(bootstrap: str, topic: str, stop: threading.Event, every_s: float, sent: list[int]) -> None:
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "acks": "all", "client.id": "clock-feeder"})
+    while not stop.wait(every_s):
+        p.produce(topic, b"x" * 100, on_delivery=lambda err, _m: sent.append(0 if err is None else 1))
+        p.poll(0)
+    assert p.flush(20) == 0
+
+
+WARM_UP_NS = 1_000_000_000
+
+
+def _judge(cluster: Any, client_id: str, warm_up_ns: int = WARM_UP_NS) -> tuple[dict[str, Any], list[rl.Pair]]:
+    """The client's fetches after its first second (a fresh JVM's first expiry runs cold code:
+    its first fetch missed by 7.5 ms, remote 108.5 ms for a 100 ms wait), joined and judged."""
+    time.sleep(2.5)  # the sidecar closes its trace files every second
+    rows = [r for r in rl.trace_rows(cluster.trace_dir) if r["client_id"] == client_id]
+    start = min((r["ts_ns"] for r in rows), default=0)
+    rows = [r for r in rows if r["ts_ns"] >= start + warm_up_ns]
+    requests = list(rl.read(cluster.nodes[0].request_log, "0", [rl.API_KEYS["Fetch"]]))
+    pairs, unmatched = rl.join(rows, requests)
+    return rl.agreement(pairs, len(unmatched)), pairs
+
+
+def _record(name: str, figures: dict[str, Any]) -> None:
+    with RESULTS.open("a") as fh:
+        fh.write(json.dumps({"test": name, **figures}) + "\n")
+
+
+def test_quiet_consumer_expired_fetches_against_remote_time(kafka_node: Any) -> None:
+    """An idle partition: every fetch parks for max wait; the broker's remote time says how long."""
+    _topics(kafka_node.bootstrap, "clock-idle")
+    _consume(kafka_node.bootstrap, "clock-idle", "clock-idle", 7.0, 100)
+    figures, _ = _judge(kafka_node, "clock-idle")
+    _record("quiet_expired", figures)
+    assert figures["matched"] >= 50, figures
+    assert figures["matched_share"] >= 0.99, figures
+    assert figures["outcome_agree_share"] >= 0.99, figures
+    assert figures["abs_err_p50_ms"] <= 0.8, figures  # goal 0.5: met in docs/kafka.md's runs (0.41-0.46)
+    assert figures["abs_err_p99_ms"] <= 3.5, figures  # goal 3.0
+    # the naive total shows the long poll; fetchlat's local is the broker's local within a few ms
+    assert figures["fetchlat_local_p50_ms"] < 10, figures
+
+
+def test_busy_consumer_woken_and_immediate_fetches_against_remote_time(kafka_node: Any) -> None:
+    """A producer (acks=all) feeds a topic a consumer long-polls (woken fetches), and a second
+    consumer catches up over a filled topic with small fetches (immediate ones)."""
+    _topics(kafka_node.bootstrap, "clock-fed", "clock-full")
+    stop = threading.Event()
+    sent: list[int] = []
+    feeder = threading.Thread(target=_produce, args=(kafka_node.bootstrap, "clock-fed", stop, 0.137, sent))
+    filler = threading.Thread(target=_produce, args=(kafka_node.bootstrap, "clock-full", stop, 0.001, sent))
+    feeder.start()
+    filler.start()
+    try:
+        time.sleep(2.0)
+        got_fed = _consume(kafka_node.bootstrap, "clock-fed", "clock-fed", 7.0, 500)
+    finally:
+        stop.set()
+        feeder.join(30)
+        filler.join(30)
+    got_full = _consume(kafka_node.bootstrap, "clock-full", "clock-full", 4.0, 500, from_start=True,
+                        fetch_bytes=2048)
+    assert sum(sent) == 0, "a record was not acknowledged"
+    assert got_fed >= 20 and got_full >= 200, (got_fed, got_full)
+    woken, _ = _judge(kafka_node, "clock-fed")
+    immediate, _ = _judge(kafka_node, "clock-full", warm_up_ns=0)  # the broker is warm by now
+    _record("busy_woken", woken)
+    _record("busy_immediate", immediate)
+    for figures in (woken, immediate):
+        assert figures["matched_share"] >= 0.97, figures  # goal 0.99: a consumer's last fetch may die with it
+        assert figures["outcome_agree_share"] >= 0.97, figures
+    assert woken["by_broker_outcome"]["woken"]["n"] >= 20, woken
+    assert woken["abs_err_p50_ms"] <= 1.5, woken  # goal 0.5: docs/kafka.md has the runs (0.57 ms)
+    assert immediate["by_broker_outcome"]["immediate"]["n"] >= 20, immediate
+    assert immediate["by_broker_outcome"]["immediate"]["abs_err_p50_ms"] == 0.0, immediate
