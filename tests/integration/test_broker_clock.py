@@ -144,3 +144,52 @@ def test_busy_consumer_woken_and_immediate_fetches_against_remote_time(kafka_nod
     assert woken["abs_err_p50_ms"] <= 1.5, woken  # goal 0.5: docs/kafka.md has the runs (0.57 ms)
     assert immediate["by_broker_outcome"]["immediate"]["n"] >= 20, immediate
     assert immediate["by_broker_outcome"]["immediate"]["abs_err_p50_ms"] == 0.0, immediate
+
+
+def test_cluster_follower_fetches_cross_the_sidecars_and_join_the_leaders_logs(tmp_path: Path) -> None:
+    """Three brokers, each behind its sidecar, a topic with replication factor 3 and min ISR 2,
+    a producer with acks=all: every follower's replication fetch crosses its leader's sidecar
+    and is found in that leader's request log (followers by their replica id)."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from fetchlat.embedded import kafka
+
+    traces = tmp_path / "traces"
+    with kafka.cluster(tmp_path / "cluster", brokers=3, sidecars=True,
+                       sidecar_args=["--trace-dir", str(traces), "--trace-rotate-s", "1"]) as c:
+        admin = AdminClient({"bootstrap.servers": c.bootstrap})
+        for f in admin.create_topics([NewTopic("replicated", num_partitions=3, replication_factor=3)]).values():
+            f.result(timeout=30)
+        time.sleep(2.0)
+        failed: list[int] = []
+        p = Producer({"bootstrap.servers": c.bootstrap, "linger.ms": 0, "acks": "all"})
+        end, n = time.monotonic() + 5.0, 0
+        while time.monotonic() < end:
+            p.produce("replicated", b"x" * 100, on_delivery=lambda err, _m: failed.append(1) if err else None)
+            p.poll(0)
+            n += 1
+            time.sleep(0.01)
+        assert p.flush(30) == 0 and not failed, "an acks=all record was not acknowledged"
+        time.sleep(2.5)
+    rows = [r for r in rl.trace_rows(traces) if r["kind"] == "follower"]
+    pairs_seen = {(r["broker"], r["replica_id"]) for r in rows}
+    assert pairs_seen == {(str(leader), f) for leader in range(3) for f in range(3) if f != leader}, pairs_seen
+    requests = [r for n in c.nodes
+                for r in rl.read(n.request_log, str(n.node_id), [rl.API_KEYS["Fetch"]], listener="BROKER")]
+    pairs, unmatched = rl.join(rows, requests)
+    assert all(p.broker.replica_id == p.row["replica_id"] for p in pairs)
+    figures = rl.agreement(pairs, len(unmatched))
+    _record("cluster_followers", figures)
+    assert figures["matched_share"] >= 0.97, figures  # goal 0.99 (met in docs/kafka.md's runs: 0.991)
+    expired = figures["by_broker_outcome"]["expired"]
+    assert expired["agree"] == expired["n"], figures
+    # woken follower fetches: fetchlat's wait is short by the append's own time (docs/kafka.md, not met yet)
+    replication = [r for f in trace_layout_files(traces, "replication") for r in f]
+    assert replication, "no replication latency sample"
+
+
+def trace_layout_files(trace_dir: Path, table: str) -> list[list[dict[str, Any]]]:
+    import pyarrow.parquet as pq
+    from fetchlat.metrics import trace_layout
+
+    return [pq.read_table(f).to_pylist() for f in trace_layout.local_files(str(trace_dir), table)]
