@@ -17,13 +17,15 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from . import proxy
+from .proxy import ProxyProcess
 
 POM = Path(__file__).with_name("kafka-pom.xml")
 VERSION = re.search(r"<kafka\.version>([^<]+)</kafka\.version>", POM.read_text()).group(1)  # type: ignore[union-attr]
@@ -212,12 +214,20 @@ class Node:
         except OSError:
             return False
 
+    def signal_stop(self, kill: bool = False) -> None:
+        """SIGTERM (a controlled shutdown) or SIGKILL, without waiting."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+
     def stop(self, timeout_s: float = 20.0, kill: bool = False) -> None:
-        """SIGTERM (a controlled shutdown) or SIGKILL, then wait; SIGKILL if it outlives the wait."""
+        self.signal_stop(kill)
+        self.wait_stopped(timeout_s)
+
+    def wait_stopped(self, timeout_s: float = 20.0) -> None:
+        """Wait for the process to end; SIGKILL if it outlives the wait."""
         p = self.proc
         if p is None or p.poll() is not None:
             return
-        p.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
         try:
             p.wait(timeout_s)
         except subprocess.TimeoutExpired:
@@ -235,40 +245,11 @@ def wait_for(pred: object, what: str, timeout_s: float) -> None:
 
 
 # ----------------------------------------------------------------------------- sidecars
-@dataclass
-class Sidecar:
-    node_id: int
-    listen_port: int
-    metrics_port: int
-    proc: subprocess.Popen[bytes]
-    log_path: Path
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.listen_port}"
-
-    def stop(self, timeout_s: float = 10.0) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()  # SIGTERM: drained, traces flushed and renamed
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-
-
-def start_sidecar(node: Node, home: Path, extra: Sequence[str] = ()) -> Sidecar:
+def start_sidecar(node: Node, home: Path, extra: Sequence[str] = ()) -> ProxyProcess:
     """``fetchlat proxy --sidecar-node N`` in front of one broker, on the port the broker advertises."""
-    metrics_port = free_port()
-    log_path = home / f"sidecar-{node.node_id}.log"
-    out = open(log_path, "ab")  # noqa: SIM115 - the proxy's stdout, closed with it
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fetchlat.proxy", "proxy", "--sidecar-node", str(node.node_id),
-         "--upstream", node.bootstrap, "--listen", f"127.0.0.1:{node.advertised_port}",
-         "--metrics-listen", f"127.0.0.1:{metrics_port}", *extra],
-        stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    out.close()
-    return Sidecar(node.node_id, node.advertised_port, metrics_port, proc, log_path)
+    return proxy.start(["--sidecar-node", str(node.node_id), "--upstream", node.bootstrap, *extra],
+                       listen_port=node.advertised_port, metrics_port=free_port(),
+                       log_path=home / f"sidecar-{node.node_id}.log")
 
 
 # ------------------------------------------------------------------------------ clusters
@@ -278,7 +259,7 @@ class Cluster:
 
     home: Path
     nodes: list[Node]
-    sidecars: list[Sidecar] = field(default_factory=list)
+    sidecars: list[ProxyProcess] = field(default_factory=list)
 
     @property
     def bootstrap(self) -> str:
@@ -300,12 +281,12 @@ class Cluster:
         peers' sidecars to move leadership), then the controller, then the sidecars."""
         brokers = [n for n in self.nodes if "controller" not in n.roles]
         for n in brokers:
-            if n.proc is not None and n.proc.poll() is None:
-                n.proc.terminate()
+            n.signal_stop()
         for n in brokers:
-            n.stop()
+            n.wait_stopped()
         for n in self.nodes:
-            n.stop()
+            if n not in brokers:
+                n.stop()
         for s in self.sidecars:
             s.stop()
 
@@ -348,22 +329,10 @@ def cluster(home: Path, *, brokers: int = 1, sidecars: bool = False, settings: d
         for n in nodes:
             wait_for(n.started, f"Kafka node {n.node_id} to start (logs in {n.logs_dir})", start_timeout_s)
         for s in c.sidecars:
-            wait_for(lambda s=s: _ready(s), f"sidecar {s.node_id} to be ready (log {s.log_path})", 30)
+            s.wait_ready(30)
         yield c
     finally:
         c.stop()
-
-
-def _ready(s: Sidecar) -> bool:
-    import json
-    import urllib.request
-
-    if s.proc.poll() is not None:
-        raise KafkaError(f"sidecar {s.node_id} exited: {s.log_path.read_text()[-2000:]}")
-    with suppress(OSError, ValueError), urllib.request.urlopen(f"http://127.0.0.1:{s.metrics_port}/health",
-                                                               timeout=2) as r:
-        return bool(json.loads(r.read()).get("ready"))
-    return False
 
 
 def tool(main: str, *args: str, timeout_s: float = 120.0, heap: str = "256m",

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import socket
@@ -11,13 +10,14 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from fetchlat.embedded import proxy as proxy_process
+from fetchlat.embedded.proxy import ProxyProcess
 
 TANSU_NODE_ID = 111
 
@@ -114,66 +114,25 @@ def tansu(tmp_path: Path) -> Iterator[Broker]:
         yield broker
 
 
-@dataclass
-class ProxyProc:
-    listen_port: int
-    metrics_port: int
-    proc: subprocess.Popen[bytes]
-    log_path: Path
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.listen_port}"
-
+class ProxyProc(ProxyProcess):
     @property
     def ports(self) -> set[int]:
         return {self.listen_port, self.listen_port + 1 + TANSU_NODE_ID}
-
-    def health(self) -> dict[str, object]:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/health", timeout=5) as r:
-            return json.loads(r.read())  # type: ignore[no-any-return]
-
-    def metrics(self) -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
-            return r.read().decode()
-
-    def log(self) -> str:
-        return self.log_path.read_text()
 
 
 def start_proxy(upstream: str, tmp_path: Path, *extra: str, base: int | None = None) -> ProxyProc:
     """The real proxy process, listening on ``base`` (chosen free unless given), metrics on base+1000."""
     if base is None:
         base = free_ports(0, 1 + TANSU_NODE_ID, 1000)
-    log_path = tmp_path / f"proxy-{base}.log"
-    log = open(log_path, "wb")  # noqa: SIM115 - outlives this scope (the proxy's stdout)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fetchlat.proxy", "proxy", "--upstream", upstream,
-         "--listen", f"127.0.0.1:{base}", "--metrics-listen", f"127.0.0.1:{base + 1000}", *extra],
-        stdout=log, stderr=subprocess.STDOUT,
-    )
-    p = ProxyProc(base, base + 1000, proc, log_path)
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"proxy exited: {log_path.read_text()}")
-        try:
-            if p.health()["ready"]:
-                return p
-        except OSError:
-            pass
-        time.sleep(0.05)
-    proc.terminate()  # never leave a half-started proxy behind
-    proc.wait(10)
-    raise TimeoutError(f"proxy never became ready: {log_path.read_text()}")
+    p = proxy_process.start(["--upstream", upstream, *extra], listen_port=base, metrics_port=base + 1000,
+                            log_path=tmp_path / f"proxy-{base}.log")
+    proxy = ProxyProc(p.listen_port, p.metrics_port, p.proc, p.log_path)
+    proxy.wait_ready(15)
+    return proxy
 
 
 def stop_proxy(p: ProxyProc) -> None:
-    p.proc.terminate()
-    try:
-        p.proc.wait(10)
-    except subprocess.TimeoutExpired:
-        p.proc.kill()
+    p.stop()
 
 
 @pytest.fixture

@@ -20,8 +20,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 from fetchlat.analysis import request_log as rl
+from fetchlat.metrics import trace_layout
+
+from .test_ground_truth import confluent_consume, create_topic
 
 pytestmark = pytest.mark.integration
 
@@ -29,42 +33,15 @@ RESULTS = Path(os.environ.get("FETCHLAT_BROKER_CLOCK_OUT", "/tmp/fetchlat-broker
 
 
 @pytest.fixture(scope="module")
-def kafka_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def kafka_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Path]]:
+    """A single node behind its sidecar, and the sidecar's trace directory."""
     from fetchlat.embedded import kafka
 
     home = tmp_path_factory.mktemp("kafka-clock")
     traces = home / "traces"
     with kafka.cluster(home, brokers=1, sidecars=True,
                        sidecar_args=["--trace-dir", str(traces), "--trace-rotate-s", "1"]) as c:
-        c.trace_dir = traces  # type: ignore[attr-defined]
-        yield c
-
-
-def _topics(bootstrap: str, *names: str) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for f in admin.create_topics([NewTopic(n, num_partitions=1, replication_factor=1) for n in names]).values():
-        f.result(timeout=30)
-
-
-def _consume(bootstrap: str, topic: str, client_id: str, seconds: float, max_wait_ms: int, *,
-             from_start: bool = False, fetch_bytes: int = 1 << 20) -> int:
-    from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
-
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": client_id, "client.id": client_id,
-                  "fetch.wait.max.ms": max_wait_ms, "fetch.min.bytes": 1, "enable.auto.commit": False,
-                  "max.partition.fetch.bytes": fetch_bytes, "fetch.max.bytes": fetch_bytes,
-                  "message.max.bytes": fetch_bytes, "queued.max.messages.kbytes": 64})
-    c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING if from_start else OFFSET_END)])
-    n = 0
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        m = c.poll(0.05)
-        if m is not None and m.error() is None:
-            n += 1
-    c.close()
-    return n
+        yield c, traces
 
 
 def _produce(bootstrap: str, topic: str, stop: threading.Event, every_s: float, sent: list[int]) -> None:
@@ -80,11 +57,13 @@ def _produce(bootstrap: str, topic: str, stop: threading.Event, every_s: float, 
 WARM_UP_NS = 1_000_000_000
 
 
-def _judge(cluster: Any, client_id: str, warm_up_ns: int = WARM_UP_NS) -> tuple[dict[str, Any], list[rl.Pair]]:
+def _judge(node: tuple[Any, Path], client_id: str, warm_up_ns: int = WARM_UP_NS
+           ) -> tuple[dict[str, Any], list[rl.Pair]]:
     """The client's fetches after its first second (a fresh JVM's first expiry runs cold code:
     its first fetch missed by 7.5 ms, remote 108.5 ms for a 100 ms wait), joined and judged."""
     time.sleep(2.5)  # the sidecar closes its trace files every second
-    rows = [r for r in rl.trace_rows(cluster.trace_dir) if r["client_id"] == client_id]
+    cluster, trace_dir = node
+    rows = [r for r in rl.trace_rows(trace_dir) if r["client_id"] == client_id]
     start = min((r["ts_ns"] for r in rows), default=0)
     rows = [r for r in rows if r["ts_ns"] >= start + warm_up_ns]
     requests = list(rl.read(cluster.nodes[0].request_log, "0", [rl.API_KEYS["Fetch"]]))
@@ -97,10 +76,11 @@ def _record(name: str, figures: dict[str, Any]) -> None:
         fh.write(json.dumps({"test": name, **figures}) + "\n")
 
 
-def test_quiet_consumer_expired_fetches_against_remote_time(kafka_node: Any) -> None:
+def test_quiet_consumer_expired_fetches_against_remote_time(kafka_node: tuple[Any, Path]) -> None:
     """An idle partition: every fetch parks for max wait; the broker's remote time says how long."""
-    _topics(kafka_node.bootstrap, "clock-idle")
-    _consume(kafka_node.bootstrap, "clock-idle", "clock-idle", 7.0, 100)
+    bootstrap = kafka_node[0].bootstrap
+    create_topic(bootstrap, "clock-idle", 0)
+    confluent_consume(bootstrap, "clock-idle", "clock-idle", 7.0, 1 << 20, max_wait_ms=100, from_start=False)
     figures, _ = _judge(kafka_node, "clock-idle")
     _record("quiet_expired", figures)
     assert figures["matched"] >= 50, figures
@@ -112,25 +92,27 @@ def test_quiet_consumer_expired_fetches_against_remote_time(kafka_node: Any) -> 
     assert figures["fetchlat_local_p50_ms"] < 10, figures
 
 
-def test_busy_consumer_woken_and_immediate_fetches_against_remote_time(kafka_node: Any) -> None:
+def test_busy_consumer_woken_and_immediate_fetches_against_remote_time(kafka_node: tuple[Any, Path]) -> None:
     """A producer (acks=all) feeds a topic a consumer long-polls (woken fetches), and a second
     consumer catches up over a filled topic with small fetches (immediate ones)."""
-    _topics(kafka_node.bootstrap, "clock-fed", "clock-full")
+    bootstrap = kafka_node[0].bootstrap
+    create_topic(bootstrap, "clock-fed", 0)
+    create_topic(bootstrap, "clock-full", 0)
     stop = threading.Event()
     sent: list[int] = []
-    feeder = threading.Thread(target=_produce, args=(kafka_node.bootstrap, "clock-fed", stop, 0.137, sent))
-    filler = threading.Thread(target=_produce, args=(kafka_node.bootstrap, "clock-full", stop, 0.001, sent))
+    feeder = threading.Thread(target=_produce, args=(bootstrap, "clock-fed", stop, 0.137, sent))
+    filler = threading.Thread(target=_produce, args=(bootstrap, "clock-full", stop, 0.001, sent))
     feeder.start()
     filler.start()
     try:
         time.sleep(2.0)
-        got_fed = _consume(kafka_node.bootstrap, "clock-fed", "clock-fed", 7.0, 500)
+        got_fed = confluent_consume(bootstrap, "clock-fed", "clock-fed", 7.0, 1 << 20, max_wait_ms=500,
+                                    from_start=False)
     finally:
         stop.set()
         feeder.join(30)
         filler.join(30)
-    got_full = _consume(kafka_node.bootstrap, "clock-full", "clock-full", 4.0, 500, from_start=True,
-                        fetch_bytes=2048)
+    got_full = confluent_consume(bootstrap, "clock-full", "clock-full", 4.0, 2048, max_wait_ms=500)
     assert sum(sent) == 0, "a record was not acknowledged"
     assert got_fed >= 20 and got_full >= 200, (got_fed, got_full)
     woken, _ = _judge(kafka_node, "clock-fed")
@@ -184,12 +166,6 @@ def test_cluster_follower_fetches_cross_the_sidecars_and_join_the_leaders_logs(t
     expired = figures["by_broker_outcome"]["expired"]
     assert expired["n"] >= 5 and expired["agree"] >= 0.95 * expired["n"], figures  # 41 of 41 in docs/kafka.md
     # woken follower fetches: fetchlat's wait is short by the append's own time (docs/kafka.md, not met yet)
-    replication = [r for f in trace_layout_files(traces, "replication") for r in f]
-    assert replication, "no replication latency sample"
+    replication = trace_layout.local_files(str(traces), "replication")
+    assert sum(pq.ParquetFile(f).metadata.num_rows for f in replication), "no replication latency sample"
 
-
-def trace_layout_files(trace_dir: Path, table: str) -> list[list[dict[str, Any]]]:
-    import pyarrow.parquet as pq
-    from fetchlat.metrics import trace_layout
-
-    return [pq.read_table(f).to_pylist() for f in trace_layout.local_files(str(trace_dir), table)]

@@ -81,14 +81,15 @@ def create_topic(bootstrap: str, topic: str, records: int) -> None:
 
 
 def confluent_consume(bootstrap: str, topic: str, client_id: str, seconds: float, fetch_bytes: int,
-                      on_tick: Callable[[float], None] | None = None) -> int:
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+                      on_tick: Callable[[float], None] | None = None, *, max_wait_ms: int = MAX_WAIT_MS,
+                      from_start: bool = True) -> int:
+    from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": client_id, "client.id": client_id,
-                  "fetch.wait.max.ms": MAX_WAIT_MS, "fetch.min.bytes": 1, "enable.auto.commit": False,
+                  "fetch.wait.max.ms": max_wait_ms, "fetch.min.bytes": 1, "enable.auto.commit": False,
                   "max.partition.fetch.bytes": fetch_bytes, "fetch.max.bytes": fetch_bytes,
                   "message.max.bytes": fetch_bytes, "queued.max.messages.kbytes": 64})
-    c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING if from_start else OFFSET_END)])
     n = 0
     end = time.monotonic() + seconds
     while time.monotonic() < end:
