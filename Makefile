@@ -26,7 +26,7 @@ $(COMPILED): $(STAMP) $(HOT_SOURCES)
 	touch $@
 
 # Apache Kafka's jars (embedded/kafka-pom.xml names the version), fetched through Maven once
-KAFKA_JARS := $(HOME)/.cache/fetchlat/kafka-$(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' embedded/kafka-pom.xml)/libs/.complete
+KAFKA_JARS := $(or $(FETCHLAT_KAFKA_CACHE),$(HOME)/.cache/fetchlat)/kafka-$(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' embedded/kafka-pom.xml)/libs/.complete
 $(KAFKA_JARS): embedded/kafka-pom.xml | $(STAMP)
 	$(BIN)/python -c "from fetchlat.embedded import kafka; print('Apache Kafka', kafka.VERSION, 'in', kafka.ensure_jars())"
 

@@ -216,23 +216,15 @@ def _positive_int(value: Any, what: str) -> int:
     return n
 
 
-def _positive_float(value: Any, what: str) -> float:
+def _positive_float(value: Any, what: str, *, unit: str = "seconds", zero_ok: bool = False) -> float:
     try:
         f = float(value)
     except (TypeError, ValueError):
-        raise ConfigError(f"{what}: '{value}' is not a number of seconds") from None
-    if f <= 0:
-        raise ConfigError(f"{what}: must be positive, got {f}")
-    return f
-
-
-def _non_negative_float(value: Any, what: str) -> float:
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{what}: '{value}' is not a number of milliseconds") from None
-    if not f >= 0:
+        raise ConfigError(f"{what}: '{value}' is not a number of {unit}") from None
+    if zero_ok and not f >= 0:
         raise ConfigError(f"{what}: must be 0 or more, got {f}")
+    if not zero_ok and f <= 0:
+        raise ConfigError(f"{what}: must be positive, got {f}")
     return f
 
 
@@ -348,8 +340,8 @@ def load_config(cli: dict[str, Any], env: dict[str, str] | None = None) -> Confi
         metadata_refresh_s=float(merged.get("metadata_refresh_s", 30.0)),
         log_level=level,
         wait_time_tag=_tag(merged.get("wait_time_tag")),
-        expiry_overshoot_ms=_non_negative_float(merged.get("expiry_overshoot_ms", DEFAULT_EXPIRY_OVERSHOOT_NS / 1e6),
-                                                "expiry_overshoot_ms"),
+        expiry_overshoot_ms=_positive_float(merged.get("expiry_overshoot_ms", DEFAULT_EXPIRY_OVERSHOOT_NS / 1e6),
+                                            "expiry_overshoot_ms", unit="milliseconds", zero_ok=True),
         proxy_id=merged.get("proxy_id"),
         sidecar_node=_node_id(merged.get("sidecar_node")),
         tls_cert=_readable(merged.get("tls_cert"), "tls_cert"),
