@@ -30,7 +30,13 @@ KAFKA_JARS := $(or $(FETCHLAT_KAFKA_CACHE),$(HOME)/.cache/fetchlat)/kafka-$(shel
 $(KAFKA_JARS): embedded/kafka-pom.xml | $(STAMP)
 	$(BIN)/python -c "from fetchlat.embedded import kafka; print('Apache Kafka', kafka.VERSION, 'in', kafka.ensure_jars())"
 
-deps: $(COMPILED) $(KAFKA_JARS)
+# KafkaJS for the client tests (tests/integration/clients/package-lock.json pins it), from npm
+NODE_CLIENTS := tests/integration/clients/node_modules/.package-lock.json
+$(NODE_CLIENTS): tests/integration/clients/package.json tests/integration/clients/package-lock.json
+	cd tests/integration/clients && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+deps: $(COMPILED) $(KAFKA_JARS) $(NODE_CLIENTS)
 	@missing=""; for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \

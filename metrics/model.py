@@ -208,18 +208,21 @@ class ProduceSample:
     client_id: str | None
     acks: int
     api_version: int
-    records: int
+    records: int  # in the request
+    accepted: int  # of those, in partitions the broker answered without error (all of them for acks=0)
     request_bytes: int
     error_code: int
     total_ns: int | None  # None for acks=0 (no response)
     partitions: tuple[tuple[str, int, int, int], ...]  # topic, partition, base offset, records
 
-    def __init__(self, *, client_id: str | None, acks: int, api_version: int, records: int, request_bytes: int,
-                 error_code: int, total_ns: int | None, partitions: tuple[tuple[str, int, int, int], ...]) -> None:
+    def __init__(self, *, client_id: str | None, acks: int, api_version: int, records: int, accepted: int,
+                 request_bytes: int, error_code: int, total_ns: int | None,
+                 partitions: tuple[tuple[str, int, int, int], ...]) -> None:
         self.client_id = client_id
         self.acks = acks
         self.api_version = api_version
         self.records = records
+        self.accepted = accepted
         self.request_bytes = request_bytes
         self.error_code = error_code
         self.total_ns = total_ns
@@ -293,17 +296,20 @@ class LatencyModel:
                   for p in req.partitions}
         parts: list[tuple[str, int, int, int]] = []
         error = 0
+        accepted = req.records if resp is None else 0  # a rejected batch (a client retries it) is not produced
         if resp is not None:
             for rp in resp.partitions:
                 topic = self.topic(rp.topic_id or rp.topic or "")
                 n = counts.get((topic, rp.partition), 0)
                 error = error or rp.error_code
                 parts.append((topic, rp.partition, rp.base_offset, n))
+                if rp.error_code == 0:
+                    accepted += n
                 if rp.error_code == 0 and rp.base_offset >= 0 and n > 0:
                     self._appended(topic, rp.partition, rp.base_offset + n, ev.t_request_ns,
                                    ev.t_first_ns if req.acks != 0 and self.beside_broker else -1)
         return ProduceSample(client_id=ev.client_id, acks=req.acks, api_version=ev.api_version, records=req.records,
-                             request_bytes=ev.request_bytes, error_code=error,
+                             accepted=accepted, request_bytes=ev.request_bytes, error_code=error,
                              total_ns=None if resp is None else ev.t_last_ns - ev.t_request_ns,
                              partitions=tuple(parts))
 

@@ -256,8 +256,8 @@ class FetchMetrics:
         self.low_confidence = Counter("fetchlat_fetch_low_confidence", "Fetches whose wait is a low-confidence guess",
                                       ["broker", "kind", "basis"], registry=r)
         self.produce = h("fetchlat_produce_seconds", "Produce request forwarded -> response", ["broker", "acks"])
-        self.produce_records = Counter("fetchlat_produced_records", "Records produced", ["broker", "acks"],
-                                       registry=r)
+        self.produce_records = Counter("fetchlat_produced_records", "Records produced (accepted by the broker)",
+                                       ["broker", "acks"], registry=r)
         self.replication = h("fetchlat_replication_seconds",
                              "Produce append at the leader -> follower fetch confirming it", ["broker", "follower"])
         self.client_rtt = h("fetchlat_client_rtt_seconds", "Client-leg TCP round-trip time (kernel TCP_INFO)",
@@ -346,6 +346,6 @@ class FetchMetrics:
 
     def observe_produce(self, broker: str, s: ProduceSample) -> None:
         acks = str(s.acks)
-        self.produce_records.labels(broker, acks).inc(s.records)
+        self.produce_records.labels(broker, acks).inc(s.accepted)
         if s.total_ns is not None:
             self.produce.labels(broker, acks).observe(s.total_ns / 1e9)

@@ -181,11 +181,12 @@ def _socket_owners() -> dict[int, int]:
 
 @dataclass
 class ConnectionSampler:
-    """Samples, every few ms, which processes hold TCP connections to given ports."""
+    """Samples, every few ms, which processes hold TCP connections to the brokers' ports and to
+    the proxies' ports."""
 
-    broker_port: int
+    broker_ports: set[int]
     proxy_ports: set[int]
-    to_broker: set[int] = field(default_factory=set)  # pids connected to the broker
+    to_broker: set[int] = field(default_factory=set)  # pids connected to a broker
     to_proxy: set[int] = field(default_factory=set)  # pids connected to a proxy port
     samples: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -194,12 +195,12 @@ class ConnectionSampler:
         while not self._stop.is_set():
             rows = _tcp_table()
             wanted = {inode for _, rport, inode, st in rows
-                      if st == "01" and (rport == self.broker_port or rport in self.proxy_ports)}
+                      if st == "01" and (rport in self.broker_ports or rport in self.proxy_ports)}
             if wanted:
                 owners = _socket_owners()
                 for _, rport, inode, _state in rows:
                     if inode in wanted and inode in owners:
-                        (self.to_broker if rport == self.broker_port else self.to_proxy).add(owners[inode])
+                        (self.to_broker if rport in self.broker_ports else self.to_proxy).add(owners[inode])
             self.samples += 1
             self._stop.wait(0.01)
 

@@ -16,8 +16,10 @@ import shutil
 import subprocess
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from fetchlat.proxy.build import hot_path
@@ -26,6 +28,7 @@ from .conftest import TANSU_NODE_ID, Broker, ConnectionSampler, ProxyProc
 
 pytestmark = pytest.mark.integration
 
+T = TypeVar("T")
 RECORDS = [(f"k{i}".encode(), f"v{i}".encode()) for i in range(5)]
 
 
@@ -38,23 +41,34 @@ class Outcome:
     node_ids: tuple[int, ...]
 
 
+def until(get: Callable[[], T], ok: Callable[[T], bool], timeout_s: float = 10.0) -> T:
+    """``get()`` again until ``ok`` says yes or the bound passes (a new topic reaches every
+    broker's metadata a moment after the controller has it)."""
+    deadline = time.monotonic() + timeout_s
+    value = get()
+    while not ok(value) and time.monotonic() < deadline:
+        time.sleep(0.2)
+        value = get()
+    return value
+
+
 def names() -> tuple[str, str]:
     u = uuid.uuid4().hex[:8]
     return f"t-{u}", f"g-{u}"
 
 
 # --------------------------------------------------------------------- confluent-kafka
-def confluent_scenario(bootstrap: str) -> Outcome:
+def confluent_scenario(bootstrap: str, rf: int = 1) -> Outcome:
     from confluent_kafka import Consumer, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
 
     topic, group = names()
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for f in admin.create_topics([NewTopic(topic, num_partitions=3, replication_factor=1)]).values():
+    for f in admin.create_topics([NewTopic(topic, num_partitions=3, replication_factor=rf)]).values():
         f.result(timeout=20)
-    md = admin.list_topics(timeout=20)
+    md = until(lambda: admin.list_topics(timeout=20), lambda m: topic in m.topics)
     cluster = admin.describe_cluster(request_timeout=20).result(timeout=20)
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all"})
     for k, v in RECORDS:
         p.produce(topic, key=k, value=v, partition=int(k[1:]) % 3)
     assert p.flush(20) == 0
@@ -75,17 +89,17 @@ def confluent_scenario(bootstrap: str) -> Outcome:
 
 
 # --------------------------------------------------------------------- kafka-python
-def kafkapython_scenario(bootstrap: str) -> Outcome:
+def kafkapython_scenario(bootstrap: str, rf: int = 1) -> Outcome:
     from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
     from kafka.admin import NewTopic
 
     topic, group = names()
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=20000)
-    admin.create_topics([NewTopic(topic, 3, 1)])
-    listed = topic in admin.list_topics()
+    admin.create_topics([NewTopic(topic, 3, rf)])
+    listed = topic in until(admin.list_topics, lambda names: topic in names)
     cluster = admin.describe_cluster()
     admin.close()
-    p = KafkaProducer(bootstrap_servers=bootstrap)
+    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
     for k, v in RECORDS:
         p.send(topic, key=k, value=v, partition=int(k[1:]) % 3)
     p.flush(20)
@@ -106,7 +120,7 @@ def kafkapython_scenario(bootstrap: str) -> Outcome:
 
 
 # --------------------------------------------------------------------- aiokafka
-def aiokafka_scenario(bootstrap: str) -> Outcome:
+def aiokafka_scenario(bootstrap: str, rf: int = 1) -> Outcome:
     async def run() -> Outcome:
         from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
         from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -114,11 +128,16 @@ def aiokafka_scenario(bootstrap: str) -> Outcome:
         topic, group = names()
         admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
         await admin.start()
-        await admin.create_topics([NewTopic(topic, 3, 1)])
+        await admin.create_topics([NewTopic(topic, 3, rf)])
         listed = topic in await admin.list_topics()
+        for _ in range(50):  # bounded, as until() is
+            if listed:
+                break
+            await asyncio.sleep(0.2)
+            listed = topic in await admin.list_topics()
         cluster = await admin.describe_cluster()
         await admin.close()
-        p = AIOKafkaProducer(bootstrap_servers=bootstrap)
+        p = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
         await p.start()
         for k, v in RECORDS:
             await p.send_and_wait(topic, key=k, value=v, partition=int(k[1:]) % 3)
@@ -152,7 +171,7 @@ def test_client_behaves_through_the_proxy_as_directly(client: str, tansu: Broker
     scenario = SCENARIOS[client]
     direct = scenario(tansu.bootstrap)
     assert direct.consumed == tuple(sorted(RECORDS))  # the scenario itself is sound
-    with ConnectionSampler(tansu.port, proxy.ports) as sampler:
+    with ConnectionSampler({tansu.port}, proxy.ports) as sampler:
         proxied = scenario(proxy.bootstrap)
     assert proxied == direct
     assert sampler.samples > 10
@@ -179,7 +198,7 @@ def test_kcat_works_through_the_proxy_but_not_directly(tansu: Broker, proxy: Pro
     # directly, librdkafka 2.0.2 cannot parse Tansu's ApiVersions tags (PROTOCOL-NOTES §3.4)
     direct = kcat("-L", "-b", tansu.bootstrap, "-m", "3", timeout=20)
     assert direct.returncode != 0
-    with ConnectionSampler(tansu.port, proxy.ports) as sampler:
+    with ConnectionSampler({tansu.port}, proxy.ports) as sampler:
         lines = b"".join(k + b":" + v + b"\n" for k, v in RECORDS)
         produced = kcat("-P", "-b", proxy.bootstrap, "-t", topic, "-K:", data=lines)
         assert produced.returncode == 0, produced.stderr

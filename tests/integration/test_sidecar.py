@@ -54,7 +54,7 @@ def test_clients_and_followers_pass_the_sidecar_with_addresses_unchanged(sidecar
 
     proxy = sidecar.proxy
     topic = f"side-{uuid.uuid4().hex[:6]}"
-    with ConnectionSampler(sidecar.broker_port, {proxy.listen_port}) as sampler:
+    with ConnectionSampler({sidecar.broker_port}, {proxy.listen_port}) as sampler:
         admin = AdminClient({"bootstrap.servers": proxy.bootstrap})
         for f in admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)]).values():
             f.result(timeout=20)

@@ -123,6 +123,16 @@ def test_acks_zero_produce_dates_the_data_by_its_forwarding() -> None:
     assert (s.outcome, s.wait_ns) == (WOKEN, 100 * MS)
 
 
+def test_a_rejected_batch_is_not_produced_until_the_retry_is_accepted() -> None:
+    m = LatencyModel(wall_minus_mono_ns=0)
+    rejected = m.on_produce(produce_ev(T0, T0 + 1 * MS, base=-1, n=5, error=6))  # NOT_LEADER_OR_FOLLOWER
+    accepted = m.on_produce(produce_ev(T0 + 2 * MS, T0 + 3 * MS, base=0, n=5))
+    acks0 = produce_ev(T0 + 4 * MS, T0 + 4 * MS, base=5, n=5, acks=0)
+    acks0.response = None  # acks=0: no response
+    unanswered = m.on_produce(acks0)
+    assert [(s.records, s.accepted) for s in (rejected, accepted, unanswered)] == [(5, 0), (5, 5), (5, 5)]
+
+
 def test_data_known_before_the_request_is_immediate() -> None:
     m = LatencyModel(wall_minus_mono_ns=0)
     m.on_produce(produce_ev(T0 - 50 * MS, T0 - 49 * MS, base=0, n=5))

@@ -37,11 +37,11 @@ def fetch_ev(t_req: int, t_first: int, t_last: int, *, offset: int = 0, records:
                           request_bytes=80, response_bytes=100 + 100 * records)
 
 
-def produce_ev(t_req: int, t_resp: int, base: int, n: int, acks: int = 1) -> ProduceExchanged:
+def produce_ev(t_req: int, t_resp: int, base: int, n: int, acks: int = 1, error: int = 0) -> ProduceExchanged:
     req = ProduceRequestInfo(transactional=False, acks=acks, timeout_ms=1000, partitions=(
         ProducePartitionRequest(topic="t", topic_id=None, partition=0, batches=BatchStats(batches=1, records=n)),))
     resp = ProduceResponseInfo(throttle_time_ms=0, partitions=(
-        ProducePartitionResponse(topic="t", topic_id=None, partition=0, error_code=0, base_offset=base,
+        ProducePartitionResponse(topic="t", topic_id=None, partition=0, error_code=error, base_offset=base,
                                  log_append_time_ms=-1, log_start_offset=0),))
     return ProduceExchanged(correlation_id=1, client_id="p", api_version=9, request=req, response=resp,
                             t_request_ns=t_req, t_first_ns=t_resp, t_last_ns=t_resp, request_bytes=200,
