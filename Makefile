@@ -65,8 +65,9 @@ test: deps lint typecheck
 test-pure: deps
 	FETCHLAT_PURE_PYTHON=1 $(BIN)/pytest -q -p no:cacheprovider
 
+# make demo BROKER=kafka: the same demo on a 3-broker Apache Kafka cluster, a sidecar per broker
 demo: deps
-	$(BIN)/fetchlat demo
+	$(BIN)/fetchlat demo $(if $(BROKER),--broker $(BROKER))
 
 clean:
 	rm -rf $(VENV) build *.egg-info protocol/*.so metrics/*.so proxy/*.so protocol/hot_sources.json

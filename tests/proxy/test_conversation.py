@@ -102,6 +102,24 @@ def test_time_held_for_the_broker_connection_is_not_broker_time() -> None:
     assert (row["ts_ns"], row["total_ns"], row["e2e_ns"]) == (T0 + 6 * MS, 2 * MS, 7 * MS)
 
 
+def test_a_pipelined_request_starts_when_the_broker_has_answered_the_one_before() -> None:
+    """Two metadata requests and a fetch sent back to back at 1, 2 and 3 ms: the broker takes one
+    at a time, answering at 10, 15 and 16 ms. The second is timed from 10 ms (5 ms), the fetch
+    from 15 ms (1 ms); its 12 ms in the socket are the client's to wait (e2e), not the broker's."""
+    pb = ready()
+    for corr, t in ((1, 1), (2, 2)):
+        pb.client(metadata_request(corr), T0 + t * MS)
+    pb.client(fetch_request(3, max_wait_ms=0), T0 + 3 * MS)
+    pb.broker(metadata_response(1, []), T0 + 10 * MS)
+    pb.broker(metadata_response(2, []), T0 + 15 * MS)
+    pb.broker(empty_fetch_response(3), T0 + 16 * MS)
+    assert pb.value("fetchlat_request_duration_seconds_sum", api="Metadata", broker="bootstrap") == pytest.approx(
+        0.009 + 0.005)
+    assert pb.value("fetchlat_fetch_total_seconds_sum", broker="bootstrap", kind="consumer") == pytest.approx(0.001)
+    (row,) = [r for t, r in pb.rows if t == "exchanges" and r["api"] == "Fetch"]
+    assert (row["ts_ns"], row["total_ns"], row["e2e_ns"]) == (T0 + 15 * MS, 1 * MS, 13 * MS)
+
+
 def test_held_bytes_past_the_limit_pause_the_client_until_the_broker_is_up() -> None:
     pb = Playbook(limits=Limits(max_pending_bytes=100))
     req = fetch_request(1)
