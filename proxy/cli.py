@@ -4,9 +4,9 @@ parsed by their own packages (``analysis/cli.py``, ``perf/cli.py``)."""
 from __future__ import annotations
 
 import argparse
-import os
 import asyncio
 import logging
+import os
 import signal
 import sys
 
