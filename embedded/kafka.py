@@ -291,13 +291,14 @@ class Cluster:
             s.stop()
 
 
-def _plan(home: Path, brokers: int, sidecars: bool, settings: dict[str, str], heap: str) -> list[Node]:
+def _plan(home: Path, brokers: int, sidecars: bool, settings: dict[str, str], heap: str,
+          advertised_ports: Sequence[int] | None) -> list[Node]:
     controller_port = free_port()
     rf = min(brokers, 3)
     nodes = []
     for i in range(brokers):
         port = free_port()
-        advertised = free_port() if sidecars else port
+        advertised = advertised_ports[i] if advertised_ports else free_port() if sidecars else port
         nodes.append(Node(
             node_id=i, roles="broker,controller" if i == 0 else "broker", port=port, advertised_port=advertised,
             controller_port=controller_port if i == 0 else None, home=home / f"node-{i}",
@@ -307,14 +308,16 @@ def _plan(home: Path, brokers: int, sidecars: bool, settings: dict[str, str], he
 
 @contextmanager
 def cluster(home: Path, *, brokers: int = 1, sidecars: bool = False, settings: dict[str, str] | None = None,
-            sidecar_args: Sequence[str] = (), heap: str = DEFAULT_HEAP, start_timeout_s: float = 90.0
-            ) -> Iterator[Cluster]:
+            sidecar_args: Sequence[str] = (), heap: str = DEFAULT_HEAP, start_timeout_s: float = 90.0,
+            advertised_ports: Sequence[int] | None = None) -> Iterator[Cluster]:
     """A KRaft cluster on loopback: node 0 is broker and the one controller, the others brokers.
     With ``sidecars`` each broker advertises its own fetchlat sidecar, so every client request
-    and every follower's replication fetch crosses one. Stopped (sidecars first) on exit."""
+    and every follower's replication fetch crosses one. ``advertised_ports`` makes each broker
+    advertise a port of the caller's (a proxy the caller starts there, as the benchmark's
+    haproxy and relay). Stopped (sidecars first) on exit."""
     ensure_jars()
     home.mkdir(parents=True, exist_ok=True)
-    nodes = _plan(home, brokers, sidecars, settings or {}, heap)
+    nodes = _plan(home, brokers, sidecars, settings or {}, heap, advertised_ports)
     voters = f"0@127.0.0.1:{nodes[0].controller_port}"
     cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()  # KRaft's form of a UUID
     c = Cluster(home, nodes)
