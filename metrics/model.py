@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from fetchlat.protocol.events import FetchExchanged, ProduceExchanged
+from fetchlat.protocol.produce import ProduceRequestInfo
 from fetchlat.protocol.sessions import TopicKey
 
 from .vocabulary import Kind, Outcome, WaitSource, fetch_kind
@@ -30,6 +31,7 @@ EXPIRY_SLACK_NS: Final = 2 * NS_PER_MS
 # maxWaitMs of expired fetches p10/p50/p90 0.48/1.29/1.67 ms. Configurable (expiry_overshoot_ms).
 DEFAULT_EXPIRY_OVERSHOOT_NS: Final = 1 * NS_PER_MS
 MAX_APPENDS_PER_PARTITION: Final = 4096
+MAX_PENDING_PER_PARTITION: Final = 64  # produces in flight to one partition (5 per producer by default)
 MAX_PARTITIONS: Final = 100_000
 
 IMMEDIATE, WOKEN, EXPIRED, ERROR, UNKNOWN = (Outcome.IMMEDIATE, Outcome.WOKEN, Outcome.EXPIRED, Outcome.ERROR,
@@ -251,6 +253,8 @@ class _Partition:
     append_ends: list[int] = field(default_factory=list)  # end offsets of appends seen, ascending
     append_times: list[int] = field(default_factory=list)  # the produce forwarded (the append begins)
     append_acks: list[int] = field(default_factory=list)  # its response's first byte (appended), or -1
+    pending: list[int] = field(default_factory=list)  # produces with records sent, not yet answered: when
+    pending_records: list[int] = field(default_factory=list)  # and how many records each carries
     confirmed: dict[int, int] = field(default_factory=dict)  # follower -> offset it has
 
 
@@ -264,6 +268,10 @@ class LatencyModel:
         # a sidecar: the broker is on loopback, so a produce's acknowledgement dates its append
         self.beside_broker = beside_broker
         self.topic_names: dict[TopicKey, str] = {}
+        # ids met without a name (the proxy then asks its broker for every topic's id), and
+        # ids still nameless after that: not asked about again
+        self.unnamed: set[TopicKey] = set()
+        self.nameless: set[TopicKey] = set()
         self._parts: OrderedDict[tuple[str, int], _Partition] = OrderedDict()
 
     # --------------------------------------------------------------------- knowledge
@@ -271,11 +279,23 @@ class LatencyModel:
         if isinstance(key, str):
             return key
         name = self.topic_names.get(key)
-        return name if name is not None else str(key)
+        if name is not None:
+            return name
+        if key not in self.nameless and len(self.unnamed) < MAX_PARTITIONS:
+            self.unnamed.add(key)
+        return str(key)
 
-    def learn_topic_ids(self, topics: tuple[tuple[str, TopicKey], ...]) -> None:
+    def learn_topic_ids(self, topics: tuple[tuple[str, TopicKey], ...], everything: bool = False) -> None:
+        """Names of topic ids, from a Metadata response; ``everything``: the answer named every
+        topic the broker has, so an id it left out is not asked about again."""
         for name, tid in topics:
             self.topic_names[tid] = name
+            self.unnamed.discard(tid)
+            self.nameless.discard(tid)
+        if everything:
+            if len(self.nameless) + len(self.unnamed) <= MAX_PARTITIONS:
+                self.nameless |= self.unnamed
+            self.unnamed.clear()
 
     def _part(self, topic: str, partition: int) -> _Partition:
         key = (topic, partition)
@@ -290,8 +310,25 @@ class LatencyModel:
         return wall_ms * NS_PER_MS - self.wall_minus_mono_ns
 
     # --------------------------------------------------------------------- produce
+    def on_produce_sent(self, req: ProduceRequestInfo, t_ns: int) -> None:
+        """A produce with records went upstream at ``t_ns`` and awaits its answer (acks != 0)."""
+        for p in req.partitions:
+            if p.batches is not None and p.batches.records:
+                st = self._part(self.topic(p.topic_id or p.topic or ""), p.partition)
+                st.pending.append(t_ns)
+                st.pending_records.append(p.batches.records)
+                if len(st.pending) > MAX_PENDING_PER_PARTITION:
+                    del st.pending[0], st.pending_records[0]
+
     def on_produce(self, ev: ProduceExchanged) -> ProduceSample:
         req, resp = ev.request, ev.response
+        if resp is not None:  # answered: it and every produce sent before it are no longer pending
+            for p in req.partitions:
+                st = self._parts.get((self.topic(p.topic_id or p.topic or ""), p.partition))
+                if st is not None and st.pending and st.pending[0] <= ev.t_request_ns:
+                    keep = [i for i, t in enumerate(st.pending) if t > ev.t_request_ns]
+                    st.pending = [st.pending[i] for i in keep]
+                    st.pending_records = [st.pending_records[i] for i in keep]
         counts = {(self.topic(p.topic_id or p.topic or ""), p.partition): (p.batches.records if p.batches else 0)
                   for p in req.partitions}
         parts: list[tuple[str, int, int, int]] = []
@@ -369,7 +406,8 @@ class LatencyModel:
             rec_lat = None
             if b is not None and b.batches:
                 off = offsets.get((topic, rp.partition), b.first_offset)
-                a, basis = self._arrival(st, off, b.first_timestamp_ms, b.log_append_time, follower is not None)
+                a, basis = self._arrival(st, off, b.first_timestamp_ms, b.log_append_time, follower is not None,
+                                         ev.t_first_ns)
                 if a is not None and (arrival is None or a < arrival):
                     arrival, arrival_basis = a, basis
                 if follower is None and b.max_timestamp_ms >= 0:
@@ -403,14 +441,26 @@ class LatencyModel:
             partitions=tuple(part_samples))
         return sample, replication
 
-    def _arrival(self, st: _Partition, fetch_offset: int, first_ts_ms: int, log_append: bool, follower: bool
-                 ) -> tuple[int | None, str | None]:
+    def _arrival(self, st: _Partition, fetch_offset: int, first_ts_ms: int, log_append: bool, follower: bool,
+                 t_first_ns: int = 0) -> tuple[int | None, str | None]:
         """When the first data beyond ``fetch_offset`` could wake this fetch: for a follower the
-        append beginning, for a consumer the append acknowledged (see ``_appended``)."""
+        append beginning, for a consumer the append acknowledged (see ``_appended``). A
+        follower's data may come from a produce not answered yet (acks=all is answered only after
+        every follower's next fetch shows it has the records): the pending produces follow the
+        last answered one in the log, in the order they were sent, each as long as its record
+        count, so the one holding ``fetch_offset`` is the append that could wake the fetch."""
         i = bisect.bisect_right(st.append_ends, fetch_offset)
         if i < len(st.append_ends):
             ack = st.append_acks[i]
             return (st.append_times[i] if follower or ack < 0 else ack), "produce_seen"
+        if follower and st.pending and st.append_ends and fetch_offset >= st.append_ends[-1]:
+            end = st.append_ends[-1]
+            for t, n in zip(st.pending, st.pending_records):
+                end += n
+                if fetch_offset < end:
+                    if t <= t_first_ns:
+                        return t, "produce_seen"
+                    break
         if first_ts_ms >= 0:
             return self._mono(first_ts_ms), "log_append_time" if log_append else "create_time"
         return None, None

@@ -28,6 +28,7 @@ from fetchlat.protocol.events import (
     Event,
     FetchExchanged,
     ProduceExchanged,
+    ProduceSent,
     RequestSeen,
     ResponseSeen,
     SaslPassthroughStarted,
@@ -150,6 +151,8 @@ class ConnectionObserver:
                 self._fetch(ev, t_written_ns - t_read_ns)
             elif isinstance(ev, ProduceExchanged):
                 self._produce(ev)
+            elif isinstance(ev, ProduceSent):
+                obs.model.on_produce_sent(ev.request, self.forwarded_ns(ev.t_request_ns))
             elif isinstance(ev, TopicIdsLearned):
                 obs.model.learn_topic_ids(ev.topics)
             elif isinstance(ev, DecodeFailed):

@@ -172,5 +172,24 @@ class ProduceExchanged:
         self.response_bytes = response_bytes
 
 
+@dataclass(slots=True, kw_only=True)
+class ProduceSent:
+    """A decoded Produce request that expects an answer (acks != 0), as it goes upstream. Under
+    acks=all the answer comes only after the followers have fetched the records, so the model
+    needs the request's own time to date what woke their fetches."""
+
+    correlation_id: int
+    client_id: str | None
+    request: ProduceRequestInfo
+    t_request_ns: int
+
+    def __init__(self, *, correlation_id: int, client_id: str | None, request: ProduceRequestInfo,
+                 t_request_ns: int) -> None:
+        self.correlation_id = correlation_id
+        self.client_id = client_id
+        self.request = request
+        self.t_request_ns = t_request_ns
+
+
 Event = (RequestSeen | ResponseSeen | BrokersLearned | DecodeFailed | SaslPassthroughStarted | TopicIdsLearned
-         | FetchExchanged | ProduceExchanged)
+         | FetchExchanged | ProduceExchanged | ProduceSent)

@@ -13,7 +13,7 @@ from typing import Final
 
 from . import apis, fetch, fetch_now, produce, produce_now
 from .errors import DecodeError, FramingError
-from .events import DecodeFailed, Event, ProduceExchanged, RequestSeen
+from .events import DecodeFailed, Event, ProduceExchanged, ProduceSent, RequestSeen
 from .framing import frame_size
 from .headers import RequestHeader, parse_request_header
 from .inflight import SASL_TOKEN, InFlight, Shared, observed
@@ -208,6 +208,9 @@ class RequestDecoder:
         if expects:
             shared.in_flight.append(InFlight(header.correlation_id, header.api_key, header.api_version,
                                              header.client_id, t_ns, mech, info, covered, self._size))
+            if isinstance(info, produce.ProduceRequestInfo):
+                events.append(ProduceSent(correlation_id=header.correlation_id, client_id=header.client_id,
+                                          request=info, t_request_ns=t_ns))
         elif isinstance(info, produce.ProduceRequestInfo):  # acks=0: the request is all there is
             events.append(ProduceExchanged(
                 correlation_id=header.correlation_id, client_id=header.client_id, api_version=header.api_version,

@@ -1,6 +1,13 @@
 """Broker discovery: the proxy's own Metadata request to a bootstrap broker, and the loop that
 repeats it (every ``metadata_refresh_s``, at once when a connection to a broker fails).
 
+Topic ids: fetches and produces of recent clients and every follower name topics by id (Fetch
+v13+, Produce v13+), and the latency model keys a partition by name. A proxy learns the ids
+from the Metadata responses its clients receive, but in a cluster a client asks any broker
+for metadata, and followers never do: a sidecar may see a topic only by id. When the model
+meets an id it cannot name (``wants_topics``), the next round also asks for every topic's id
+(Metadata v12, all topics), at most once per ``TOPICS_MIN_INTERVAL_S``.
+
 Built on the codec: the request frame from ``protocol.framing``, the response read with the
 frame limit, decoded by the spec-driven walker; any ``ProtocolError`` (a garbled or hostile
 answer) is a failed attempt like a refused connection, never the end of discovery.
@@ -13,6 +20,8 @@ import asyncio
 import contextlib
 import logging
 import ssl
+import time
+import uuid
 from collections.abc import Callable
 from typing import Final
 
@@ -29,6 +38,8 @@ from .registry import HostPort
 log = logging.getLogger("fetchlat.proxy")
 
 METADATA_VERSION: Final = 1  # Topics=[] asks for brokers only
+TOPICS_VERSION: Final = 12  # v10+ gives each topic's id; Topics=null asks for every topic
+TOPICS_MIN_INTERVAL_S: Final = 5.0
 CLIENT_ID: Final = "fetchlat-proxy"
 
 
@@ -59,14 +70,36 @@ def brokers_of(frame: bytes, correlation_id: int = 1) -> list[BrokerAddress]:
         raise BadAnswer(f"undecodable Metadata response: {exc}") from None
 
 
-async def fetch_brokers(host: str, port: int, tls: ssl.SSLContext | None = None,
-                        server_hostname: str | None = None, *, max_frame_bytes: int) -> list[BrokerAddress]:
-    """Ask one broker for the broker list (Metadata v1, no topics)."""
+def topics_request(correlation_id: int = 2) -> bytes:
+    body = encode(load("MetadataRequest"), TOPICS_VERSION, {
+        "Topics": None, "AllowAutoTopicCreation": False, "IncludeTopicAuthorizedOperations": False})
+    frame: bytes = request_frame(apis.METADATA, TOPICS_VERSION, correlation_id, CLIENT_ID, body)
+    return frame
+
+
+def topic_ids_of(frame: bytes, correlation_id: int = 2) -> list[tuple[str, uuid.UUID]]:
+    """(name, id) of every topic a Metadata v12 response frame (after its size prefix) names."""
+    got = int.from_bytes(frame[:4], "big", signed=True)
+    if got != correlation_id:
+        raise BadAnswer(f"answer has correlation id {got}, not {correlation_id}")
+    if frame[4:5] != b"\x00":  # the flexible response header's tagged fields: none expected
+        raise BadAnswer("Metadata response header carries tagged fields")
+    try:
+        msg = walk(load("MetadataResponse"), TOPICS_VERSION, frame, 5)
+    except ProtocolError as exc:
+        raise BadAnswer(f"undecodable Metadata response: {exc}") from None
+    return [(t["Name"], t["TopicId"]) for t in msg["Topics"]
+            if t["ErrorCode"] == 0 and t["Name"] and t["TopicId"] != uuid.UUID(int=0)]
+
+
+async def _ask(host: str, port: int, request: bytes, tls: ssl.SSLContext | None, server_hostname: str | None,
+               max_frame_bytes: int) -> bytes:
+    """One request on a connection of its own; the response frame after its size prefix."""
     reader, writer = await asyncio.open_connection(
         host, port, ssl=tls, server_hostname=(server_hostname or host) if tls else None)
     head = b""
     try:
-        writer.write(metadata_request())
+        writer.write(request)
         head = await reader.readexactly(4)
         size = frame_size(head, max_frame_bytes, "Metadata response")
         frame = await reader.readexactly(size)
@@ -80,7 +113,19 @@ async def fetch_brokers(host: str, port: int, tls: ssl.SSLContext | None = None,
         writer.close()
         with contextlib.suppress(OSError):
             await writer.wait_closed()
-    return brokers_of(frame)
+    return frame
+
+
+async def fetch_brokers(host: str, port: int, tls: ssl.SSLContext | None = None,
+                        server_hostname: str | None = None, *, max_frame_bytes: int) -> list[BrokerAddress]:
+    """Ask one broker for the broker list (Metadata v1, no topics)."""
+    return brokers_of(await _ask(host, port, metadata_request(), tls, server_hostname, max_frame_bytes))
+
+
+async def fetch_topic_ids(host: str, port: int, tls: ssl.SSLContext | None = None,
+                          server_hostname: str | None = None, *, max_frame_bytes: int) -> list[tuple[str, uuid.UUID]]:
+    """Ask one broker for every topic's id (Metadata v12, all topics)."""
+    return topic_ids_of(await _ask(host, port, topics_request(), tls, server_hostname, max_frame_bytes))
 
 
 class Discovery:
@@ -89,7 +134,9 @@ class Discovery:
     def __init__(self, upstreams: tuple[HostPort, ...], learn: Callable[[tuple[BrokerAddress, ...]], None], *,
                  tls: ssl.SSLContext | None, server_hostname: str | None, connect_timeout_s: float,
                  refresh_s: Callable[[], float], max_frame_bytes: int,
-                 log_throttled: Callable[..., None]) -> None:
+                 log_throttled: Callable[..., None],
+                 wants_topics: Callable[[], bool] = lambda: False,
+                 learn_topics: Callable[[tuple[tuple[str, uuid.UUID], ...]], None] = lambda _t: None) -> None:
         self.upstreams = upstreams
         self.learn = learn
         self.tls = tls
@@ -98,14 +145,20 @@ class Discovery:
         self.refresh_s = refresh_s
         self.max_frame_bytes = max_frame_bytes
         self.log_throttled = log_throttled
+        self.wants_topics = wants_topics
+        self.learn_topics = learn_topics
+        self._topics_at = -TOPICS_MIN_INTERVAL_S  # monotonic s of the last topic-id round
         self.metadata_ok = False
         self.failures = 0  # rounds in which no bootstrap broker answered
         self._had_metadata = False
         self._passive = False  # the upstream requires authentication before Metadata
         self._kick = asyncio.Event()
 
+    def topics_due(self) -> bool:
+        return time.monotonic() - self._topics_at >= TOPICS_MIN_INTERVAL_S
+
     def kick(self) -> None:
-        """Re-check now (a connection to a broker failed)."""
+        """Re-check now (a connection to a broker failed, or a topic id has no name)."""
         self._kick.set()
 
     async def _one_round(self) -> bool:
@@ -127,6 +180,15 @@ class Discovery:
                                    host, port, exc or "timeout")
                 continue
             self.learn(tuple(brokers))
+            if not self._passive and self.wants_topics() and self.topics_due():
+                self._topics_at = time.monotonic()
+                try:
+                    self.learn_topics(tuple(await asyncio.wait_for(fetch_topic_ids(
+                        host, port, self.tls, self.server_hostname, max_frame_bytes=self.max_frame_bytes),
+                        self.connect_timeout_s)))
+                except (TimeoutError, OSError, BadAnswer, NoAnswer) as exc:
+                    self.log_throttled("topics_failed", logging.WARNING, "topic ids from %s:%d failed: %s",
+                                       host, port, exc or "timeout")
             recovered = not self.metadata_ok and self._had_metadata
             self.metadata_ok = self._had_metadata = True
             if recovered:

@@ -61,7 +61,9 @@ class Proxy:
                                    server_hostname=cfg.upstream_server_hostname,
                                    connect_timeout_s=cfg.connect_timeout_s,
                                    refresh_s=lambda: self.cfg.metadata_refresh_s,
-                                   max_frame_bytes=cfg.max_frame_bytes, log_throttled=self.log_throttled)
+                                   max_frame_bytes=cfg.max_frame_bytes, log_throttled=self.log_throttled,
+                                   wants_topics=lambda: bool(self.observer.model.unnamed),
+                                   learn_topics=lambda t: self.observer.model.learn_topic_ids(t, everything=True))
         self.traces: TraceWriter | None = None  # set by the CLI when --trace-dir is given
         self.servers: list[asyncio.Server] = []
         self.last_beat_ns = clock.now_ns()
@@ -206,6 +208,8 @@ class Proxy:
         while True:
             now = self.last_beat_ns = clock.now_ns()
             self.observer.set_clock(clock.wall_ns(), now)
+            if self.observer.model.unnamed and self.discovery.topics_due():
+                self.discovery.kick()  # a topic id without a name: ask the broker for them now
             for sess in list(self.sessions):
                 close = sess.conv.expire(now)
                 if close is not None:

@@ -116,6 +116,31 @@ def test_a_follower_is_woken_by_the_append_itself() -> None:
     assert (s.kind, s.outcome, s.wait_ns) == ("follower", WOKEN, 100 * MS)
 
 
+def test_a_follower_is_woken_by_an_acks_all_produce_not_answered_yet() -> None:
+    """acks=all: the leader answers a produce only after every follower's next fetch shows it
+    has the records, so when a follower's fetch comes back its data's produce is still pending.
+    The pending produces follow the last answered one in the log, each as long as its records."""
+    m = LatencyModel(wall_minus_mono_ns=0, beside_broker=True)
+    m.on_produce(produce_ev(T0 - 90 * MS, T0 - 80 * MS, base=0, n=5, acks=-1))  # offsets 0-4, answered
+    first, second = (produce_ev(T0 + t * MS, T0 + 90 * MS, base=b, n=5, acks=-1) for t, b in ((20, 5), (40, 10)))
+    m.on_produce_sent(first.request, T0 + 20 * MS)  # offsets 5-9
+    m.on_produce_sent(second.request, T0 + 40 * MS)  # offsets 10-14
+    # a follower that has 0-9 already, parked at T0, is woken by the second produce
+    s, _ = m.on_fetch(fetch_ev(T0, T0 + 43 * MS, T0 + 43 * MS, offset=10, records=5, hw=5, replica=2))
+    assert (s.kind, s.outcome, s.basis, s.wait_ns) == ("follower", WOKEN, "produce_seen", 40 * MS)
+    # one still at 5, fetching after the first was sent, found it there
+    s, _ = m.on_fetch(fetch_ev(T0 + 30 * MS, T0 + 31 * MS, T0 + 31 * MS, offset=5, records=5, hw=5, replica=1))
+    assert (s.outcome, s.basis) == (IMMEDIATE, "produce_seen")
+    m.on_produce(first)  # answered: no longer pending, and now a known append
+    assert m._part("t", 0).pending == [T0 + 40 * MS]
+    # a produce sent after the follower's response began cannot have woken it
+    late = produce_ev(T0 + 60 * MS, T0 + 90 * MS, base=15, n=5, acks=-1)
+    m.on_produce(second)
+    m.on_produce_sent(late.request, T0 + 60 * MS)
+    s, _ = m.on_fetch(fetch_ev(T0 + 50 * MS, T0 + 55 * MS, T0 + 55 * MS, offset=15, records=5, hw=15, replica=2))
+    assert s.basis != "produce_seen"
+
+
 def test_acks_zero_produce_dates_the_data_by_its_forwarding() -> None:
     m = LatencyModel(wall_minus_mono_ns=0, beside_broker=True)
     m.on_produce(produce_ev(T0 + 100 * MS, T0 + 100 * MS, base=0, n=5, acks=0))
@@ -199,3 +224,19 @@ def test_e2e_adds_proxy_time_and_client_rtt() -> None:
     m = LatencyModel(wall_minus_mono_ns=0)
     s, _ = m.on_fetch(fetch_ev(T0, T0 + 503 * MS, T0 + 503 * MS), proxy_ns=50_000, client_rtt_ns=200_000)
     assert s.e2e_ns == s.local_ns + 250_000
+
+
+def test_a_topic_id_without_a_name_is_asked_about_once() -> None:
+    import uuid
+
+    m = LatencyModel(wall_minus_mono_ns=0)
+    known, gone = uuid.UUID(int=1), uuid.UUID(int=2)
+    assert m.topic(known) == str(known) and m.unnamed == {known}  # the proxy asks its broker now
+    m.learn_topic_ids((("orders", known),), everything=True)  # every topic the broker has: not `gone`
+    assert m.topic(known) == "orders" and m.unnamed == set()
+    m.topic(gone)
+    m.learn_topic_ids((("orders", known),), everything=True)
+    m.topic(gone)
+    assert m.unnamed == set() and m.nameless == {gone}  # not asked about again
+    m.learn_topic_ids((("late", gone),))  # a client's Metadata names it after all
+    assert m.topic(gone) == "late" and m.nameless == set()

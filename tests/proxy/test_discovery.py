@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+import uuid
 
 import pytest
 from fetchlat.protocol import apis
@@ -17,7 +18,16 @@ from fetchlat.protocol.encoder import encode
 from fetchlat.protocol.events import BrokerAddress
 from fetchlat.protocol.framing import response_frame
 from fetchlat.protocol.schema import load
-from fetchlat.proxy.discovery import BadAnswer, Discovery, NoAnswer, brokers_of, fetch_brokers, metadata_request
+from fetchlat.proxy.discovery import (
+    BadAnswer,
+    Discovery,
+    NoAnswer,
+    brokers_of,
+    fetch_brokers,
+    metadata_request,
+    topic_ids_of,
+    topics_request,
+)
 
 GOOD = encode(load("MetadataResponse"), 1, {"Brokers": [{"NodeId": 3, "Host": "kafka-3", "Port": 9092, "Rack": None}],
                                             "ControllerId": 3, "Topics": []})
@@ -97,3 +107,38 @@ def test_the_request_is_metadata_v1_asking_for_brokers_only() -> None:
     assert struct.unpack(">ihhi", frame[:12]) == (len(frame) - 4, apis.METADATA, 1, 1)
     assert brokers_of(response_frame(apis.METADATA, 1, 1, GOOD)[4:]) == [
         BrokerAddress(node_id=3, host="kafka-3", port=9092, rack=None)]
+
+
+TOPIC_A, TOPIC_B = uuid.UUID(int=0xA), uuid.UUID(int=0xB)
+TOPICS = encode(load("MetadataResponse"), 12, {
+    "Brokers": [{"NodeId": 3, "Host": "kafka-3", "Port": 9092, "Rack": None}], "ClusterId": "c", "ControllerId": 3,
+    "Topics": [{"ErrorCode": 0, "Name": "orders", "TopicId": TOPIC_A, "IsInternal": False, "Partitions": []},
+               {"ErrorCode": 0, "Name": "audit", "TopicId": TOPIC_B, "IsInternal": False, "Partitions": []},
+               {"ErrorCode": 3, "Name": "gone", "TopicId": uuid.UUID(int=0), "IsInternal": False, "Partitions": []}]})
+
+
+def test_a_topic_id_without_a_name_makes_the_next_round_ask_for_every_topic() -> None:
+    """A sidecar meets a topic only by id (a follower's fetch; a client that asked another broker
+    for metadata): the next round sends Metadata v12 for all topics and names the ids."""
+    learned: list[tuple[tuple[str, uuid.UUID], ...]] = []
+    wants = [True]
+
+    async def run() -> list[bytes]:
+        brokers = response_frame(apis.METADATA, 1, 1, GOOD)
+        broker = FakeBroker([brokers, response_frame(apis.METADATA, 12, 2, TOPICS), brokers])
+        async with broker as port:
+            d = Discovery((("127.0.0.1", port),), lambda _b: None, tls=None, server_hostname=None,
+                          connect_timeout_s=2.0, refresh_s=lambda: 30.0, max_frame_bytes=1 << 20,
+                          log_throttled=lambda *a: None, wants_topics=lambda: wants[0],
+                          learn_topics=lambda t: (learned.append(t), wants.__setitem__(0, False)))
+            assert await d._one_round()
+            assert not d.topics_due()  # at most one such round per TOPICS_MIN_INTERVAL_S
+            assert await d._one_round()  # brokers only: nothing wants names now
+        return broker.requests
+
+    requests = asyncio.run(run())
+    assert learned == [(("orders", TOPIC_A), ("audit", TOPIC_B))]  # a topic in error is not named
+    assert [struct.unpack(">hh", r[4:8]) for r in requests] == [(apis.METADATA, 1), (apis.METADATA, 12),
+                                                                  (apis.METADATA, 1)]
+    assert tuple(topic_ids_of(response_frame(apis.METADATA, 12, 2, TOPICS)[4:])) == learned[0]
+    assert topics_request(2)[12:14] == struct.pack(">h", len("fetchlat-proxy"))
