@@ -455,7 +455,7 @@ class LatencyModel:
             return (st.append_times[i] if follower or ack < 0 else ack), "produce_seen"
         if follower and st.pending and st.append_ends and fetch_offset >= st.append_ends[-1]:
             end = st.append_ends[-1]
-            for t, n in zip(st.pending, st.pending_records):
+            for t, n in zip(st.pending, st.pending_records, strict=True):
                 end += n
                 if fetch_offset < end:
                     if t <= t_first_ns:
