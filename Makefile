@@ -59,7 +59,7 @@ integration: deps
 # own run of everything that does not start processes (the integration tests run on both in
 # `make test-pure`); tests/test_builds_agree.py compares the two builds output for output.
 test: deps lint typecheck
-	$(BIN)/pytest -q -p no:cacheprovider
+	$(BIN)/pytest -q -p no:cacheprovider --durations=12
 	FETCHLAT_PURE_PYTHON=1 $(BIN)/pytest -q -p no:cacheprovider -m "not integration"
 
 test-pure: deps
