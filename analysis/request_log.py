@@ -232,7 +232,8 @@ def trace_rows(trace_dir: Path | str, api: str = "Fetch") -> list[dict[str, Any]
     import pyarrow.parquet as pq
 
     cols = ["ts_ns", "broker", "api", "client_id", "correlation_id", "kind", "replica_id", "max_wait_ms",
-            "min_bytes", "total_ns", "wait_ns", "local_ns", "outcome", "wait_basis", "records", "error_code"]
+            "min_bytes", "total_ns", "wait_ns", "local_ns", "outcome", "wait_basis", "records", "error_code",
+            "throttle_ms"]
     rows: list[dict[str, Any]] = []
     for f in trace_layout.local_files(str(trace_dir), "exchanges"):
         rows += [r for r in pq.read_table(f, columns=cols).to_pylist() if r["api"] == api]

@@ -127,6 +127,10 @@ REPLICATION = [
     Panel("Records produced by acks", (
         Q(f'sum by (acks) (rate(fetchlat_produced_records_total{{broker=~"$broker"}}[{RI}]))', "acks={{acks}}"),
     ), unit="short", stack=True),
+    Panel("Produce throttle the broker asked for, p99 (throttled produces only)", (
+        Q(quantile(0.99, "fetchlat_produce_throttle_seconds", "acks", 'broker=~"$broker"'), "acks={{acks}}"),
+    ), description="A producer over its quota: the broker answers, then mutes the connection for this "
+                    "long. Not part of the produce latency above; empty while no broker throttles."),
 ]
 
 CF = 'broker=~"$broker",kind="consumer",client=~"$client"'

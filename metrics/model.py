@@ -215,10 +215,11 @@ class ProduceSample:
     request_bytes: int
     error_code: int
     total_ns: int | None  # None for acks=0 (no response)
+    throttle_ms: int  # the quota delay the broker asked of the producer (0 for acks=0)
     partitions: tuple[tuple[str, int, int, int], ...]  # topic, partition, base offset, records
 
     def __init__(self, *, client_id: str | None, acks: int, api_version: int, records: int, accepted: int,
-                 request_bytes: int, error_code: int, total_ns: int | None,
+                 request_bytes: int, error_code: int, total_ns: int | None, throttle_ms: int,
                  partitions: tuple[tuple[str, int, int, int], ...]) -> None:
         self.client_id = client_id
         self.acks = acks
@@ -228,6 +229,7 @@ class ProduceSample:
         self.request_bytes = request_bytes
         self.error_code = error_code
         self.total_ns = total_ns
+        self.throttle_ms = throttle_ms
         self.partitions = partitions
 
 
@@ -348,7 +350,7 @@ class LatencyModel:
         return ProduceSample(client_id=ev.client_id, acks=req.acks, api_version=ev.api_version, records=req.records,
                              accepted=accepted, request_bytes=ev.request_bytes, error_code=error,
                              total_ns=None if resp is None else ev.t_last_ns - ev.t_request_ns,
-                             partitions=tuple(parts))
+                             throttle_ms=0 if resp is None else resp.throttle_time_ms, partitions=tuple(parts))
 
     def _appended(self, topic: str, partition: int, end_offset: int, t_ns: int, ack_ns: int = -1) -> None:
         """The leader began appending up to ``end_offset`` at ``t_ns`` (the produce request

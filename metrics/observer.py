@@ -11,7 +11,9 @@ broker takes one request at a time from a connection). A request held while the 
 reaches the broker only when its turn comes, so ``fetchlat_request_duration_seconds``, the
 fetch total (and from it wait and local) and the produce total all measure from then; the
 time held counts in ``e2e`` (what the client waited), and a reconnection's hold in
-``fetchlat_upstream_hold_seconds``.
+``fetchlat_upstream_hold_seconds``. A connection the broker mutes for a quota (the throttle
+of the answer before) holds the next request too; that hold is the throttle, reported as such
+on the throttled answer, and counts in neither the next exchange nor its ``e2e``.
 
 Owns: which events become which samples and rows. Must never: read clocks, do I/O, or log.
 """
@@ -84,7 +86,8 @@ class ConnectionObserver:
     request log: a producer pipelining 5 acks=all produces showed a produce total p50 of
     862 ms timed from forwarding against the broker's 7.5 ms."""
 
-    __slots__ = ("_children", "broker", "broker_free_ns", "conn_id", "obs", "rtt_ns", "upstream_ready_ns")
+    __slots__ = ("_children", "broker", "broker_free_ns", "conn_id", "obs", "rtt_ns", "unmuted_ns",
+                 "upstream_ready_ns")
 
     def __init__(self, obs: Observer, conn_id: int, broker: str) -> None:
         self.obs = obs
@@ -93,6 +96,7 @@ class ConnectionObserver:
         self.rtt_ns = 0
         self.upstream_ready_ns = 0
         self.broker_free_ns = 0  # the last byte of the latest answer on this connection
+        self.unmuted_ns = 0  # when the broker's quota mute of this connection ends (KIP-219)
         self._children: dict[int, tuple[CounterChild, HistogramChild]] = {}
 
     def set_broker(self, broker: str) -> None:
@@ -104,7 +108,26 @@ class ConnectionObserver:
         """When the broker could start on a request whose last byte was read at ``t_request_ns``:
         forwarded, its connection up, and the answer before it complete."""
         ready = self.upstream_ready_ns if self.upstream_ready_ns >= self.broker_free_ns else self.broker_free_ns
+        if self.unmuted_ns > ready:
+            ready = self.unmuted_ns
         return t_request_ns if t_request_ns >= ready else ready
+
+    def muted_ns(self, t_request_ns: int, fwd_ns: int) -> int:
+        """How much of a request's hold (``fwd_ns`` - ``t_request_ns``) was the broker's quota
+        mute rather than the answer before it: throttle, not the proxy's or the broker's time."""
+        ready = self.upstream_ready_ns if self.upstream_ready_ns >= self.broker_free_ns else self.broker_free_ns
+        if t_request_ns > ready:
+            ready = t_request_ns
+        return fwd_ns - ready if fwd_ns > ready else 0
+
+    def throttled(self, throttle_ms: int, t_first_ns: int) -> None:
+        """An answer asked for ``throttle_ms`` of quota delay. Since KIP-219 (Kafka 2.0) a broker
+        sends a throttled answer at once, whatever its version, and then mutes the connection
+        until the throttle, counted from when it made the answer, is over: a next request the
+        client sends meanwhile (clients that throttle themselves do not) waits unread, out of
+        the broker's ``totalTimeMs``."""
+        if throttle_ms > 0:
+            self.unmuted_ns = t_first_ns + throttle_ms * 1_000_000
 
     def upstream_ready(self, t_ns: int, held_since_ns: int | None) -> None:
         """The broker connection is up at ``t_ns``; requests read since ``held_since_ns`` waited."""
@@ -163,16 +186,21 @@ class ConnectionObserver:
         return notable
 
     def _as_forwarded(self, ev: Exchanged) -> tuple[Exchanged, int]:
-        """The exchange timed from when its request went upstream, and how long it was held."""
+        """The exchange timed from when its request went upstream, and how long it was held
+        (by the proxy's connecting or the answer before it; a quota mute is not counted)."""
         fwd = self.forwarded_ns(ev.t_request_ns)
         held_ns = fwd - ev.t_request_ns
-        return (dataclasses.replace(ev, t_request_ns=fwd) if held_ns else ev), held_ns
+        if held_ns:
+            held_ns -= self.muted_ns(ev.t_request_ns, fwd)
+            return dataclasses.replace(ev, t_request_ns=fwd), held_ns
+        return ev, 0
 
     def _fetch(self, ev: FetchExchanged, proxy_ns: int) -> None:
         obs = self.obs
         ev, held_ns = self._as_forwarded(ev)
         fwd = ev.t_request_ns
         sample, replication = obs.model.on_fetch(ev, proxy_ns=proxy_ns + held_ns, client_rtt_ns=self.rtt_ns)
+        self.throttled(sample.throttle_ms, ev.t_first_ns)
         obs.fetch_metrics.observe_fetch(self.broker, sample, replication, ev.t_last_ns)
         if obs.sink is not None:
             for table, row in fetch_rows(fwd + obs.wall_minus_mono_ns, obs.proxy_id, self.broker, self.conn_id,
@@ -184,6 +212,7 @@ class ConnectionObserver:
         ev, _ = self._as_forwarded(ev)
         fwd = ev.t_request_ns
         sample = obs.model.on_produce(ev)
+        self.throttled(sample.throttle_ms, ev.t_first_ns)
         obs.fetch_metrics.observe_produce(self.broker, sample)
         if obs.sink is not None:
             for table, row in produce_rows(fwd + obs.wall_minus_mono_ns, obs.proxy_id, self.broker, self.conn_id,

@@ -258,6 +258,9 @@ class FetchMetrics:
         self.produce = h("fetchlat_produce_seconds", "Produce request forwarded -> response", ["broker", "acks"])
         self.produce_records = Counter("fetchlat_produced_records", "Records produced (accepted by the broker)",
                                        ["broker", "acks"], registry=r)
+        self.produce_throttle = h("fetchlat_produce_throttle_seconds",
+                                  "Throttle time the broker asked of a producer (quota), when it asked",
+                                  ["broker", "acks"])
         self.replication = h("fetchlat_replication_seconds",
                              "Produce append at the leader -> follower fetch confirming it", ["broker", "follower"])
         self.client_rtt = h("fetchlat_client_rtt_seconds", "Client-leg TCP round-trip time (kernel TCP_INFO)",
@@ -349,3 +352,5 @@ class FetchMetrics:
         self.produce_records.labels(broker, acks).inc(s.accepted)
         if s.total_ns is not None:
             self.produce.labels(broker, acks).observe(s.total_ns / 1e9)
+        if s.throttle_ms > 0:
+            self.produce_throttle.labels(broker, acks).observe(s.throttle_ms / 1e3)

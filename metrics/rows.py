@@ -51,7 +51,7 @@ def produce_rows(ts_ns: int, proxy_id: str, broker: str, conn_id: int, correlati
         "max_wait_ms": None, "min_bytes": None, "response_bytes": response_bytes, "error_code": s.error_code,
         "total_ns": s.total_ns, "wait_ns": None, "wait_source": None, "local_ns": None, "e2e_ns": None,
         "outcome": None, "correlation_id": correlation_id, "request_bytes": s.request_bytes,
-        "records": s.records, "replica_id": None, "acks": s.acks, "throttle_ms": None, "first_byte_ns": None,
+        "records": s.records, "replica_id": None, "acks": s.acks, "throttle_ms": s.throttle_ms, "first_byte_ns": None,
         "transfer_ns": None, "wake_lag_ns": None, "wait_basis": None, "confident": None,
         "partitions": len(s.partitions),
     }

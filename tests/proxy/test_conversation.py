@@ -36,9 +36,10 @@ def fetch_request(corr: int, *, max_wait_ms: int = 500, offset: int = 5) -> byte
     return request_frame(apis.FETCH, 12, corr, "consumer-1", body)
 
 
-def empty_fetch_response(corr: int, hw: int = 5) -> bytes:
-    body = encode(load("FetchResponse"), 12, {"Responses": [{"Topic": "t", "Partitions": [
-        {"PartitionIndex": 0, "HighWatermark": hw, "LastStableOffset": hw, "Records": None}]}]})
+def empty_fetch_response(corr: int, hw: int = 5, throttle_ms: int = 0) -> bytes:
+    body = encode(load("FetchResponse"), 12, {"ThrottleTimeMs": throttle_ms, "Responses": [{
+        "Topic": "t", "Partitions": [{"PartitionIndex": 0, "HighWatermark": hw, "LastStableOffset": hw,
+                                      "Records": None}]}]})
     return response_frame(apis.FETCH, 12, corr, body)
 
 
@@ -118,6 +119,24 @@ def test_a_pipelined_request_starts_when_the_broker_has_answered_the_one_before(
     assert pb.value("fetchlat_fetch_total_seconds_sum", broker="bootstrap", kind="consumer") == pytest.approx(0.001)
     (row,) = [r for t, r in pb.rows if t == "exchanges" and r["api"] == "Fetch"]
     assert (row["ts_ns"], row["total_ns"], row["e2e_ns"]) == (T0 + 15 * MS, 1 * MS, 13 * MS)
+
+
+def test_a_request_on_a_connection_muted_for_a_quota_starts_when_the_mute_ends() -> None:
+    """A fetch answered at 2 ms with a 200 ms throttle: the broker mutes the connection until
+    202 ms (KIP-219). The next fetch, sent at 3 ms (a client that does not throttle itself),
+    is read by the broker at 202 ms and answered at 205 ms: its total is 3 ms, and the 199 ms
+    muted are throttle (on the answer before), neither its total nor its e2e."""
+    pb = ready()
+    pb.client(fetch_request(1, max_wait_ms=0), T0)
+    pb.broker(empty_fetch_response(1, throttle_ms=200), T0 + 2 * MS)
+    pb.client(fetch_request(2, max_wait_ms=0), T0 + 3 * MS)
+    pb.broker(empty_fetch_response(2), T0 + 205 * MS)
+    rows = [r for t, r in pb.rows if t == "exchanges"]
+    assert [(r["throttle_ms"], r["total_ns"], r["e2e_ns"]) for r in rows] == [(200, 2 * MS, 2 * MS),
+                                                                               (0, 3 * MS, 3 * MS)]
+    assert rows[1]["ts_ns"] == T0 + 202 * MS
+    assert pb.value("fetchlat_fetch_throttled_total", broker="bootstrap", kind="consumer") == 1
+    assert pb.value("fetchlat_fetch_throttle_seconds_sum", broker="bootstrap", kind="consumer") == pytest.approx(0.2)
 
 
 def test_held_bytes_past_the_limit_pause_the_client_until_the_broker_is_up() -> None:
