@@ -57,6 +57,7 @@ class BrokerRequest:
     session_epoch: int | None
     acks: int | None
     records_bytes: int  # the records the response carried (the log gives their size only)
+    error_code: int = 0  # the response's top-level error (a fetch session's, for one)
 
     @property
     def broker_local_ms(self) -> float:
@@ -92,6 +93,10 @@ def _records_bytes(response: Any) -> int:
                for p in t.get("partitions") or ())
 
 
+def _error_code(response: Any) -> int:
+    return int(response.get("errorCode", 0) or 0) if isinstance(response, dict) else 0
+
+
 def parse_line(line: str, node: str) -> BrokerRequest | None:
     """One request-log line, or None for any other line (a log may hold other loggers' lines)."""
     at = line.find(MARK)
@@ -110,7 +115,7 @@ def parse_line(line: str, node: str) -> BrokerRequest | None:
             response_queue_ms=float(d["responseQueueTimeMs"]), send_ms=float(d["sendTimeMs"]),
             max_wait_ms=req.get("maxWaitMs"), min_bytes=req.get("minBytes"), replica_id=_replica_id(req),
             session_id=req.get("sessionId"), session_epoch=req.get("sessionEpoch"), acks=req.get("acks"),
-            records_bytes=_records_bytes(d.get("response")))
+            records_bytes=_records_bytes(d.get("response")), error_code=_error_code(d.get("response")))
     except (ValueError, KeyError, TypeError):
         return None
 

@@ -207,6 +207,12 @@ PROXY = [
     Panel("Connections closed by the proxy, by reason", (
         Q(f"sum by (reason) (increase(fetchlat_connection_errors_total[{RI}]))", "{{reason}}"),
     ), unit="short"),
+    Panel("Fetch sessions (KIP-227) mirrored, by event", (
+        Q(f'sum by (event) (rate(fetchlat_fetch_sessions_total{{broker=~"$broker"}}[{RI}]))', "{{event}}"),
+        Q('sum(fetchlat_fetch_sessions_mirrored{broker=~"$broker"})', "mirrored now"),
+    ), unit="short", description="unknown or out_of_step > 0: incremental fetches whose whole partition set "
+                                 "the proxy could not know (a session begun before the proxy started, or "
+                                 "missed requests); errors: the broker evicted or refused a session."),
     Panel("Trace rows written / dropped", (
         Q(f"sum by (instance) (rate(fetchlat_trace_rows_written_total[{RI}]))", "written {{instance}}"),
         Q(f"sum by (instance) (rate(fetchlat_trace_rows_dropped_total[{RI}]))", "dropped {{instance}}"),

@@ -156,6 +156,7 @@ class Node:
     settings: dict[str, str]
     heap: str = DEFAULT_HEAP
     proc: subprocess.Popen[bytes] | None = None
+    log_from: int = 0  # where this run's server.log lines begin
 
     @property
     def logs_dir(self) -> Path:
@@ -210,9 +211,18 @@ class Node:
             raise KafkaError(f"Kafka node {self.node_id} exited with {self.proc.returncode}; logs in {self.logs_dir}")
         try:
             with self.server_log.open(errors="replace") as fh:
+                fh.seek(self.log_from)  # a restarted node's log goes on after its earlier runs
                 return READY_LINE in fh.read()
         except OSError:
             return False
+
+    def restart(self, kill: bool = False, timeout_s: float = 60.0) -> None:
+        """Stop (SIGTERM, or SIGKILL with ``kill``) and start again on the same ports and data,
+        back when it says it started."""
+        self.stop(kill=kill)
+        self.log_from = self.server_log.stat().st_size if self.server_log.exists() else 0
+        self.start()
+        wait_for(self.started, f"Kafka node {self.node_id} to restart (logs in {self.logs_dir})", timeout_s)
 
     def signal_stop(self, kill: bool = False) -> None:
         """SIGTERM (a controlled shutdown) or SIGKILL, without waiting."""
@@ -292,7 +302,7 @@ class Cluster:
 
 
 def _plan(home: Path, brokers: int, sidecars: bool, settings: dict[str, str], heap: str,
-          advertised_ports: Sequence[int] | None) -> list[Node]:
+          advertised_ports: Sequence[int] | None, racks: Sequence[str] | None = None) -> list[Node]:
     controller_port = free_port()
     rf = min(brokers, 3)
     nodes = []
@@ -302,22 +312,24 @@ def _plan(home: Path, brokers: int, sidecars: bool, settings: dict[str, str], he
         nodes.append(Node(
             node_id=i, roles="broker,controller" if i == 0 else "broker", port=port, advertised_port=advertised,
             controller_port=controller_port if i == 0 else None, home=home / f"node-{i}",
-            settings={**replicated_internal_topics(rf), **settings}, heap=heap))
+            settings={**replicated_internal_topics(rf), **settings, **({"broker.rack": racks[i]} if racks else {})},
+            heap=heap))
     return nodes
 
 
 @contextmanager
 def cluster(home: Path, *, brokers: int = 1, sidecars: bool = False, settings: dict[str, str] | None = None,
             sidecar_args: Sequence[str] = (), heap: str = DEFAULT_HEAP, start_timeout_s: float = 90.0,
-            advertised_ports: Sequence[int] | None = None) -> Iterator[Cluster]:
+            advertised_ports: Sequence[int] | None = None, racks: Sequence[str] | None = None) -> Iterator[Cluster]:
     """A KRaft cluster on loopback: node 0 is broker and the one controller, the others brokers.
     With ``sidecars`` each broker advertises its own fetchlat sidecar, so every client request
     and every follower's replication fetch crosses one. ``advertised_ports`` makes each broker
     advertise a port of the caller's (a proxy the caller starts there, as the benchmark's
-    haproxy and relay). Stopped (sidecars first) on exit."""
+    haproxy and relay). ``racks`` gives each broker its ``broker.rack`` (KIP-392 fetch from
+    follower needs them). Stopped (sidecars first) on exit."""
     ensure_jars()
     home.mkdir(parents=True, exist_ok=True)
-    nodes = _plan(home, brokers, sidecars, settings or {}, heap, advertised_ports)
+    nodes = _plan(home, brokers, sidecars, settings or {}, heap, advertised_ports, racks)
     voters = f"0@127.0.0.1:{nodes[0].controller_port}"
     cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()  # KRaft's form of a UUID
     c = Cluster(home, nodes)

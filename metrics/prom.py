@@ -6,7 +6,7 @@ Names and labels are a pinned interface: extend, never rename. Must never: compu
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Final
 
 from prometheus_client import CollectorRegistry, Gauge, ProcessCollector, disable_created_metrics
@@ -78,7 +78,9 @@ class ProxyMetrics:
                                 "that runs (compiled or python)", ["version", "hot_path"], registry=r)
         self.build_info.labels(version, hot_path).set(1)
         self.trace_rows = TraceRowCounters()  # fetchlat_trace_rows_{written,dropped}_total
+        self.fetch_sessions = FetchSessionCounters()  # fetchlat_fetch_sessions_total, _mirrored
         r.register(self.trace_rows)
+        r.register(self.fetch_sessions)
         self.loop_lag = Histogram(
             "fetchlat_event_loop_lag_seconds",
             "How late the event loop ran a timer (sampled every 100 ms): time every connection waited",
@@ -104,6 +106,29 @@ class TraceRowCounters(Collector):
         yield CounterMetricFamily("fetchlat_trace_rows_written", "Trace rows written", value=self.written())
         yield CounterMetricFamily("fetchlat_trace_rows_dropped", "Trace rows dropped (queue full or write error)",
                                   value=self.dropped())
+
+
+class FetchSessionCounters(Collector):
+    """The fetch-session mirrors' counts (``protocol/sessions.py``), read at scrape time:
+    ``sessions()`` gives (broker, counts by event, sessions mirrored) per broker."""
+
+    def __init__(self) -> None:
+        self.sessions: Callable[[], Iterable[tuple[str, dict[str, int], int]]] = lambda: ()
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        events = CounterMetricFamily("fetchlat_fetch_sessions", "Fetch sessions (KIP-227) the mirror met, by event",
+                                     labels=["broker", "event"])
+        live = GaugeMetricFamily("fetchlat_fetch_sessions_mirrored", "Fetch sessions mirrored now", labels=["broker"])
+        totals: dict[str, tuple[dict[str, int], int]] = {}
+        for broker, counts, n in self.sessions():  # brokers reached at several addresses add up
+            old, m = totals.get(broker, ({}, 0))
+            totals[broker] = ({k: old.get(k, 0) + v for k, v in counts.items()}, m + n)
+        for broker, (counts, n) in sorted(totals.items()):
+            for event, value in counts.items():
+                events.add_metric([broker, event], value)
+            live.add_metric([broker], n)
+        yield events
+        yield live
 
 
 OTHER = "other"

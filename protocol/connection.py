@@ -19,6 +19,7 @@ from .inflight import InFlight, Shared
 from .requests import RequestDecoder
 from .responses import STREAM_TAIL_BYTES, ResponseDecoder
 from .rewrite import ResponseRewriter
+from .sessions import FetchSessions
 
 __all__ = ["DEFAULT_MAX_FRAME_BYTES", "STREAM_TAIL_BYTES", "KafkaConnection", "Segment"]
 
@@ -38,8 +39,11 @@ class KafkaConnection:
         rewriter: ResponseRewriter | None = None,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         wait_time_tag: int | None = None,
+        sessions: FetchSessions | None = None,
     ) -> None:
-        self.shared = Shared()
+        """``sessions``: the fetch-session mirror of the broker this connection reaches, shared
+        with its other connections (a session outlives a connection); its own one without."""
+        self.shared = Shared() if sessions is None else Shared(sessions=sessions)
         self.requests = RequestDecoder(self.shared, max_frame_bytes)
         self.responses = ResponseDecoder(self.shared, max_frame_bytes, rewriter, wait_time_tag)
 

@@ -14,7 +14,7 @@ Must never: read clocks, touch sockets or asyncio. Logging is returned as ``Log`
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from fetchlat.metrics.observer import ConnectionObserver, Observer
@@ -24,6 +24,7 @@ from fetchlat.protocol.connection import KafkaConnection, Segment
 from fetchlat.protocol.errors import FramingError
 from fetchlat.protocol.events import BrokerAddress, BrokersLearned, DecodeFailed, Event, SaslPassthroughStarted
 from fetchlat.protocol.rewrite import ResponseRewriter
+from fetchlat.protocol.sessions import FetchSessions
 
 from .policy import RTT_SAMPLE_EVERY_NS, ConnectionPolicy, Limits, Refusal, first_bytes_verdict, tls_failure
 from .registry import BrokerRegistry, HostPort
@@ -87,6 +88,14 @@ class CoreContext:
     rewriter: ResponseRewriter | None
     max_frame_bytes: int
     wait_time_tag: int | None
+    fetch_sessions: dict[HostPort, FetchSessions] = field(default_factory=dict)  # one mirror per broker
+
+    def sessions_for(self, upstream: HostPort) -> FetchSessions:
+        """The fetch-session mirror of the broker at ``upstream``, shared by its connections."""
+        mirror = self.fetch_sessions.get(upstream)
+        if mirror is None:
+            mirror = self.fetch_sessions[upstream] = FetchSessions()
+        return mirror
 
 
 class Conversation:
@@ -98,7 +107,7 @@ class Conversation:
         self.listener = listener
         self.peer = peer
         self.codec = KafkaConnection(rewriter=ctx.rewriter, max_frame_bytes=ctx.max_frame_bytes,
-                                     wait_time_tag=ctx.wait_time_tag)
+                                     wait_time_tag=ctx.wait_time_tag, sessions=ctx.sessions_for(upstream))
         self.policy = ConnectionPolicy(ctx.limits, t_ns, tls=tls)
         self._default_label = broker_label
         self.upstream = upstream
@@ -198,6 +207,8 @@ class Conversation:
     # ------------------------------------------------------------------ upstream
     def upstream_connected(self, t_ns: int, upstream: HostPort) -> tuple[list[bytes], tuple[Action, ...]]:
         """The broker connection is up: the held bytes to write first, and what to do."""
+        if upstream != self.upstream and not self.codec.in_flight:  # a bootstrap listener's pick
+            self.codec.shared.sessions = self.ctx.sessions_for(upstream)
         self.upstream = upstream
         self._refresh_label()
         self.upstream_ready = True

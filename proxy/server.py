@@ -72,6 +72,7 @@ class Proxy:
         self.bootstrap_port = 0
         self._log_last: dict[str, tuple[float, int]] = {}  # key -> (last logged monotonic s, suppressed)
         metrics.waiting_upstream.set_function(lambda: self.conn.waiting_upstream[0])
+        metrics.fetch_sessions.sessions = self._session_counts
         metrics.listeners.set_function(lambda: len(self.listeners.servers))
         metrics.brokers_known.set_function(lambda: len(self.registry.nodes))
 
@@ -80,6 +81,11 @@ class Proxy:
         if self.cfg.sidecar:
             return host, port  # every broker advertises its own sidecar already
         return self.cfg.node_advertise(node_id)
+
+    def _session_counts(self) -> list[tuple[str, dict[str, int], int]]:
+        """Each broker's fetch-session mirror, by its broker label (``fetchlat_fetch_sessions_*``)."""
+        return [(self.registry.label(hp, f"{hp[0]}:{hp[1]}"), m.counts(), len(m))
+                for hp, m in list(self.core.fetch_sessions.items())]
 
     def learn(self, brokers: tuple[BrokerAddress, ...]) -> None:
         for change in self.registry.learn(brokers):

@@ -35,7 +35,9 @@ DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 RATE_INTERVAL = "20s"  # what $__rate_interval stands for here: scrapes every second
 LOAD_S = 22.0
 # needs a broker that throttles (quotas): Tansu does not, so this panel is empty here
-NEEDS_THROTTLING = {"fetchlat-truth / Throttle time the broker asked for, p99 (throttled fetches only)"}
+# (test_kafka_quotas.py has Apache Kafka throttle both and checks the metrics behind them)
+NEEDS_THROTTLING = {"fetchlat-truth / Throttle time the broker asked for, p99 (throttled fetches only)",
+                    "fetchlat-replication / Produce throttle the broker asked for, p99 (throttled produces only)"}
 
 
 class Prom:

@@ -81,6 +81,34 @@ def test_fetch_session_rules() -> None:
     assert len(s) == 0
     unknown = _req(99, 3, {("d", 0): 1})  # a session we never saw start
     assert s.covered(unknown) == (("d", 0, 1),)
+    assert s.counts() == {"created": 1, "incremental": 2, "unknown": 1, "out_of_step": 0, "errors": 1,
+                          "closed": 0, "dropped": 0}
+
+
+def test_a_session_is_the_brokers_and_its_epochs_are_checked() -> None:
+    """One mirror per broker: a session opened on one connection goes on on the next (the
+    client's connection closed, the session did not). An epoch other than the one due is
+    counted out of step; a closing fetch (epoch -1) ends the session; a full mirror forgets its
+    least recently used session first."""
+    broker = FetchSessions(limit=2)
+    first, second = KafkaConnection(sessions=broker), KafkaConnection(sessions=broker)
+    first.receive_from_client(_fetch(1, 0, 0, {0: 10, 1: 20}), 10)
+    first.receive_from_broker(_fetch_response(1, 7, (0, 1)), 15)
+    second.receive_from_client(_fetch(1, 7, 1, {1: 25}), 20)
+    (ev,) = [e for e in second.receive_from_broker(_fetch_response(1, 7, (1,)), 25)[1]
+             if isinstance(e, FetchExchanged)]
+    assert sorted(ev.covered) == [("t", 0, 10), ("t", 1, 25)]
+    s = broker
+    s.covered(_req(7, 3, {}))  # epoch 2 was due
+    assert (s.incremental, s.out_of_step) == (2, 1)
+    s.covered(_req(7, 4, {}))  # in step again from the epoch it saw
+    assert s.out_of_step == 1
+    for sid in (8, 9):  # two more sessions: 7, used least recently, makes room
+        s.on_response(_req(0, 0, {("a", sid): 0}), _resp(sid), (("a", sid, 0),))
+    assert (len(s), s.dropped) == (2, 1)
+    s.on_response(_req(9, -1, {}), _resp(0), ())
+    assert (len(s), s.closed) == (1, 1)
+    assert s.covered(_req(7, 5, {("t", 0): 11})) == (("t", 0, 11),) and s.unknown == 1
 
 
 def test_kafka_python_asks_for_a_session_and_tansu_answers_sessionless() -> None:
