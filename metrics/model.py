@@ -33,6 +33,12 @@ DEFAULT_EXPIRY_OVERSHOOT_NS: Final = 1 * NS_PER_MS
 MAX_APPENDS_PER_PARTITION: Final = 4096
 MAX_PENDING_PER_PARTITION: Final = 64  # produces in flight to one partition (5 per producer by default)
 MAX_PARTITIONS: Final = 100_000
+# A consumer fetch a follower serves (KIP-392) sees data once the follower's high watermark
+# moves, which only the leader's side of replication shows; its sidecar dates that from the
+# response: the first byte, less what an answer takes the broker to start (learned from fetches
+# answered at once; this until then).
+DEFAULT_FIRST_BYTE_NS: Final = 300_000
+REPLICA_HW: Final = "replica_high_watermark"
 
 IMMEDIATE, WOKEN, EXPIRED, ERROR, UNKNOWN = (Outcome.IMMEDIATE, Outcome.WOKEN, Outcome.EXPIRED, Outcome.ERROR,
                                              Outcome.UNKNOWN)
@@ -275,6 +281,11 @@ class LatencyModel:
         self.unnamed: set[TopicKey] = set()
         self.nameless: set[TopicKey] = set()
         self._parts: OrderedDict[tuple[str, int], _Partition] = OrderedDict()
+        # each partition's leader (Metadata, and what produces and follower fetches show); a
+        # consumer fetch met at a broker for a partition of unknown leader wants them asked for
+        self.leaders: dict[tuple[str, int], int] = {}
+        self.leaders_wanted = False
+        self.first_byte_ns = DEFAULT_FIRST_BYTE_NS  # an immediate answer's first byte, smoothed
 
     # --------------------------------------------------------------------- knowledge
     def topic(self, key: TopicKey) -> str:
@@ -298,6 +309,25 @@ class LatencyModel:
             if len(self.nameless) + len(self.unnamed) <= MAX_PARTITIONS:
                 self.nameless |= self.unnamed
             self.unnamed.clear()
+
+    def learn_leaders(self, leaders: tuple[tuple[str, int, int], ...], everything: bool = False) -> None:
+        """Partition leaders from a Metadata response; ``everything``: every topic's."""
+        if len(self.leaders) + len(leaders) > MAX_PARTITIONS:
+            self.leaders.clear()
+        for topic, partition, leader in leaders:
+            self.leaders[(topic, partition)] = leader
+        if everything:
+            self.leaders_wanted = False
+
+    def _led_elsewhere(self, topic: str, partition: int, broker_node: int) -> bool:
+        """This broker is known not to lead the partition: it serves the fetch as a follower."""
+        if broker_node < 0:
+            return False
+        leader = self.leaders.get((topic, partition))
+        if leader is None:
+            self.leaders_wanted = True
+            return False
+        return leader >= 0 and leader != broker_node
 
     def _part(self, topic: str, partition: int) -> _Partition:
         key = (topic, partition)
@@ -376,7 +406,7 @@ class LatencyModel:
             p.log_end, p.log_end_t_ns = end_offset, t_ns
 
     # --------------------------------------------------------------------- fetch
-    def on_fetch(self, ev: FetchExchanged, *, proxy_ns: int = 0, client_rtt_ns: int = 0
+    def on_fetch(self, ev: FetchExchanged, *, proxy_ns: int = 0, client_rtt_ns: int = 0, broker_node: int = -1
                  ) -> tuple[FetchSample, list[ReplicationSample]]:
         req, resp = ev.request, ev.response
         total = ev.t_last_ns - ev.t_request_ns
@@ -396,6 +426,8 @@ class LatencyModel:
                 data_at_request = True
             if follower is not None:
                 replication += self._confirm(st, follower, topic, part, off, ev.t_request_ns)
+                if broker_node >= 0:
+                    self.leaders[(topic, part)] = broker_node  # followers fetch from the leader
 
         part_samples: list[PartitionSample] = []
         records = 0
@@ -410,6 +442,11 @@ class LatencyModel:
                 off = offsets.get((topic, rp.partition), b.first_offset)
                 a, basis = self._arrival(st, off, b.first_timestamp_ms, b.log_append_time, follower is not None,
                                          ev.t_first_ns)
+                if (follower is None and basis != "produce_seen"
+                        and self._led_elsewhere(topic, rp.partition, broker_node)):
+                    hw_at = ev.t_first_ns - self.first_byte_ns
+                    if a is None or a < hw_at:
+                        a, basis = hw_at, REPLICA_HW
                 if a is not None and (arrival is None or a < arrival):
                     arrival, arrival_basis = a, basis
                 if follower is None and b.max_timestamp_ms >= 0:
@@ -429,6 +466,9 @@ class LatencyModel:
                           reported_wait_ms=resp.wait_time_ms, data_at_request=data_at_request,
                           arrival_ns=arrival, arrival_basis=arrival_basis,
                           expiry_overshoot_ns=self.expiry_overshoot_ns)
+        if w.outcome == IMMEDIATE and w.basis == "known_log_end":
+            first = ev.t_first_ns - ev.t_request_ns
+            self.first_byte_ns += (first - self.first_byte_ns) // 16
         local = total - w.wait_ns
         error_code = resp.error_code or next((p.error_code for p in resp.partitions if p.error_code), 0)
         sample = FetchSample(

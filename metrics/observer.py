@@ -86,13 +86,14 @@ class ConnectionObserver:
     request log: a producer pipelining 5 acks=all produces showed a produce total p50 of
     862 ms timed from forwarding against the broker's 7.5 ms."""
 
-    __slots__ = ("_children", "broker", "broker_free_ns", "conn_id", "obs", "rtt_ns", "unmuted_ns",
+    __slots__ = ("_children", "broker", "broker_free_ns", "conn_id", "node", "obs", "rtt_ns", "unmuted_ns",
                  "upstream_ready_ns")
 
     def __init__(self, obs: Observer, conn_id: int, broker: str) -> None:
         self.obs = obs
         self.conn_id = conn_id
         self.broker = broker
+        self.node = int(broker) if broker.isdigit() else -1  # the broker's node id, if the label is one
         self.rtt_ns = 0
         self.upstream_ready_ns = 0
         self.broker_free_ns = 0  # the last byte of the latest answer on this connection
@@ -102,6 +103,7 @@ class ConnectionObserver:
     def set_broker(self, broker: str) -> None:
         if broker != self.broker:
             self.broker = broker
+            self.node = int(broker) if broker.isdigit() else -1
             self._children.clear()
 
     def forwarded_ns(self, t_request_ns: int) -> int:
@@ -178,6 +180,7 @@ class ConnectionObserver:
                 obs.model.on_produce_sent(ev.request, self.forwarded_ns(ev.t_request_ns))
             elif isinstance(ev, TopicIdsLearned):
                 obs.model.learn_topic_ids(ev.topics)
+                obs.model.learn_leaders(ev.leaders)
             elif isinstance(ev, DecodeFailed):
                 obs.metrics.decode_errors.labels(api_name(ev.api_key)).inc()
                 notable = True
@@ -199,7 +202,8 @@ class ConnectionObserver:
         obs = self.obs
         ev, held_ns = self._as_forwarded(ev)
         fwd = ev.t_request_ns
-        sample, replication = obs.model.on_fetch(ev, proxy_ns=proxy_ns + held_ns, client_rtt_ns=self.rtt_ns)
+        sample, replication = obs.model.on_fetch(ev, proxy_ns=proxy_ns + held_ns, client_rtt_ns=self.rtt_ns,
+                                                 broker_node=self.node)
         self.throttled(sample.throttle_ms, ev.t_first_ns)
         obs.fetch_metrics.observe_fetch(self.broker, sample, replication, ev.t_last_ns)
         if obs.sink is not None:

@@ -101,12 +101,16 @@ class SaslPassthroughStarted:
 
 @dataclass(slots=True, kw_only=True)
 class TopicIdsLearned:
-    """Topic names and ids from a Metadata v10+ response (Fetch v13+ names topics by id)."""
+    """Topic names and ids from a Metadata v10+ response (Fetch v13+ names topics by id), and
+    each partition's leader (a consumer may fetch from a follower: KIP-392)."""
 
     topics: tuple[tuple[str, uuid.UUID], ...]
+    leaders: tuple[tuple[str, int, int], ...]  # topic, partition, leader node id
 
-    def __init__(self, *, topics: tuple[tuple[str, uuid.UUID], ...]) -> None:
+    def __init__(self, *, topics: tuple[tuple[str, uuid.UUID], ...],
+                 leaders: tuple[tuple[str, int, int], ...] = ()) -> None:
         self.topics = topics
+        self.leaders = leaders
 
 
 @dataclass(slots=True, kw_only=True)

@@ -318,8 +318,9 @@ class ResponseDecoder:
                         new = result.body
                         if result.learned:
                             before.append(BrokersLearned(api_key=cur.api_key, brokers=tuple(result.learned)))
-                        if result.topic_ids:
-                            before.append(TopicIdsLearned(topics=tuple(result.topic_ids)))
+                        if result.topic_ids or result.leaders:
+                            before.append(TopicIdsLearned(topics=tuple(result.topic_ids),
+                                                          leaders=tuple(result.leaders)))
                 if cur.sasl_mechanism is not None:
                     self._after_sasl_handshake_v0(cur.sasl_mechanism, body, events)
             if new is not None:

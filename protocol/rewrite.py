@@ -62,12 +62,15 @@ class RewriteResult:
     body: bytes | None  # the new frame (without size prefix), or None: forward untouched
     learned: list[BrokerAddress] = field(default_factory=list)
     topic_ids: list[tuple[str, uuid.UUID]] = field(default_factory=list)
+    leaders: list[tuple[str, int, int]] = field(default_factory=list)  # topic, partition, leader node
 
     def __init__(self, body: bytes | None, learned: list[BrokerAddress] | None = None,
-                 topic_ids: list[tuple[str, uuid.UUID]] | None = None) -> None:  # compiled natively
+                 topic_ids: list[tuple[str, uuid.UUID]] | None = None,
+                 leaders: list[tuple[str, int, int]] | None = None) -> None:  # compiled natively
         self.body = body
         self.learned = [] if learned is None else learned
         self.topic_ids = [] if topic_ids is None else topic_ids
+        self.leaders = [] if leaders is None else leaders
 
 
 def _broker_splices(
@@ -144,7 +147,7 @@ class ResponseRewriter:
             self._cache[key] = hit
             return hit
         body = None if hit.body is None else bytes(frame[:4]) + hit.body[4:]
-        return RewriteResult(body, list(hit.learned), list(hit.topic_ids))
+        return RewriteResult(body, list(hit.learned), list(hit.topic_ids), list(hit.leaders))
 
     def _rewrite(self, api_key: int, api_version: int, frame: Buf) -> RewriteResult:
         if api_key == apis.API_VERSIONS:
@@ -159,12 +162,15 @@ class ResponseRewriter:
             return RewriteResult(None)
         splices: list[Splice] = []
         topic_ids: list[tuple[str, uuid.UUID]] = []
+        leaders: list[tuple[str, int, int]] = []
         if api_key == apis.METADATA:
             splices = _broker_splices(msg["Brokers"] or [], "NodeId", flexible, adv, learned)
             for t in msg["Topics"] or []:
                 tid = t.get("TopicId")
                 if tid is not None and tid.int != 0 and t["Name"] is not None:
                     topic_ids.append((t["Name"], tid))
+                if t["Name"] is not None and t["ErrorCode"] == 0:
+                    leaders += [(t["Name"], p["PartitionIndex"], p["LeaderId"]) for p in t["Partitions"] or []]
         elif api_key == apis.FIND_COORDINATOR:
             if api_version >= 4:
                 splices = _broker_splices(msg["Coordinators"] or [], "NodeId", flexible, adv, learned)
@@ -178,8 +184,8 @@ class ResponseRewriter:
             inner = _broker_splices(endpoints, "NodeId", True, adv, learned)
             splices = _tagged_splices(msg, "NodeEndpoints", frame, inner)
         if not splices:
-            return RewriteResult(None, learned, topic_ids)
-        return RewriteResult(apply_splices(frame, 0, len(frame), splices), learned, topic_ids)
+            return RewriteResult(None, learned, topic_ids, leaders)
+        return RewriteResult(apply_splices(frame, 0, len(frame), splices), learned, topic_ids, leaders)
 
 
 def _api_versions_changes(msg: Struct, fields: tuple[FieldSpec, ...], version: int) -> bool:

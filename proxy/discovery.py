@@ -6,7 +6,10 @@ v13+, Produce v13+), and the latency model keys a partition by name. A proxy lea
 from the Metadata responses its clients receive, but in a cluster a client asks any broker
 for metadata, and followers never do: a sidecar may see a topic only by id. When the model
 meets an id it cannot name (``wants_topics``), the next round also asks for every topic's id
-(Metadata v12, all topics), at most once per ``TOPICS_MIN_INTERVAL_S``.
+(Metadata v12, all topics), at most once per ``TOPICS_MIN_INTERVAL_S``. The same answer names
+every partition's leader: a sidecar whose broker serves a consumer as a follower (KIP-392)
+dates that fetch's data differently (``metrics/model.py``), and asks when it meets a partition
+whose leader it does not know.
 
 Built on the codec: the request frame from ``protocol.framing``, the response read with the
 frame limit, decoded by the spec-driven walker; any ``ProtocolError`` (a garbled or hostile
@@ -92,6 +95,19 @@ def topic_ids_of(frame: bytes, correlation_id: int = 2) -> list[tuple[str, uuid.
             if t["ErrorCode"] == 0 and t["Name"] and t["TopicId"] != uuid.UUID(int=0)]
 
 
+def leaders_of(frame: bytes, correlation_id: int = 2) -> list[tuple[str, int, int]]:
+    """(topic, partition, leader) of every partition a Metadata v12 response frame names."""
+    got = int.from_bytes(frame[:4], "big", signed=True)
+    if got != correlation_id:
+        raise BadAnswer(f"answer has correlation id {got}, not {correlation_id}")
+    try:
+        msg = walk(load("MetadataResponse"), TOPICS_VERSION, frame, 5)
+    except ProtocolError as exc:
+        raise BadAnswer(f"undecodable Metadata response: {exc}") from None
+    return [(t["Name"], p["PartitionIndex"], p["LeaderId"]) for t in msg["Topics"]
+            if t["ErrorCode"] == 0 and t["Name"] for p in t["Partitions"] or ()]
+
+
 async def _ask(host: str, port: int, request: bytes, tls: ssl.SSLContext | None, server_hostname: str | None,
                max_frame_bytes: int) -> bytes:
     """One request on a connection of its own; the response frame after its size prefix."""
@@ -128,6 +144,13 @@ async def fetch_topic_ids(host: str, port: int, tls: ssl.SSLContext | None = Non
     return topic_ids_of(await _ask(host, port, topics_request(), tls, server_hostname, max_frame_bytes))
 
 
+async def fetch_topics(host: str, port: int, tls: ssl.SSLContext | None = None, server_hostname: str | None = None,
+                       *, max_frame_bytes: int) -> tuple[list[tuple[str, uuid.UUID]], list[tuple[str, int, int]]]:
+    """Ask one broker for every topic's id and every partition's leader (Metadata v12)."""
+    frame = await _ask(host, port, topics_request(), tls, server_hostname, max_frame_bytes)
+    return topic_ids_of(frame), leaders_of(frame)
+
+
 class Discovery:
     """Keeps the registry fed from the bootstrap brokers, and says whether any answers."""
 
@@ -136,7 +159,8 @@ class Discovery:
                  refresh_s: Callable[[], float], max_frame_bytes: int,
                  log_throttled: Callable[..., None],
                  wants_topics: Callable[[], bool] = lambda: False,
-                 learn_topics: Callable[[tuple[tuple[str, uuid.UUID], ...]], None] = lambda _t: None) -> None:
+                 learn_topics: Callable[[tuple[tuple[str, uuid.UUID], ...]], None] = lambda _t: None,
+                 learn_leaders: Callable[[tuple[tuple[str, int, int], ...]], None] = lambda _l: None) -> None:
         self.upstreams = upstreams
         self.learn = learn
         self.tls = tls
@@ -147,6 +171,7 @@ class Discovery:
         self.log_throttled = log_throttled
         self.wants_topics = wants_topics
         self.learn_topics = learn_topics
+        self.learn_leaders = learn_leaders
         self._topics_at = -TOPICS_MIN_INTERVAL_S  # monotonic s of the last topic-id round
         self.metadata_ok = False
         self.failures = 0  # rounds in which no bootstrap broker answered
@@ -183,9 +208,11 @@ class Discovery:
             if not self._passive and self.wants_topics() and self.topics_due():
                 self._topics_at = time.monotonic()
                 try:
-                    self.learn_topics(tuple(await asyncio.wait_for(fetch_topic_ids(
+                    ids, leaders = await asyncio.wait_for(fetch_topics(
                         host, port, self.tls, self.server_hostname, max_frame_bytes=self.max_frame_bytes),
-                        self.connect_timeout_s)))
+                        self.connect_timeout_s)
+                    self.learn_topics(tuple(ids))
+                    self.learn_leaders(tuple(leaders))
                 except (TimeoutError, OSError, BadAnswer, NoAnswer) as exc:
                     self.log_throttled("topics_failed", logging.WARNING, "topic ids from %s:%d failed: %s",
                                        host, port, exc or "timeout")

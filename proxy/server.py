@@ -62,8 +62,10 @@ class Proxy:
                                    connect_timeout_s=cfg.connect_timeout_s,
                                    refresh_s=lambda: self.cfg.metadata_refresh_s,
                                    max_frame_bytes=cfg.max_frame_bytes, log_throttled=self.log_throttled,
-                                   wants_topics=lambda: bool(self.observer.model.unnamed),
-                                   learn_topics=lambda t: self.observer.model.learn_topic_ids(t, everything=True))
+                                   wants_topics=lambda: bool(self.observer.model.unnamed)
+                                   or self.observer.model.leaders_wanted,
+                                   learn_topics=lambda t: self.observer.model.learn_topic_ids(t, everything=True),
+                                   learn_leaders=lambda lead: self.observer.model.learn_leaders(lead, everything=True))
         self.traces: TraceWriter | None = None  # set by the CLI when --trace-dir is given
         self.servers: list[asyncio.Server] = []
         self.last_beat_ns = clock.now_ns()

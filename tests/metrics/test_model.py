@@ -240,3 +240,30 @@ def test_a_topic_id_without_a_name_is_asked_about_once() -> None:
     assert m.unnamed == set() and m.nameless == {gone}  # not asked about again
     m.learn_topic_ids((("late", gone),))  # a client's Metadata names it after all
     assert m.topic(gone) == "late" and m.nameless == set()
+
+
+def test_a_follower_serving_a_consumer_dates_its_data_by_the_answer() -> None:
+    """KIP-392: broker 2 serves a consumer for a partition broker 1 leads. The record was made
+    10 ms before the fetch, yet broker 2 showed it only once its high watermark moved (the
+    leader's side of replication, invisible here): answered 40 ms after the request, the fetch
+    was woken then, less the broker's time to start an answer. At the leader, the same exchange
+    is immediate by its CreateTime. A leader unknown asks for the leaders."""
+    wall_minus_mono = 1_700_000_000_000 * MS
+    made = (T0 + wall_minus_mono) // MS - 10
+    ev = fetch_ev(T0, T0 + 40 * MS, T0 + 41 * MS, records=1, hw=1, first_ts_ms=made, max_ts_ms=made)
+    m = LatencyModel(wall_minus_mono_ns=wall_minus_mono)
+    s, _ = m.on_fetch(ev, broker_node=2)
+    assert (s.outcome, s.basis) == (IMMEDIATE, "create_time") and m.leaders_wanted  # leader unknown: as before
+    m.learn_leaders((("t", 0, 1),), everything=True)
+    assert not m.leaders_wanted
+    s, _ = m.on_fetch(ev, broker_node=2)
+    assert (s.outcome, s.basis, s.confident) == (WOKEN, "replica_high_watermark", False)
+    assert s.wait_ns == 40 * MS - m.first_byte_ns
+    s, _ = LatencyModel(wall_minus_mono_ns=wall_minus_mono).on_fetch(ev, broker_node=1)
+    assert (s.outcome, s.basis) == (IMMEDIATE, "create_time")
+
+
+def test_a_follower_fetch_shows_which_broker_leads() -> None:
+    m = LatencyModel(wall_minus_mono_ns=0)
+    m.on_fetch(fetch_ev(T0, T0 + 500 * MS, T0 + 500 * MS, replica=2), broker_node=0)
+    assert m.leaders == {("t", 0): 0}

@@ -112,7 +112,9 @@ def test_the_request_is_metadata_v1_asking_for_brokers_only() -> None:
 TOPIC_A, TOPIC_B = uuid.UUID(int=0xA), uuid.UUID(int=0xB)
 TOPICS = encode(load("MetadataResponse"), 12, {
     "Brokers": [{"NodeId": 3, "Host": "kafka-3", "Port": 9092, "Rack": None}], "ClusterId": "c", "ControllerId": 3,
-    "Topics": [{"ErrorCode": 0, "Name": "orders", "TopicId": TOPIC_A, "IsInternal": False, "Partitions": []},
+    "Topics": [{"ErrorCode": 0, "Name": "orders", "TopicId": TOPIC_A, "IsInternal": False, "Partitions": [
+                {"ErrorCode": 0, "PartitionIndex": 0, "LeaderId": 3, "LeaderEpoch": 1, "ReplicaNodes": [3],
+                 "IsrNodes": [3], "OfflineReplicas": []}]},
                {"ErrorCode": 0, "Name": "audit", "TopicId": TOPIC_B, "IsInternal": False, "Partitions": []},
                {"ErrorCode": 3, "Name": "gone", "TopicId": uuid.UUID(int=0), "IsInternal": False, "Partitions": []}]})
 
@@ -121,6 +123,7 @@ def test_a_topic_id_without_a_name_makes_the_next_round_ask_for_every_topic() ->
     """A sidecar meets a topic only by id (a follower's fetch; a client that asked another broker
     for metadata): the next round sends Metadata v12 for all topics and names the ids."""
     learned: list[tuple[tuple[str, uuid.UUID], ...]] = []
+    leaders: list[tuple[tuple[str, int, int], ...]] = []
     wants = [True]
 
     async def run() -> list[bytes]:
@@ -130,7 +133,8 @@ def test_a_topic_id_without_a_name_makes_the_next_round_ask_for_every_topic() ->
             d = Discovery((("127.0.0.1", port),), lambda _b: None, tls=None, server_hostname=None,
                           connect_timeout_s=2.0, refresh_s=lambda: 30.0, max_frame_bytes=1 << 20,
                           log_throttled=lambda *a: None, wants_topics=lambda: wants[0],
-                          learn_topics=lambda t: (learned.append(t), wants.__setitem__(0, False)))
+                          learn_topics=lambda t: (learned.append(t), wants.__setitem__(0, False)),
+                          learn_leaders=leaders.append)
             assert await d._one_round()
             assert not d.topics_due()  # at most one such round per TOPICS_MIN_INTERVAL_S
             assert await d._one_round()  # brokers only: nothing wants names now
@@ -138,6 +142,7 @@ def test_a_topic_id_without_a_name_makes_the_next_round_ask_for_every_topic() ->
 
     requests = asyncio.run(run())
     assert learned == [(("orders", TOPIC_A), ("audit", TOPIC_B))]  # a topic in error is not named
+    assert leaders == [(("orders", 0, 3),)]  # and every partition's leader (KIP-392 needs them)
     assert [struct.unpack(">hh", r[4:8]) for r in requests] == [(apis.METADATA, 1), (apis.METADATA, 12),
                                                                   (apis.METADATA, 1)]
     assert tuple(topic_ids_of(response_frame(apis.METADATA, 12, 2, TOPICS)[4:])) == learned[0]
