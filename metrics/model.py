@@ -39,6 +39,7 @@ MAX_PARTITIONS: Final = 100_000
 # answered at once; this until then).
 DEFAULT_FIRST_BYTE_NS: Final = 300_000
 REPLICA_HW: Final = "replica_high_watermark"
+TXN_MARKER: Final = "transaction_marker"  # read_committed: the same dating, for a commit marker
 
 IMMEDIATE, WOKEN, EXPIRED, ERROR, UNKNOWN = (Outcome.IMMEDIATE, Outcome.WOKEN, Outcome.EXPIRED, Outcome.ERROR,
                                              Outcome.UNKNOWN)
@@ -447,6 +448,12 @@ class LatencyModel:
                     hw_at = ev.t_first_ns - self.first_byte_ns
                     if a is None or a < hw_at:
                         a, basis = hw_at, REPLICA_HW
+                elif read_committed and b.control_batches and 0 <= st.stable_end <= off:
+                    # records of a transaction, visible only from its marker, which the
+                    # coordinator writes (never a produce the proxy sees): dated by the answer
+                    marker_at = ev.t_first_ns - self.first_byte_ns
+                    if a is None or a < marker_at:
+                        a, basis = marker_at, TXN_MARKER
                 if a is not None and (arrival is None or a < arrival):
                     arrival, arrival_basis = a, basis
                 if follower is None and b.max_timestamp_ms >= 0:

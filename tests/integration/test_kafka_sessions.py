@@ -58,14 +58,17 @@ def _feed(bootstrap: str, stop: threading.Event, failed: list[int]) -> None:
 
 
 def _wait_line(stream: IO[str], want: str, timeout_s: float) -> None:
-    got: list[str] = []
-    reader = threading.Thread(target=lambda: got.extend(line for line in iter(stream.readline, "")
-                                                        if line.strip() == want and not got), daemon=True)
-    reader.start()
-    deadline = time.monotonic() + timeout_s
-    while not got and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert got, f"the consumer never said {want!r}"
+    """Read ``stream`` up to the line ``want`` (and no further: the rest is the caller's)."""
+    seen = threading.Event()
+
+    def read() -> None:
+        for line in iter(stream.readline, ""):
+            if line.strip() == want:
+                seen.set()
+                return
+
+    threading.Thread(target=read, daemon=True).start()
+    assert seen.wait(timeout_s), f"the consumer never said {want!r}"
 
 
 def _sessions(text: str) -> dict[str, float]:

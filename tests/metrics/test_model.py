@@ -267,3 +267,21 @@ def test_a_follower_fetch_shows_which_broker_leads() -> None:
     m = LatencyModel(wall_minus_mono_ns=0)
     m.on_fetch(fetch_ev(T0, T0 + 500 * MS, T0 + 500 * MS, replica=2), broker_node=0)
     assert m.leaders == {("t", 0): 0}
+
+
+def test_a_read_committed_fetch_woken_by_a_commit_marker_is_dated_by_the_answer() -> None:
+    """A transaction's records were produced (and seen) before a read_committed fetch went out,
+    but the stable offset held them back; the answer, 200 ms later, carries them with their
+    commit marker (a control batch): the marker woke the fetch, not the produce."""
+    m = LatencyModel(wall_minus_mono_ns=0)
+    m.on_produce(produce_ev(T0 - 5 * MS, T0 - 4 * MS, base=3, n=5))
+    m._part("t", 0).stable_end = 3
+    ev = fetch_ev(T0, T0 + 200 * MS, T0 + 201 * MS, offset=3, records=5, hw=9, isolation=1)
+    ev.response.partitions[0].batches.control_batches = 1
+    s, _ = m.on_fetch(ev)
+    assert (s.outcome, s.basis, s.confident) == (WOKEN, "transaction_marker", False)
+    assert s.wait_ns == 200 * MS - m.first_byte_ns
+    m2 = LatencyModel(wall_minus_mono_ns=0)  # read_uncommitted: the produce made it visible
+    m2.on_produce(produce_ev(T0 - 5 * MS, T0 - 4 * MS, base=3, n=5))
+    s, _ = m2.on_fetch(fetch_ev(T0, T0 + 1 * MS, T0 + 1 * MS, offset=3, records=5, hw=9))
+    assert s.outcome == IMMEDIATE
