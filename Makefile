@@ -7,7 +7,7 @@ COMPILED := $(VENV)/.compiled
 HOT_SOURCES := setup.py $(wildcard protocol/*.py metrics/*.py proxy/*.py)
 DEB_PACKAGES := kcat haproxy prometheus chromium tcpdump tshark
 
-.PHONY: test test-pure demo lint typecheck unit integration deps clean bench-observe bench-analyze load soak fuzz bench-proxy \
+.PHONY: test test-long test-pure demo lint typecheck unit integration deps clean bench-observe bench-analyze load soak fuzz bench-proxy \
 	bench-memory bench-codec profile-proxy bench-core bench-rate bench-accuracy profile-api bench-pcap bench-scale bench-prune
 
 $(BIN)/python:
@@ -59,8 +59,12 @@ integration: deps
 # own run of everything that does not start processes (the integration tests run on both in
 # `make test-pure`); tests/test_builds_agree.py compares the two builds output for output.
 test: deps lint typecheck
-	$(BIN)/pytest -q -p no:cacheprovider --durations=12
+	$(BIN)/pytest -q -p no:cacheprovider --durations=12 -m "not long"
 	FETCHLAT_PURE_PYTHON=1 $(BIN)/pytest -q -p no:cacheprovider -m "not integration"
+
+# The long 3-broker Apache Kafka cases (failover, fetch from follower): ~2.5 min more
+test-long: deps
+	$(BIN)/pytest -q -p no:cacheprovider -m long
 
 test-pure: deps
 	FETCHLAT_PURE_PYTHON=1 $(BIN)/pytest -q -p no:cacheprovider

@@ -23,6 +23,8 @@ SASL_HANDSHAKE: Final = 17
 API_VERSIONS: Final = 18
 SASL_AUTHENTICATE: Final = 36
 DESCRIBE_CLUSTER: Final = 60
+SHARE_FETCH: Final = 78
+SHARE_ACKNOWLEDGE: Final = 79
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,8 @@
 Owns: response framing and correlation (the oldest request in flight must match), and how
 each response is handled, which ``response_mode`` decides from one table:
 
-- PASS: not Fetch/Produce, nothing to rewrite. Forwarded as received, never parsed.
+- PASS: not Fetch/Produce, nothing to rewrite (or a ShareFetch larger than HOLD_LIMIT_BYTES).
+  Forwarded as received, never parsed.
 - DEFER: Fetch/Produce, nothing to rewrite. Forwarded as received, parsed after the write.
 - HOLD: a rewriter wants it, or it answers a SaslHandshake v0. Held whole, parsed, then
   forwarded as it came or rewritten.
@@ -59,6 +60,10 @@ def response_mode(*, api_key: int, size: int, decoded: bool, rewrite: bool, sasl
     ``decoded``: its request was parsed (Fetch/Produce); ``rewrite``: a rewriter wants this
     api key and version; ``sasl_handshake``: it answers a SaslHandshake v0."""
     if sasl_handshake or rewrite:
+        if api_key == apis.SHARE_FETCH and size > HOLD_LIMIT_BYTES:
+            # not decoded: forwarded as it comes. A broker names NodeEndpoints beside partitions
+            # that failed (a leader moved, no records): rare in a response this big
+            return ResponseMode.PASS
         if api_key == apis.FETCH and size > HOLD_LIMIT_BYTES and decoded:
             # a broker lists NodeEndpoints only beside partitions that failed (no records): a big
             # response streams, holding back its last bytes (where the tag lives)

@@ -1,5 +1,6 @@
 """Response rewriters: broker addresses (Metadata, FindCoordinator, DescribeCluster, the
-``NodeEndpoints`` tag of Fetch v16+ / Produce v10+) and ApiVersions capping.
+``NodeEndpoints`` tag of Fetch v16+ / Produce v10+, the ``NodeEndpoints`` array of ShareFetch
+and ShareAcknowledge) and ApiVersions capping.
 
 Rewrites splice: new bytes for the changed fields, original bytes for everything else, so
 unknown tagged fields and trailing bytes survive. A frame that needs no change yields
@@ -34,6 +35,8 @@ CODEC_MAX_VERSION: Final[dict[int, int]] = {
     apis.API_VERSIONS: 4,
     apis.SASL_AUTHENTICATE: 2,
     apis.DESCRIBE_CLUSTER: 2,
+    apis.SHARE_FETCH: 2,  # KIP-932: Kafka 4.4 speaks v1-v2
+    apis.SHARE_ACKNOWLEDGE: 2,
 }
 
 UNSUPPORTED_VERSION: Final = 35
@@ -131,7 +134,7 @@ class ResponseRewriter:
             return api_version >= 16
         if api_key == apis.PRODUCE:
             return api_version >= 10
-        return False
+        return api_key in (apis.SHARE_FETCH, apis.SHARE_ACKNOWLEDGE)
 
     def rewrite(self, api_key: int, api_version: int, frame: Buf) -> RewriteResult:
         """``frame`` is a whole response without its size prefix (it starts with the
@@ -179,6 +182,8 @@ class ResponseRewriter:
         elif api_key == apis.DESCRIBE_CLUSTER:
             if msg.get("EndpointType", 1) != ENDPOINT_TYPE_CONTROLLER:
                 splices = _broker_splices(msg["Brokers"] or [], "BrokerId", flexible, adv, learned)
+        elif api_key in (apis.SHARE_FETCH, apis.SHARE_ACKNOWLEDGE):  # an array, not a tag
+            splices = _broker_splices(msg["NodeEndpoints"] or [], "NodeId", flexible, adv, learned)
         else:  # Fetch v16+ / Produce v10+: the top-level NodeEndpoints tag
             endpoints = msg.get("NodeEndpoints") or []
             inner = _broker_splices(endpoints, "NodeId", True, adv, learned)

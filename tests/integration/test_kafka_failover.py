@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from .test_broker_clock import RESULTS
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.long]  # make test-long
 
 TOPIC = "failover"
 

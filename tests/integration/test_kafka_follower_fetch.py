@@ -20,7 +20,7 @@ from fetchlat.analysis import request_log as rl
 from .test_broker_clock import RESULTS
 from .test_kafka_sessions import java_consumer
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.long]  # make test-long
 
 TOPIC = "racks"  # one partition, replicated to all three brokers
 CLIENT = "rack-consumer"

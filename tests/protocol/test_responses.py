@@ -21,6 +21,9 @@ ROWS = [
     ("big_fetch_not_decoded_is_held_whole", apis.FETCH, BIG, False, True, False, ResponseMode.HOLD),
     ("big_produce_to_rewrite_is_held", apis.PRODUCE, BIG, True, True, False, ResponseMode.HOLD),
     ("sasl_handshake_v0_is_held", apis.SASL_HANDSHAKE, 100, False, False, True, ResponseMode.HOLD),
+    ("share_fetch_to_rewrite_is_held", apis.SHARE_FETCH, 100, False, True, False, ResponseMode.HOLD),
+    ("big_share_fetch_passes_unheld", apis.SHARE_FETCH, BIG, False, True, False, ResponseMode.PASS),
+    ("share_acknowledge_is_held", apis.SHARE_ACKNOWLEDGE, BIG, False, True, False, ResponseMode.HOLD),
 ]
 
 

@@ -4,6 +4,7 @@ change, and every byte we do not change (unknown tags, trailing bytes) survives.
 from __future__ import annotations
 
 import importlib
+import uuid
 from typing import Any
 
 import pytest
@@ -192,3 +193,28 @@ def test_a_repeated_response_is_rewritten_from_the_cache_with_its_own_correlatio
     assert again.body == fresh.body and again.body is not None and again.body[:4] == (8).to_bytes(4, "big")
     assert again.learned == fresh.learned == first.learned and again.learned
     assert len(rw._cache) == 1
+
+
+@pytest.mark.parametrize(("api_key", "version"), [(apis.SHARE_FETCH, 1), (apis.SHARE_FETCH, 2),
+                                                   (apis.SHARE_ACKNOWLEDGE, 1), (apis.SHARE_ACKNOWLEDGE, 2)])
+def test_share_responses_name_the_proxys_listeners_for_a_moved_leader(api_key: int, version: int) -> None:
+    """KIP-932: a ShareFetch or ShareAcknowledge answer lists the new leader of a partition that
+    failed with NOT_LEADER_OR_FOLLOWER in NodeEndpoints (an array, not a tag, in Kafka 4.4's
+    v1-v2): the client must reach it through the proxy. Every other field is kept."""
+    spec = apis.table()[api_key].response()
+    partition = {"PartitionIndex": 0, "ErrorCode": 6, "ErrorMessage": None,
+                 "CurrentLeader": {"LeaderId": 2, "LeaderEpoch": 7}}
+    if api_key == apis.SHARE_FETCH:
+        partition |= {"AcknowledgeErrorCode": 0, "AcknowledgeErrorMessage": None, "Records": None,
+                      "AcquiredRecords": []}
+    value = {"ThrottleTimeMs": 0, "ErrorCode": 0, "ErrorMessage": None, "AcquisitionLockTimeoutMs": 30000,
+             "Responses": [{"TopicId": uuid.UUID(int=5), "Partitions": [partition]}],
+             "NodeEndpoints": [{"NodeId": 2, "Host": "kafka-2.internal", "Port": 9092, "Rack": "b"}]}
+    frame = _frame(api_key, version, encode(spec, version, value))
+    result = ResponseRewriter(advertise).rewrite(api_key, version, frame)
+    assert result.body is not None and [b.node_id for b in result.learned] == [2]
+    msg = walk(spec, version, result.body, len(frame) - len(encode(spec, version, value)))
+    (ep,) = msg["NodeEndpoints"]
+    assert (ep["Host"], ep["Port"]) == advertise(2, "kafka-2.internal", 9092)
+    assert msg["Responses"][0]["Partitions"][0]["CurrentLeader"]["LeaderId"] == 2
+    assert ResponseRewriter(advertise).wants(api_key, version)
