@@ -311,6 +311,12 @@ class LatencyModel:
                 self.nameless |= self.unnamed
             self.unnamed.clear()
 
+    @property
+    def wants_topics(self) -> bool:
+        """A topic id without a name, or a partition without a known leader, was met: the
+        proxy should ask its broker for every topic (Metadata v12)."""
+        return bool(self.unnamed) or self.leaders_wanted
+
     def learn_leaders(self, leaders: tuple[tuple[str, int, int], ...], everything: bool = False) -> None:
         """Partition leaders from a Metadata response; ``everything``: every topic's."""
         if len(self.leaders) + len(leaders) > MAX_PARTITIONS:
@@ -443,17 +449,17 @@ class LatencyModel:
                 off = offsets.get((topic, rp.partition), b.first_offset)
                 a, basis = self._arrival(st, off, b.first_timestamp_ms, b.log_append_time, follower is not None,
                                          ev.t_first_ns)
-                if (follower is None and basis != "produce_seen"
-                        and self._led_elsewhere(topic, rp.partition, broker_node)):
-                    hw_at = ev.t_first_ns - self.first_byte_ns
-                    if a is None or a < hw_at:
-                        a, basis = hw_at, REPLICA_HW
-                elif read_committed and b.control_batches and 0 <= st.stable_end <= off:
-                    # records of a transaction, visible only from its marker, which the
-                    # coordinator writes (never a produce the proxy sees): dated by the answer
-                    marker_at = ev.t_first_ns - self.first_byte_ns
-                    if a is None or a < marker_at:
-                        a, basis = marker_at, TXN_MARKER
+                # data made visible by something the proxy never sees is dated by the answer:
+                # a follower's high watermark (KIP-392), or a transaction's commit marker, which
+                # the coordinator writes, for records a read_committed fetch could not see yet
+                unseen = (REPLICA_HW if follower is None and basis != "produce_seen"
+                          and self._led_elsewhere(topic, rp.partition, broker_node)
+                          else TXN_MARKER if read_committed and b.control_batches and 0 <= st.stable_end <= off
+                          else None)
+                if unseen is not None:
+                    answered = ev.t_first_ns - self.first_byte_ns
+                    if a is None or a < answered:
+                        a, basis = answered, unseen
                 if a is not None and (arrival is None or a < arrival):
                     arrival, arrival_basis = a, basis
                 if follower is None and b.max_timestamp_ms >= 0:

@@ -106,21 +106,22 @@ class ConnectionObserver:
             self.node = int(broker) if broker.isdigit() else -1
             self._children.clear()
 
+    def _unmuted_start_ns(self, t_request_ns: int) -> int:
+        """When the broker could start on a request, a quota mute aside: forwarded, its
+        connection up, and the answer before it complete."""
+        ready = self.upstream_ready_ns if self.upstream_ready_ns >= self.broker_free_ns else self.broker_free_ns
+        return t_request_ns if t_request_ns >= ready else ready
+
     def forwarded_ns(self, t_request_ns: int) -> int:
         """When the broker could start on a request whose last byte was read at ``t_request_ns``:
-        forwarded, its connection up, and the answer before it complete."""
-        ready = self.upstream_ready_ns if self.upstream_ready_ns >= self.broker_free_ns else self.broker_free_ns
-        if self.unmuted_ns > ready:
-            ready = self.unmuted_ns
-        return t_request_ns if t_request_ns >= ready else ready
+        forwarded, its connection up, the answer before it complete, and no quota mute on."""
+        start = self._unmuted_start_ns(t_request_ns)
+        return self.unmuted_ns if self.unmuted_ns > start else start
 
     def muted_ns(self, t_request_ns: int, fwd_ns: int) -> int:
         """How much of a request's hold (``fwd_ns`` - ``t_request_ns``) was the broker's quota
         mute rather than the answer before it: throttle, not the proxy's or the broker's time."""
-        ready = self.upstream_ready_ns if self.upstream_ready_ns >= self.broker_free_ns else self.broker_free_ns
-        if t_request_ns > ready:
-            ready = t_request_ns
-        return fwd_ns - ready if fwd_ns > ready else 0
+        return fwd_ns - self._unmuted_start_ns(t_request_ns)
 
     def throttled(self, throttle_ms: int, t_first_ns: int) -> None:
         """An answer asked for ``throttle_ms`` of quota delay. Since KIP-219 (Kafka 2.0) a broker

@@ -172,8 +172,7 @@ class ResponseRewriter:
                 tid = t.get("TopicId")
                 if tid is not None and tid.int != 0 and t["Name"] is not None:
                     topic_ids.append((t["Name"], tid))
-                if t["Name"] is not None and t["ErrorCode"] == 0:
-                    leaders += [(t["Name"], p["PartitionIndex"], p["LeaderId"]) for p in t["Partitions"] or []]
+            leaders = metadata_leaders(msg)
         elif api_key == apis.FIND_COORDINATOR:
             if api_version >= 4:
                 splices = _broker_splices(msg["Coordinators"] or [], "NodeId", flexible, adv, learned)
@@ -191,6 +190,12 @@ class ResponseRewriter:
         if not splices:
             return RewriteResult(None, learned, topic_ids, leaders)
         return RewriteResult(apply_splices(frame, 0, len(frame), splices), learned, topic_ids, leaders)
+
+
+def metadata_leaders(msg: Struct) -> list[tuple[str, int, int]]:
+    """(topic, partition, leader node) of every partition a walked Metadata response names."""
+    return [(t["Name"], p["PartitionIndex"], p["LeaderId"]) for t in msg["Topics"] or []
+            if t["Name"] and t["ErrorCode"] == 0 for p in t["Partitions"] or []]
 
 
 def _api_versions_changes(msg: Struct, fields: tuple[FieldSpec, ...], version: int) -> bool:

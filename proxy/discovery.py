@@ -33,6 +33,7 @@ from fetchlat.protocol.encoder import encode
 from fetchlat.protocol.errors import ProtocolError
 from fetchlat.protocol.events import BrokerAddress
 from fetchlat.protocol.framing import frame_size, request_frame
+from fetchlat.protocol.rewrite import metadata_leaders
 from fetchlat.protocol.schema import load
 from fetchlat.protocol.walker import walk
 
@@ -80,8 +81,10 @@ def topics_request(correlation_id: int = 2) -> bytes:
     return frame
 
 
-def topic_ids_of(frame: bytes, correlation_id: int = 2) -> list[tuple[str, uuid.UUID]]:
-    """(name, id) of every topic a Metadata v12 response frame (after its size prefix) names."""
+def topics_of(frame: bytes, correlation_id: int = 2
+              ) -> tuple[list[tuple[str, uuid.UUID]], list[tuple[str, int, int]]]:
+    """(name, id) of every topic and (topic, partition, leader) of every partition a Metadata
+    v12 response frame (after its size prefix) names, from one walk."""
     got = int.from_bytes(frame[:4], "big", signed=True)
     if got != correlation_id:
         raise BadAnswer(f"answer has correlation id {got}, not {correlation_id}")
@@ -91,21 +94,14 @@ def topic_ids_of(frame: bytes, correlation_id: int = 2) -> list[tuple[str, uuid.
         msg = walk(load("MetadataResponse"), TOPICS_VERSION, frame, 5)
     except ProtocolError as exc:
         raise BadAnswer(f"undecodable Metadata response: {exc}") from None
-    return [(t["Name"], t["TopicId"]) for t in msg["Topics"]
-            if t["ErrorCode"] == 0 and t["Name"] and t["TopicId"] != uuid.UUID(int=0)]
+    ids = [(t["Name"], t["TopicId"]) for t in msg["Topics"]
+           if t["ErrorCode"] == 0 and t["Name"] and t["TopicId"] != uuid.UUID(int=0)]
+    return ids, metadata_leaders(msg)
 
 
-def leaders_of(frame: bytes, correlation_id: int = 2) -> list[tuple[str, int, int]]:
-    """(topic, partition, leader) of every partition a Metadata v12 response frame names."""
-    got = int.from_bytes(frame[:4], "big", signed=True)
-    if got != correlation_id:
-        raise BadAnswer(f"answer has correlation id {got}, not {correlation_id}")
-    try:
-        msg = walk(load("MetadataResponse"), TOPICS_VERSION, frame, 5)
-    except ProtocolError as exc:
-        raise BadAnswer(f"undecodable Metadata response: {exc}") from None
-    return [(t["Name"], p["PartitionIndex"], p["LeaderId"]) for t in msg["Topics"]
-            if t["ErrorCode"] == 0 and t["Name"] for p in t["Partitions"] or ()]
+def topic_ids_of(frame: bytes, correlation_id: int = 2) -> list[tuple[str, uuid.UUID]]:
+    """(name, id) of every topic a Metadata v12 response frame (after its size prefix) names."""
+    return topics_of(frame, correlation_id)[0]
 
 
 async def _ask(host: str, port: int, request: bytes, tls: ssl.SSLContext | None, server_hostname: str | None,
@@ -138,17 +134,10 @@ async def fetch_brokers(host: str, port: int, tls: ssl.SSLContext | None = None,
     return brokers_of(await _ask(host, port, metadata_request(), tls, server_hostname, max_frame_bytes))
 
 
-async def fetch_topic_ids(host: str, port: int, tls: ssl.SSLContext | None = None,
-                          server_hostname: str | None = None, *, max_frame_bytes: int) -> list[tuple[str, uuid.UUID]]:
-    """Ask one broker for every topic's id (Metadata v12, all topics)."""
-    return topic_ids_of(await _ask(host, port, topics_request(), tls, server_hostname, max_frame_bytes))
-
-
 async def fetch_topics(host: str, port: int, tls: ssl.SSLContext | None = None, server_hostname: str | None = None,
                        *, max_frame_bytes: int) -> tuple[list[tuple[str, uuid.UUID]], list[tuple[str, int, int]]]:
     """Ask one broker for every topic's id and every partition's leader (Metadata v12)."""
-    frame = await _ask(host, port, topics_request(), tls, server_hostname, max_frame_bytes)
-    return topic_ids_of(frame), leaders_of(frame)
+    return topics_of(await _ask(host, port, topics_request(), tls, server_hostname, max_frame_bytes))
 
 
 class Discovery:

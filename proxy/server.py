@@ -62,8 +62,7 @@ class Proxy:
                                    connect_timeout_s=cfg.connect_timeout_s,
                                    refresh_s=lambda: self.cfg.metadata_refresh_s,
                                    max_frame_bytes=cfg.max_frame_bytes, log_throttled=self.log_throttled,
-                                   wants_topics=lambda: bool(self.observer.model.unnamed)
-                                   or self.observer.model.leaders_wanted,
+                                   wants_topics=lambda: self.observer.model.wants_topics,
                                    learn_topics=lambda t: self.observer.model.learn_topic_ids(t, everything=True),
                                    learn_leaders=lambda lead: self.observer.model.learn_leaders(lead, everything=True))
         self.traces: TraceWriter | None = None  # set by the CLI when --trace-dir is given
@@ -216,8 +215,8 @@ class Proxy:
         while True:
             now = self.last_beat_ns = clock.now_ns()
             self.observer.set_clock(clock.wall_ns(), now)
-            if self.observer.model.unnamed and self.discovery.topics_due():
-                self.discovery.kick()  # a topic id without a name: ask the broker for them now
+            if self.observer.model.wants_topics and self.discovery.topics_due():
+                self.discovery.kick()  # a topic id without a name, a leader unknown: ask now
             for sess in list(self.sessions):
                 close = sess.conv.expire(now)
                 if close is not None:
