@@ -58,6 +58,8 @@ class BrokerRequest:
     acks: int | None
     records_bytes: int  # the records the response carried (the log gives their size only)
     error_code: int = 0  # the response's top-level error (a fetch session's, for one)
+    acquired_records: int = 0  # ShareFetch: records the answer acquired for the member (its records are not sized)
+    acknowledgements: int = 0  # ShareFetch: acknowledgement batches the request carried
 
     @property
     def broker_local_ms(self) -> float:
@@ -93,6 +95,19 @@ def _records_bytes(response: Any) -> int:
                for p in t.get("partitions") or ())
 
 
+def _acquired(response: Any) -> int:
+    if not isinstance(response, dict):
+        return 0
+    return sum(max(0, int(a.get("lastOffset", -1)) - int(a.get("firstOffset", 0)) + 1)
+               for t in response.get("responses") or () for p in t.get("partitions") or ()
+               for a in p.get("acquiredRecords") or ())
+
+
+def _acknowledgements(request: dict[str, Any]) -> int:
+    return sum(len(p.get("acknowledgementBatches") or ()) for t in request.get("topics") or ()
+               if isinstance(t, dict) for p in t.get("partitions") or ())
+
+
 def _error_code(response: Any) -> int:
     return int(response.get("errorCode", 0) or 0) if isinstance(response, dict) else 0
 
@@ -114,8 +129,10 @@ def parse_line(line: str, node: str) -> BrokerRequest | None:
             throttle_ms=float(d.get("throttleTimeMs", 0.0)), request_queue_ms=float(d["requestQueueTimeMs"]),
             response_queue_ms=float(d["responseQueueTimeMs"]), send_ms=float(d["sendTimeMs"]),
             max_wait_ms=req.get("maxWaitMs"), min_bytes=req.get("minBytes"), replica_id=_replica_id(req),
-            session_id=req.get("sessionId"), session_epoch=req.get("sessionEpoch"), acks=req.get("acks"),
-            records_bytes=_records_bytes(d.get("response")), error_code=_error_code(d.get("response")))
+            session_id=req.get("sessionId"), session_epoch=req.get("sessionEpoch", req.get("shareSessionEpoch")),
+            acks=req.get("acks"), records_bytes=_records_bytes(d.get("response")),
+            error_code=_error_code(d.get("response")), acquired_records=_acquired(d.get("response")),
+            acknowledgements=_acknowledgements(req))
     except (ValueError, KeyError, TypeError):
         return None
 
@@ -184,9 +201,12 @@ def join(rows: Iterable[dict[str, Any]], requests: Iterable[BrokerRequest]) -> t
 def broker_outcome(b: BrokerRequest) -> str:
     """What the broker's clock says happened to a fetch: answered at once (remote 0), expired
     (parked, and let go with less than min bytes: the timer fires up to a tick either side of
-    max wait), or woken (parked, then completed with enough data)."""
+    max wait), or woken (parked, then completed with enough data). A ShareFetch's log line does
+    not size its records: it had data when it acquired some."""
     if b.remote_ms <= 0.0:
         return "immediate"
+    if b.api_key == API_KEYS["ShareFetch"]:
+        return "woken" if b.acquired_records > 0 else "expired"
     if b.records_bytes < max(b.min_bytes or 1, 1):
         return "expired"
     return "woken"

@@ -51,9 +51,13 @@ def with_window(df: DataFrame, window: str) -> DataFrame:
     return df.withColumn("window_start", F.timestamp_micros(F.floor(F.col("ts_ns") / (us * 1000)).cast("long") * us))
 
 
+FETCH_APIS = ("Fetch", "ShareFetch")
+
+
 def timed(exchanges: DataFrame) -> DataFrame:
-    """The exchanges the latency tables read: fetches and produces with a duration."""
-    return exchanges.where(F.col("api").isin("Fetch", "Produce") & F.col("total_ns").isNotNull())
+    """The exchanges the latency tables read: fetches (a ShareFetch is a fetch of kind share)
+    and produces with a duration."""
+    return exchanges.where(F.col("api").isin(*FETCH_APIS, "Produce") & F.col("total_ns").isNotNull())
 
 
 ORDER = {
@@ -126,7 +130,7 @@ def fine(timed_df: DataFrame) -> DataFrame:
 
     ``api`` goes in as a boolean and ``outcome`` as a small number: the strings copied and
     hashed per row are only the ones that have to be (broker, kind, client)."""
-    is_fetch = F.col("api") == "Fetch"
+    is_fetch = F.col("api").isin(*FETCH_APIS)  # the kind column keeps a share fetch apart
     outcome = F.coalesce(*[F.when(F.col("outcome") == o, F.lit(i)) for i, o in enumerate(OUTCOMES)]).cast("byte")
     rows = timed_df.select("window_start", "broker", is_fetch.alias("_fetch"), "kind",
                            F.when(is_fetch, F.col("client_id")).alias("client_id"), "replica_id", "acks", "records",
@@ -289,7 +293,7 @@ def _list_table(rows: DataFrame, keys: list[str], ns: Column, *extra: Column) ->
 
 def record_latency(partitions: DataFrame, sla_ms: float) -> DataFrame:
     """KIP-489 record latency per topic x partition x client, with SLA breaches."""
-    p = partitions.where((F.col("api") == "Fetch") & F.col("record_latency_ns").isNotNull())
+    p = partitions.where(F.col("api").isin(*FETCH_APIS) & F.col("record_latency_ns").isNotNull())
     ns = F.col("record_latency_ns")
     keys = ["topic", "partition", "client_id"]
     q = _list_table(p, keys, ns, F.avg(ns).alias("_x_avg"),

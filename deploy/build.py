@@ -133,7 +133,7 @@ REPLICATION = [
                     "long. Not part of the produce latency above; empty while no broker throttles."),
 ]
 
-CF = 'broker=~"$broker",kind="consumer",client=~"$client"'
+CF = 'broker=~"$broker",kind=~"consumer|share",client=~"$client"'  # share consumers (KIP-932) too
 CONSUMERS = [
     Panel("Record latency p99 per topic (KIP-489)", (
         Q(quantile(0.99, "fetchlat_record_latency_seconds", "topic", 'broker=~"$broker",topic=~"$topic"'),

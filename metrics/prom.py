@@ -359,7 +359,7 @@ class FetchMetrics:
             self.low_confidence.labels(broker, k, s.basis).inc()
         if s.wake_lag_ns is not None:
             c.wake_lag().observe(max(0, s.wake_lag_ns) / 1e9)
-        if k == "consumer" and s.partitions:
+        if k != "follower" and s.partitions:  # consumers' and share consumers' records
             client = self.client_label(s.client_id)
             for p in s.partitions:
                 if p.record_latency_ns is not None:

@@ -28,11 +28,13 @@ class WaitSource(enum.StrEnum):
 
 
 class Kind(enum.StrEnum):
-    """Who sent the request: a consumer or a follower broker fetching; a producer."""
+    """Who sent the request: a consumer or a follower broker fetching, a share-group consumer
+    fetching (ShareFetch, KIP-932); a producer."""
 
     CONSUMER = "consumer"
     FOLLOWER = "follower"
     PRODUCER = "producer"
+    SHARE = "share"
 
 
 class Direction(enum.StrEnum):
@@ -42,6 +44,9 @@ class Direction(enum.StrEnum):
     BROKER_TO_CLIENT = "broker_to_client"
 
 
-def fetch_kind(replica_id: int) -> Kind:
-    """A fetch with a replica id (>= 0) comes from a follower broker."""
+def fetch_kind(replica_id: int, share: bool = False) -> Kind:
+    """A fetch with a replica id (>= 0) comes from a follower broker; a ShareFetch from a share
+    consumer."""
+    if share:
+        return Kind.SHARE
     return Kind.FOLLOWER if replica_id >= 0 else Kind.CONSUMER

@@ -45,6 +45,8 @@ HOT: Final = (
     "fetchlat.protocol.fetch_now",
     "fetchlat.protocol.produce",
     "fetchlat.protocol.produce_now",
+    "fetchlat.protocol.share",
+    "fetchlat.protocol.share_now",
     "fetchlat.protocol.events",
     "fetchlat.protocol.inflight",
     "fetchlat.protocol.sessions",

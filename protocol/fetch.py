@@ -54,11 +54,13 @@ class FetchRequestInfo:
     partitions: tuple[FetchPartitionRequest, ...]
     forgotten: tuple[tuple[str | None, _uuid.UUID | None, int], ...]
     rack_id: str | None
+    share: bool = False  # a ShareFetch (KIP-932, share.py): no offsets; the answer says what was acquired
 
     def __init__(self, *, replica_id: int, replica_epoch: int, max_wait_ms: int, min_bytes: int, max_bytes: int,
                  isolation_level: int, session_id: int, session_epoch: int,
                  partitions: tuple[FetchPartitionRequest, ...],
-                 forgotten: tuple[tuple[str | None, _uuid.UUID | None, int], ...], rack_id: str | None) -> None:
+                 forgotten: tuple[tuple[str | None, _uuid.UUID | None, int], ...], rack_id: str | None,
+                 share: bool = False) -> None:
         self.replica_id = replica_id
         self.replica_epoch = replica_epoch
         self.max_wait_ms = max_wait_ms
@@ -70,6 +72,7 @@ class FetchRequestInfo:
         self.partitions = partitions
         self.forgotten = forgotten
         self.rack_id = rack_id
+        self.share = share
 
     @property
     def is_follower(self) -> bool:
@@ -87,10 +90,12 @@ class FetchPartitionResponse:
     log_start_offset: int
     preferred_read_replica: int
     batches: BatchStats | None
+    acquired_first: int = -1  # ShareFetch: the first offset acquired for the member (-1: none)
+    acquired: int = 0  # ShareFetch: how many records were acquired
 
     def __init__(self, *, topic: str | None, topic_id: _uuid.UUID | None, partition: int, error_code: int,
                  high_watermark: int, last_stable_offset: int, log_start_offset: int, preferred_read_replica: int,
-                 batches: BatchStats | None) -> None:
+                 batches: BatchStats | None, acquired_first: int = -1, acquired: int = 0) -> None:
         self.topic = topic
         self.topic_id = topic_id
         self.partition = partition
@@ -100,6 +105,8 @@ class FetchPartitionResponse:
         self.log_start_offset = log_start_offset
         self.preferred_read_replica = preferred_read_replica
         self.batches = batches
+        self.acquired_first = acquired_first
+        self.acquired = acquired
 
 
 @dataclass(slots=True, kw_only=True)

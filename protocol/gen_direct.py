@@ -1,14 +1,14 @@
 """Writes the direct twins of the streaming parsers, at build time, as checked-in source.
 
-A parser in ``stream.py``, ``fetch.py`` or ``produce.py`` is a generator that suspends only
-where a field is not yet complete in the current chunk. For a frame that is whole in one
-buffer, the same source with every ``yield from f(`` read as ``f_now(`` is a plain function:
-no generator per field, and nothing a reader, grep, mypy or a compiler cannot see. This module
-makes that rewrite and writes ``stream_now.py``, ``fetch_now.py`` and ``produce_now.py``;
-``tests/protocol/test_direct.py`` checks that regenerating changes nothing (Kafka's way with
-its generated message classes).
+A parser in ``stream.py``, ``fetch.py``, ``produce.py`` or ``share.py`` is a generator that
+suspends only where a field is not yet complete in the current chunk. For a frame that is whole
+in one buffer, the same source with every ``yield from f(`` read as ``f_now(`` is a plain
+function: no generator per field, and nothing a reader, grep, mypy or a compiler cannot see.
+This module makes that rewrite and writes ``stream_now.py``, ``fetch_now.py``,
+``produce_now.py`` and ``share_now.py``; ``tests/protocol/test_direct.py`` checks that
+regenerating changes nothing (Kafka's way with its generated message classes).
 
-    python -m fetchlat.protocol.gen_direct          # rewrite the three modules
+    python -m fetchlat.protocol.gen_direct          # rewrite the four modules
     python -m fetchlat.protocol.gen_direct --check  # exit 1 if one is stale
 
 Owns: the rewrite rule. Must never: run at import time of the codec, or be imported by it.
@@ -61,6 +61,15 @@ IMPORTS = {
         "from .primitives import I32, I64, Buf\n"
         "from .stream import Reader\n"
     ),
+    "share_now.py": (
+        "import uuid as _uuid\n\n"
+        "from . import stream_now as s\n"
+        "from .fetch import (\n"
+        "    CONSUMER_REPLICA_ID,\n    FetchPartitionRequest,\n    FetchPartitionResponse,\n"
+        "    FetchRequestInfo,\n    FetchResponseInfo,\n)\n"
+        "from .primitives import Buf\n"
+        "from .stream import Reader\n"
+    ),
     "produce_now.py": (
         "from . import stream_now as s\n"
         "from .primitives import Buf\n"
@@ -75,6 +84,7 @@ SOURCES: dict[str, tuple[str, tuple[str, ...]]] = {
     "stream_now.py": ("stream.py", STREAM_HELPERS),
     "fetch_now.py": ("fetch.py", ("parse_request", "parse_response")),
     "produce_now.py": ("produce.py", ("parse_request", "parse_response")),
+    "share_now.py": ("share.py", ("parse_request", "parse_response")),
 }
 
 

@@ -11,7 +11,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Final
 
-from . import apis, fetch, produce
+from . import apis, fetch, produce, share
 from .sessions import Covered, FetchSessions
 
 SASL_TOKEN: Final = -1  # pseudo api key of a raw SASL token exchange
@@ -19,11 +19,13 @@ SASL_ROUNDS: Final[dict[str, int]] = {"PLAIN": 1, "SCRAM-SHA-256": 2, "SCRAM-SHA
 
 
 def observed(api_key: int, api_version: int) -> bool:
-    """Fetch and Produce exchanges are decoded for the latency model."""
+    """Fetch, ShareFetch and Produce exchanges are decoded for the latency model."""
     if api_key == apis.FETCH:
         return fetch.MIN_VERSION <= api_version <= fetch.MAX_VERSION
     if api_key == apis.PRODUCE:
         return produce.MIN_VERSION <= api_version <= produce.MAX_VERSION
+    if api_key == apis.SHARE_FETCH:
+        return share.MIN_VERSION <= api_version <= share.MAX_VERSION
     return False
 
 

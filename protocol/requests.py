@@ -2,7 +2,7 @@
 
 Owns: request framing (with the frame limit), the header of every request, what correlation
 needs from the first bytes (acks of a Produce, the mechanism of a SaslHandshake v0), and the
-Fetch/Produce request parse. The caller forwards the very bytes object first, then hands it
+Fetch/ShareFetch/Produce request parse. The caller forwards the very bytes object first, then hands it
 here. Must never: do I/O, read clocks, or copy more than a request's first bytes (a small
 Fetch/Produce request that arrives in pieces is kept as references and joined once).
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from . import apis, fetch, fetch_now, produce, produce_now
+from . import apis, fetch, fetch_now, produce, produce_now, share, share_now
 from .errors import DecodeError, FramingError
 from .events import DecodeFailed, Event, ProduceExchanged, ProduceSent, RequestSeen
 from .framing import frame_size
@@ -45,6 +45,8 @@ _TWINS: dict[tuple[int, int], Twin] = {}
 def _twin(api_key: int, v: int) -> Twin:
     if api_key == apis.FETCH:
         return Twin(lambda: fetch.parse_request(v), lambda b: fetch_now.parse_request_now(b, v))
+    if api_key == apis.SHARE_FETCH:
+        return Twin(lambda: share.parse_request(v), lambda b: share_now.parse_request_now(b, v))
     return Twin(lambda: produce.parse_request(v), lambda b: produce_now.parse_request_now(b, v))
 
 
@@ -203,7 +205,7 @@ class RequestDecoder:
             if info is None:
                 events.append(DecodeFailed(api_key=header.api_key, api_version=header.api_version,
                                            direction="request", reason=error or "undecodable"))
-            elif isinstance(info, fetch.FetchRequestInfo):
+            elif isinstance(info, fetch.FetchRequestInfo) and not info.share:
                 covered = shared.sessions.covered(info)
         if expects:
             shared.in_flight.append(InFlight(header.correlation_id, header.api_key, header.api_version,

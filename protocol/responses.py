@@ -3,9 +3,10 @@
 Owns: response framing and correlation (the oldest request in flight must match), and how
 each response is handled, which ``response_mode`` decides from one table:
 
-- PASS: not Fetch/Produce, nothing to rewrite (or a ShareFetch larger than HOLD_LIMIT_BYTES).
-  Forwarded as received, never parsed.
-- DEFER: Fetch/Produce, nothing to rewrite. Forwarded as received, parsed after the write.
+- PASS: not Fetch/ShareFetch/Produce, nothing to rewrite. Forwarded as received, never parsed.
+- DEFER: Fetch/ShareFetch/Produce, nothing to rewrite (or a ShareFetch larger than
+  HOLD_LIMIT_BYTES: its NodeEndpoints array stays as the broker wrote it). Forwarded as
+  received, parsed after the write.
 - HOLD: a rewriter wants it, or it answers a SaslHandshake v0. Held whole, parsed, then
   forwarded as it came or rewritten.
 - STREAM_HELD_TAIL: HOLD, but a Fetch larger than HOLD_LIMIT_BYTES. Streamed and parsed as it
@@ -24,7 +25,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any, Final
 
-from . import apis, fetch, fetch_now, produce, produce_now
+from . import apis, fetch, fetch_now, produce, produce_now, share, share_now
 from .errors import DecodeError, FramingError, ProtocolError
 from .events import (
     BrokersLearned,
@@ -61,9 +62,10 @@ def response_mode(*, api_key: int, size: int, decoded: bool, rewrite: bool, sasl
     api key and version; ``sasl_handshake``: it answers a SaslHandshake v0."""
     if sasl_handshake or rewrite:
         if api_key == apis.SHARE_FETCH and size > HOLD_LIMIT_BYTES:
-            # not decoded: forwarded as it comes. A broker names NodeEndpoints beside partitions
-            # that failed (a leader moved, no records): rare in a response this big
-            return ResponseMode.PASS
+            # forwarded as it comes, its NodeEndpoints array unrewritten: a broker names brokers
+            # there beside partitions that failed (a leader moved, no records), rare in a
+            # response this big
+            return ResponseMode.DEFER if decoded else ResponseMode.PASS
         if api_key == apis.FETCH and size > HOLD_LIMIT_BYTES and decoded:
             # a broker lists NodeEndpoints only beside partitions that failed (no records): a big
             # response streams, holding back its last bytes (where the tag lives)
@@ -116,6 +118,9 @@ def _twin(api_key: int, v: int, wait_time_tag: int | None) -> Twin:
     if api_key == apis.FETCH:
         return Twin(lambda: fetch.parse_response(v, wait_time_tag, after_correlation_id=True),
                     lambda b: fetch_now.parse_response_now(b, v, wait_time_tag, after_correlation_id=True))
+    if api_key == apis.SHARE_FETCH:
+        return Twin(lambda: share.parse_response(v, after_correlation_id=True),
+                    lambda b: share_now.parse_response_now(b, v, after_correlation_id=True))
     return Twin(lambda: produce.parse_response(v, after_correlation_id=True),
                 lambda b: produce_now.parse_response_now(b, v, after_correlation_id=True))
 
@@ -304,9 +309,9 @@ class ResponseDecoder:
         if mode is ResponseMode.HOLD:
             pieces, self._hold = self._hold, []
             new = None
-            # a Fetch/Produce the codec read whole and whose NodeEndpoints is empty names no
+            # a Fetch/ShareFetch/Produce the codec read whole and whose NodeEndpoints is empty names no
             # broker: forwarded as it came, without the walk a rewrite needs
-            names_brokers = not (cur.api_key in (apis.FETCH, apis.PRODUCE) and info is not None
+            names_brokers = not (cur.api_key in (apis.FETCH, apis.PRODUCE, apis.SHARE_FETCH) and info is not None
                                  and not info.node_endpoints)
             rewriter = self.rewriter
             rewrite = rewriter is not None and names_brokers and rewriter.wants(cur.api_key, cur.api_version)
@@ -360,7 +365,8 @@ class ResponseDecoder:
                                        reason=error or "undecodable"))
             return
         if isinstance(cur.info, fetch.FetchRequestInfo):
-            self.shared.sessions.on_response(cur.info, info, cur.covered)
+            if not cur.info.share:
+                self.shared.sessions.on_response(cur.info, info, cur.covered)
             events.append(FetchExchanged(
                 correlation_id=cur.correlation_id, client_id=cur.client_id, api_version=cur.api_version,
                 request=cur.info, response=info, covered=cur.covered, t_request_ns=cur.t_request_ns,

@@ -32,7 +32,7 @@ CODEC_MAX_VERSION: Final[dict[int, int]] = {
     apis.METADATA: 13,
     apis.FIND_COORDINATOR: 6,
     apis.SASL_HANDSHAKE: 1,
-    apis.API_VERSIONS: 4,
+    apis.API_VERSIONS: 5,  # Kafka 4.4: v5 (same response as v4)
     apis.SASL_AUTHENTICATE: 2,
     apis.DESCRIBE_CLUSTER: 2,
     apis.SHARE_FETCH: 2,  # KIP-932: Kafka 4.4 speaks v1-v2

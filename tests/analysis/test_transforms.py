@@ -142,3 +142,18 @@ def test_one_grouping_sets_aggregation_gives_every_per_broker_table(spark: Spark
         alone = table(brokers)
         assert alone.count() > 0
         assertDataFrameEqual(table(both), alone)
+
+
+def test_a_share_fetch_is_a_fetch_of_its_own_kind(spark: SparkSession) -> None:
+    rows = [fetch(1, 501, 500), fetch(2, 503, 500),
+            {**fetch(3, 92, 90, client="s", outcome="woken", records=1), "api": "ShareFetch", "kind": "share"},
+            {**fetch(4, 94, 90, client="s", outcome="woken", records=1), "api": "ShareFetch", "kind": "share"}]
+    fine = tf.fine(tf.with_window(tf.timed(exchanges(spark, rows)), "1m"))
+    got = tf.summary(tf.without_clients(fine)).select("broker", "kind", "fetches", "local_p50")
+    expected = spark.createDataFrame([("1", "consumer", 2, 1.0), ("1", "share", 2, 2.0)], got.schema)
+    assertDataFrameEqual(got, expected, rtol=tf.ALPHA)
+    base = dict.fromkeys(TABLES["partitions"].names)
+    parts = [{**base, "ts_ns": T0, "api": "ShareFetch", "kind": "share", "topic": "q", "partition": 0,
+              "client_id": "s", "record_latency_ns": 40 * MS}]
+    rec = tf.record_latency(spark.createDataFrame(parts, spark_schema("partitions")), sla_ms=5000)
+    assert [(r["topic"], r["client_id"]) for r in rec.collect()] == [("q", "s")]

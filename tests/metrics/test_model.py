@@ -14,8 +14,9 @@ from fetchlat.metrics.model import (
     LatencyModel,
     estimate_wait,
 )
+from fetchlat.metrics.vocabulary import Kind
 
-from tests.support.events import MS, T0, fetch_ev, produce_ev
+from tests.support.events import MS, T0, fetch_ev, produce_ev, share_ev
 
 # name: (estimate_wait arguments beyond the defaults, expected (outcome, wait ms, source, basis, confident))
 TABLE = {
@@ -285,3 +286,30 @@ def test_a_read_committed_fetch_woken_by_a_commit_marker_is_dated_by_the_answer(
     m2.on_produce(produce_ev(T0 - 5 * MS, T0 - 4 * MS, base=3, n=5))
     s, _ = m2.on_fetch(fetch_ev(T0, T0 + 1 * MS, T0 + 1 * MS, offset=3, records=5, hw=9))
     assert s.outcome == IMMEDIATE
+
+
+def test_a_share_fetch_is_dated_from_the_first_offset_it_acquired() -> None:
+    m = LatencyModel(wall_minus_mono_ns=0, beside_broker=True)
+    # an idle share consumer's long poll runs to expiry: kind share, nothing acquired
+    s, _ = m.on_fetch(share_ev(T0 - 600 * MS, T0 - 98 * MS, T0 - 98 * MS), broker_node=0)
+    assert (s.kind, s.outcome, s.wait_ns, s.local_ns, s.records) == (Kind.SHARE, EXPIRED, 501 * MS, 1 * MS, 0)
+    # parked at T0, woken when the produce of offsets 0-4 was acknowledged (+102 ms)
+    m.on_produce(produce_ev(T0 + 100 * MS, T0 + 102 * MS, base=0, n=5))
+    s, _ = m.on_fetch(share_ev(T0, T0 + 103 * MS, T0 + 103 * MS, acquired_from=0, records=3), broker_node=0)
+    # parked 0.9 ms after it went out (the broker's share-group work first), so it waited 101.1 ms
+    assert (s.outcome, s.basis, s.wait_ns, s.local_ns, s.records) == (WOKEN, "produce_seen", 101_100_000, 1_900_000, 3)
+    assert s.partitions[0].fetch_offset == 0 and m.leaders[("t", 0)] == 0  # only a leader serves a share fetch
+    # the next share fetch acquires the rest of the batch, which was in the log before it went out
+    s, _ = m.on_fetch(share_ev(T0 + 200 * MS, T0 + 202 * MS, T0 + 202 * MS, acquired_from=3, records=2,
+                               batch_base=0), broker_node=0)
+    assert (s.outcome, s.wait_ns, s.local_ns, s.records) == (IMMEDIATE, 0, 2 * MS, 2)
+
+
+def test_a_share_fetch_answered_before_the_produce_that_woke_it_is_dated_by_that_produce() -> None:
+    m = LatencyModel(wall_minus_mono_ns=0, beside_broker=True)
+    m.on_produce(produce_ev(T0 - 900 * MS, T0 - 898 * MS, base=0, n=1))
+    m.on_produce_sent(produce_ev(T0 + 50 * MS, T0 + 53 * MS, base=1, n=1).request, T0 + 50 * MS)
+    # the share fetch's answer (+52 ms) comes before the produce's (+53 ms)
+    s, _ = m.on_fetch(share_ev(T0, T0 + 52 * MS, T0 + 52 * MS, acquired_from=1, records=1, first_ts_ms=1),
+                      broker_node=0)
+    assert (s.outcome, s.basis, s.wait_ns) == (WOKEN, "produce_seen", 50 * MS - 900_000)

@@ -25,11 +25,15 @@ MESSAGES = [
     ("DescribeCluster", "kafka.protocol.admin", "describe_cluster"),
 ]
 
+# Versions newer than both oracles know: ApiVersions v5 (Kafka 4.4, taken from its client jar's
+# schemas; test_rewrite.py covers its cap) is beyond kafka-python 3.0 and kio.
+ORACLE_MAX = {"ApiVersions": 4}
+
 CASES = [
     (name, kind, v)
     for name, _, _ in MESSAGES
     for kind in ("Request", "Response")
-    for v in range(load(name + kind).valid.lo, load(name + kind).valid.hi + 1)
+    for v in range(load(name + kind).valid.lo, min(load(name + kind).valid.hi, ORACLE_MAX.get(name, 99)) + 1)
 ]
 
 

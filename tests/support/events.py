@@ -46,3 +46,24 @@ def produce_ev(t_req: int, t_resp: int, base: int, n: int, acks: int = 1, error:
     return ProduceExchanged(correlation_id=1, client_id="p", api_version=9, request=req, response=resp,
                             t_request_ns=t_req, t_first_ns=t_resp, t_last_ns=t_resp, request_bytes=200,
                             response_bytes=60)
+
+
+def share_ev(t_req: int, t_first: int, t_last: int, *, acquired_from: int = -1, records: int = 0,
+             batch_base: int | None = None, first_ts_ms: int = -1, max_wait: int = 500) -> FetchExchanged:
+    """A share consumer's ShareFetch of t-0 (as ``share.py`` reads it): no offset asked; the
+    answer acquired ``records`` from ``acquired_from`` (in a batch that begins at ``batch_base``)."""
+    req = FetchRequestInfo(replica_id=-1, replica_epoch=-1, max_wait_ms=max_wait, min_bytes=1, max_bytes=1 << 20,
+                           isolation_level=0, session_id=0, session_epoch=1, partitions=(), forgotten=(),
+                           rack_id=None, share=True)
+    base = acquired_from if batch_base is None else batch_base
+    batches = BatchStats(size_bytes=100 * records, batches=1, records=records + acquired_from - base,
+                         first_offset=base, next_offset=acquired_from + records, first_timestamp_ms=first_ts_ms,
+                         max_timestamp_ms=first_ts_ms)
+    parts = (FetchPartitionResponse(topic="t", topic_id=None, partition=0, error_code=0, high_watermark=-1,
+                                    last_stable_offset=-1, log_start_offset=-1, preferred_read_replica=-1,
+                                    batches=batches, acquired_first=acquired_from, acquired=records),
+             ) if records else ()
+    resp = FetchResponseInfo(throttle_time_ms=0, error_code=0, session_id=0, wait_time_ms=None, partitions=parts)
+    return FetchExchanged(correlation_id=1, client_id="s", api_version=2, request=req, response=resp, covered=(),
+                          t_request_ns=t_req, t_first_ns=t_first, t_last_ns=t_last, request_bytes=80,
+                          response_bytes=100 + 100 * records)

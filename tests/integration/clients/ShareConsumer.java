@@ -2,8 +2,10 @@
 // single source file by `java` with Kafka's cached jars on the class path: it subscribes its
 // share group to a topic, reads until it has the number of records asked for (or the bound
 // runs out), acknowledging each one, and prints one JSON line: the records read.
+// Acknowledgement mode explicit (the default here: each record accepted, then commitSync sends
+// a ShareAcknowledge) or implicit (the acknowledgements ride on the next ShareFetch).
 //
-// usage: ShareConsumer <bootstrap> <topic> <group> <records> <seconds>
+// usage: ShareConsumer <bootstrap> <topic> <group> <records> <seconds> [explicit|implicit] [client id]
 import java.time.Duration;
 import java.util.List;
 import java.util.Properties;
@@ -20,11 +22,13 @@ public class ShareConsumer {
         String bootstrap = args[0], topic = args[1], group = args[2];
         int want = Integer.parseInt(args[3]);
         long seconds = Long.parseLong(args[4]);
+        boolean explicit = args.length < 6 || args[5].equals("explicit");
+        String clientId = args.length > 6 ? args[6] : "share-consumer";
         Properties cp = new Properties();
         cp.put("bootstrap.servers", bootstrap);
         cp.put("group.id", group);
-        cp.put("client.id", "share-consumer");
-        cp.put("share.acknowledgement.mode", "explicit");
+        cp.put("client.id", clientId);
+        cp.put("share.acknowledgement.mode", explicit ? "explicit" : "implicit");
         cp.put("key.deserializer", StringDeserializer.class.getName());
         cp.put("value.deserializer", StringDeserializer.class.getName());
         Set<String> got = new TreeSet<>();
@@ -34,9 +38,9 @@ public class ShareConsumer {
             while (got.size() < want && System.currentTimeMillis() < deadline) {
                 for (ConsumerRecord<String, String> r : consumer.poll(Duration.ofMillis(500))) {
                     got.add(r.value());
-                    consumer.acknowledge(r, AcknowledgeType.ACCEPT);
+                    if (explicit) consumer.acknowledge(r, AcknowledgeType.ACCEPT);
                 }
-                consumer.commitSync();
+                if (explicit) consumer.commitSync();
             }
         }
         System.out.println("{\"records\": " + got.size() + "}");
