@@ -292,6 +292,10 @@ class LatencyModel:
         # consumer fetch met at a broker for a partition of unknown leader wants them asked for
         self.leaders: dict[tuple[str, int], int] = {}
         self.leaders_wanted = False
+        # partitions met without a known leader since the last ask, and those the answer did not
+        # name either (a topic gone): not asked about again, as nameless ids are not
+        self._unled: set[tuple[str, int]] = set()
+        self._leaderless: set[tuple[str, int]] = set()
         self.first_byte_ns = DEFAULT_FIRST_BYTE_NS  # an immediate answer's first byte, smoothed
 
     # --------------------------------------------------------------------- knowledge
@@ -319,8 +323,8 @@ class LatencyModel:
 
     @property
     def wants_topics(self) -> bool:
-        """A topic id without a name, or a partition without a known leader, was met: the
-        proxy should ask its broker for every topic (Metadata v12)."""
+        """A topic id without a name, or a partition without a known leader, was met and never
+        asked about: the proxy should ask its broker for every topic (Metadata v12) now."""
         return bool(self.unnamed) or self.leaders_wanted
 
     def learn_leaders(self, leaders: tuple[tuple[str, int, int], ...], everything: bool = False) -> None:
@@ -329,16 +333,24 @@ class LatencyModel:
             self.leaders.clear()
         for topic, partition, leader in leaders:
             self.leaders[(topic, partition)] = leader
+            self._leaderless.discard((topic, partition))
         if everything:
+            if len(self._leaderless) + len(self._unled) > MAX_PARTITIONS:
+                self._leaderless.clear()
+            self._leaderless |= {k for k in self._unled if k not in self.leaders}
+            self._unled.clear()
             self.leaders_wanted = False
 
     def _led_elsewhere(self, topic: str, partition: int, broker_node: int) -> bool:
         """This broker is known not to lead the partition: it serves the fetch as a follower."""
         if broker_node < 0:
             return False
-        leader = self.leaders.get((topic, partition))
+        key = (topic, partition)
+        leader = self.leaders.get(key)
         if leader is None:
-            self.leaders_wanted = True
+            if key not in self._leaderless and len(self._unled) < MAX_PARTITIONS:
+                self._unled.add(key)
+                self.leaders_wanted = True
             return False
         return leader >= 0 and leader != broker_node
 

@@ -211,17 +211,22 @@ class Proxy:
 
     async def _heartbeat(self) -> None:
         """Every half second: mark the loop alive, refresh the trace clock pair, close
-        connections that overstayed (each one's policy says why)."""
+        connections that overstayed (each one's policy says why). Every tenth of a second: ask
+        the broker about a topic id or a partition's leader the model met and cannot name (the
+        fetches until the answer cannot be dated by it)."""
+        beat = 0
         while True:
-            now = self.last_beat_ns = clock.now_ns()
-            self.observer.set_clock(clock.wall_ns(), now)
             if self.observer.model.wants_topics and self.discovery.topics_due():
                 self.discovery.kick()  # a topic id without a name, a leader unknown: ask now
-            for sess in list(self.sessions):
-                close = sess.conv.expire(now)
-                if close is not None:
-                    sess.apply((close,))
-            await asyncio.sleep(0.5)
+            if beat % 5 == 0:
+                now = self.last_beat_ns = clock.now_ns()
+                self.observer.set_clock(clock.wall_ns(), now)
+                for sess in list(self.sessions):
+                    close = sess.conv.expire(now)
+                    if close is not None:
+                        sess.apply((close,))
+            beat += 1
+            await asyncio.sleep(0.1)
 
     async def _loop_lag(self, every_s: float = 0.1) -> None:
         """Every 100 ms: how much later than asked the loop woke us (a busy or blocked loop

@@ -313,3 +313,15 @@ def test_a_share_fetch_answered_before_the_produce_that_woke_it_is_dated_by_that
     s, _ = m.on_fetch(share_ev(T0, T0 + 52 * MS, T0 + 52 * MS, acquired_from=1, records=1, first_ts_ms=1),
                       broker_node=0)
     assert (s.outcome, s.basis, s.wait_ns) == (WOKEN, "produce_seen", 50 * MS - 900_000)
+
+
+def test_a_partition_the_answer_did_not_name_is_not_asked_about_again() -> None:
+    m = LatencyModel(wall_minus_mono_ns=0)
+    m.on_fetch(fetch_ev(T0, T0 + 2 * MS, T0 + 2 * MS, records=1, hw=1, first_ts_ms=1), broker_node=2)
+    assert m.wants_topics
+    m.learn_leaders((("other", 0, 1),), everything=True)  # the answer does not name t-0 (a topic gone)
+    m.on_fetch(fetch_ev(T0, T0 + 2 * MS, T0 + 2 * MS, records=1, hw=1, first_ts_ms=1), broker_node=2)
+    assert not m.wants_topics
+    m.learn_leaders((("t", 0, 1),))  # relayed Metadata names it after all
+    s, _ = m.on_fetch(fetch_ev(T0, T0 + 2 * MS, T0 + 2 * MS, records=1, hw=1, first_ts_ms=1), broker_node=2)
+    assert s.basis == "replica_high_watermark"
