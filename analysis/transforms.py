@@ -223,11 +223,15 @@ def _quantile_table(hist: DataFrame, keys: list[str], parts: tuple[str, ...] = P
                                             F.max("total_max_ns").alias("total_max_ns")))
     per_part = per_part.select(*keys, "part", *STATS, "total_max_ns",
                                quantile_buckets(F.col("_h"), F.col("_n")).alias("_k"))
-    return per_part.groupBy(*keys).agg(
+    out = per_part.groupBy(*keys).agg(
         *[F.sum(c).alias(c) for c in STATS], (F.max("total_max_ns") / 1e6).alias("total_max_ms"),
         *[F.max(F.when(F.col("part") == PARTS.index(p), bucket_ms(F.col("_k")[f"k{i}"]))).alias(f"{p}_{name}")
           for p in parts for i, name in enumerate(QNAMES)]
     ).withColumnRenamed("requests", "fetches")
+    if "total" in parts:  # a bucket's value may lie up to ALPHA above the group's largest total
+        out = out.select(*[F.least(F.col(c), F.col("total_max_ms")).alias(c) if c.startswith("total_p") else c
+                           for c in out.columns])
+    return out
 
 
 def _fetches(df: DataFrame) -> DataFrame:
@@ -283,10 +287,14 @@ def flag_shifts(pairs: DataFrame, *, factor: float = 2.0, min_delta_ms: float = 
 
 
 def _list_table(rows: DataFrame, keys: list[str], ns: Column, *extra: Column) -> DataFrame:
-    """Per ``keys``: ``samples``, p50/p99 of one duration ``ns`` (from its buckets), ``max_ms`` and ``extra``."""
+    """Per ``keys``: ``samples``, p50/p99 of one duration ``ns`` (from its buckets, kept within
+    the group's min and max: a bucket's value may lie up to ALPHA beyond them), ``max_ms`` and
+    ``extra``."""
     g = sorted_lists(rows.groupBy(*keys).agg(F.count(F.lit(1)).alias("samples"), F.collect_list(bucket(ns)).alias("_b"),
-                                             (F.max(ns) / 1e6).alias("max_ms"), *extra), ["_b"])
-    q = list_quantiles_ms(F.col("_b"))
+                                             (F.max(ns) / 1e6).alias("max_ms"), (F.min(ns) / 1e6).alias("_min_ms"),
+                                             *extra), ["_b"])
+    q = {k: F.least(F.greatest(v, F.col("_min_ms")), F.col("max_ms"))
+         for k, v in list_quantiles_ms(F.col("_b")).items()}
     return g.select(*keys, "samples", q["p50"].alias("p50_ms"), q["p99"].alias("p99_ms"), "max_ms",
                     *[c for c in g.columns if c.startswith("_x_")])
 

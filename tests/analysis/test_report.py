@@ -115,3 +115,50 @@ def test_hovering_a_point_shows_its_value(page: tuple[Any, list[str]], chart: st
     # the label's value is a value drawn under the cursor, as the page formats it (3 decimals)
     assert any(abs(s - v) <= 5e-4 + 1e-9 * abs(v) for s in shown for v in target["same"] if v is not None), (
         chart, text, target)
+
+
+def test_tables_say_how_many_rows_they_show_and_explain_their_columns() -> None:
+    from fetchlat.analysis.report import natural, table
+
+    rows = [{"window_start": f"w{i}", "fetches": 12_345, "data_efficiency": 0.5} for i in range(40)]
+    html = table("Long-poll efficiency", rows, ["window_start", "fetches", "data_efficiency"], limit=30,
+                 source="outcome_mix")
+    assert "showing the first 30 of 40 rows; every row is in tables/outcome_mix/" in html
+    assert "12,345" in html and "share of fetches that brought records back" in html
+    assert html.count("<tr>") == 31  # the header and 30 rows
+    assert "3 rows" in table("t", rows[:3], ["fetches"])
+    assert sorted(["topic-10", "topic-2", "topic-1"], key=natural) == ["topic-1", "topic-2", "topic-10"]
+
+
+def test_the_findings_at_the_top_name_the_grey_failure_pair(page: tuple[Any, list[str]]) -> None:
+    pg, _ = page
+    findings = pg.locator("section.findings").inner_text()
+    # the generated traces slow follower 2 -> leader 1 by 25 ms for a minute
+    assert "Follower 2 → leader 1 is slow" in findings, findings
+    shown = re.search(r"true local p50 ([\d,.]+) ms against its baseline of ([\d,.]+) ms", findings)
+    assert shown and float(shown.group(1).replace(",", "")) - float(shown.group(2).replace(",", "")) > 20, findings
+    top = pg.evaluate("() => [document.querySelector('section.findings').getBoundingClientRect().top,"
+                      " document.querySelector('.js-plotly-plot').getBoundingClientRect().top]")
+    assert top[0] < top[1]  # above every chart
+
+
+def test_log_axes_label_their_ticks_in_full() -> None:
+    from fetchlat.analysis.report import log_axis
+
+    axis = log_axis([0.8, 3.0, 501.0])
+    assert axis["ticktext"] == ["500 µs", "1 ms", "2 ms", "5 ms", "10 ms", "20 ms", "50 ms", "100 ms", "200 ms",
+                                "500 ms", "1 s"]
+
+
+def test_a_legend_click_hides_one_line_and_the_buttons_choose_the_percentile(page: tuple[Any, list[str]]) -> None:
+    pg, _ = page
+    pg.mouse.move(1, 1)
+    pg.locator("#broker-timeline").scroll_into_view_if_needed()
+    visible = "() => document.getElementById('broker-timeline')._fullData.filter(t => t.visible === true).length"
+    before = pg.evaluate(visible)
+    pg.locator("#broker-timeline .legend .traces").first.click()
+    pg.wait_for_function(f"() => ({visible})() === {before - 1}", timeout=10_000)
+    y0 = "() => document.getElementById('broker-timeline').data[0].y.slice(0, 3).join(',')"
+    p50 = pg.evaluate(y0)
+    pg.locator("#broker-timeline .updatemenu-button").nth(1).click()  # p99
+    pg.wait_for_function(f"() => ({y0})() !== {p50!r}", timeout=10_000)

@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 import pytest
 from fetchlat.analysis import request_log as rl
 from fetchlat.metrics import trace_layout
+from prometheus_client.parser import text_string_to_metric_families
 
 from .conftest import DELAY_RELAY, free_ports, start_proxy, stop_proxy, wait_port
 from .test_ground_truth import confluent_consume, create_topic
@@ -191,6 +192,16 @@ def test_cluster_follower_fetches_cross_the_sidecars_and_join_the_leaders_logs(t
             time.sleep(0.01)
         assert p.flush(30) == 0 and not failed, "an acks=all record was not acknowledged"
         time.sleep(2.5)
+        sessions: dict[str, float] = {}
+        for sc in c.sidecars:
+            for fam in text_string_to_metric_families(sc.metrics()):
+                for s in fam.samples:
+                    if s.name == "fetchlat_fetch_sessions_total":
+                        sessions[s.labels["event"]] = sessions.get(s.labels["event"], 0.0) + s.value
+    # the followers' replication fetches are incremental (KIP-227): every one on a session the
+    # sidecar mirrored from its start, at the epoch due
+    _record("cluster_follower_sessions", sessions)
+    assert sessions["incremental"] >= 300 and sessions["unknown"] == 0 and sessions["out_of_step"] == 0, sessions
     rows = [r for r in rl.trace_rows(traces) if r["kind"] == "follower"]
     pairs_seen = {(r["broker"], r["replica_id"]) for r in rows}
     assert pairs_seen == {(str(leader), f) for leader in range(3) for f in range(3) if f != leader}, pairs_seen
