@@ -194,7 +194,7 @@ class Node:
                             logs_dir=self.logs_dir)
 
     def format(self, cluster_id: str, timeout_s: float = 60.0) -> None:
-        done = subprocess.run(self.command("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c",
+        done = subprocess.run(self.command("kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "-c",
                                            str(self.home / "node.properties")),
                               capture_output=True, text=True, timeout=timeout_s, check=False)
         if done.returncode != 0:
@@ -331,7 +331,8 @@ def cluster(home: Path, *, brokers: int = 1, sidecars: bool = False, settings: d
     home.mkdir(parents=True, exist_ok=True)
     nodes = _plan(home, brokers, sidecars, settings or {}, heap, advertised_ports, racks)
     voters = f"0@127.0.0.1:{nodes[0].controller_port}"
-    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()  # KRaft's form of a UUID
+    # KRaft's form of a UUID; it may begin with "-", hence --cluster-id=<id> in format()
+    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
     c = Cluster(home, nodes)
     try:
         for n in nodes:

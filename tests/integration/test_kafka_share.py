@@ -176,15 +176,22 @@ def test_share_fetch_latency_agrees_with_the_brokers_clock(tmp_path: Path, clien
     persisting = [p for p in pairs if p.broker.acknowledgements and p.row["outcome"] == "immediate"]
     judged = [p for p in pairs if p not in persisting]
     figures = rl.agreement(judged, len(unmatched))
+    # a share session's first fetches also wait for the broker to initialise the share partition
+    # (its state read from the share coordinator), which the request log counts as remote time
+    steady = rl.agreement([p for p in judged if (p.broker.session_epoch or 0) >= 2], 0)
     persist_ms = sorted(p.broker.remote_ms for p in persisting)
     with RESULTS.open("a") as fh:
         fh.write(json.dumps({"test": f"share_fetch_{name}", **figures,
+                             "steady_abs_err_p50_ms": steady["abs_err_p50_ms"],
+                             "steady_abs_err_p99_ms": steady["abs_err_p99_ms"],
                              "immediate_with_acknowledgements": len(persisting),
                              "their_remote_p50_ms": persist_ms[len(persist_ms) // 2] if persist_ms else None}) + "\n")
     assert len(persisting) <= 0.2 * len(pairs), (len(persisting), len(pairs))  # the burst's fetches, at most
     # the goals are p50 <= 0.5 ms and p99 <= 3 ms; these bars hold the measured ranges
-    # (p50 0.70-1.08, p99 3.6-16 ms: docs/latency-model.md says why)
+    # (p50 0.70-1.08, p99 3.6-31 ms with the session's opening fetches, 3.6-16 without them:
+    # docs/latency-model.md says why)
     assert len(pairs) >= 0.99 * len(rows), (len(pairs), len(rows))
     assert figures["outcome_agree_share"] >= 0.95, figures
     assert figures["abs_err_p50_ms"] <= 1.5, figures  # test_broker_clock's bar for busy fetches
-    assert figures["abs_err_p99_ms"] <= 25.0, figures
+    assert figures["abs_err_p99_ms"] <= 40.0, figures
+    assert steady["abs_err_p99_ms"] <= 25.0, steady
