@@ -62,7 +62,7 @@ test: deps lint typecheck
 	$(BIN)/pytest -q -p no:cacheprovider --durations=12 -m "not long"
 	FETCHLAT_PURE_PYTHON=1 $(BIN)/pytest -q -p no:cacheprovider -m "not integration"
 
-# The long Apache Kafka cases (failover, fetch from follower, the Java share consumer acknowledging implicitly): ~3 min more
+# The long Apache Kafka cases (failover, fetch from follower, two share consumers): ~3.5 min more
 test-long: deps
 	$(BIN)/pytest -q -p no:cacheprovider -m long
 

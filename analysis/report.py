@@ -71,7 +71,10 @@ def log_axis(values: Sequence[float | None]) -> dict[str, Any]:
         ticks += [m * decade for m in (1, 2, 5) if lo / 2 <= m * decade <= hi * 2]
         decade *= 10
     ticks = [round(t, 6) for t in ticks]
-    return {"type": "log", "tickvals": ticks, "ticktext": [_ms_label(t) for t in ticks]}
+    span = math.log10(hi / lo)
+    pad = 0.15 * span + 0.05  # the lowest line sits clear of the floor, the highest below the top
+    return {"type": "log", "tickvals": ticks, "ticktext": [_ms_label(t) for t in ticks],
+            "range": [math.log10(lo) - pad, math.log10(hi) + pad]}
 
 
 def _utc(iso: str) -> str:
@@ -121,7 +124,8 @@ def broker_timeline(rows: Sequence[dict[str, Any]]) -> str:
     if not kinds:
         return _empty("broker-timeline", "naive total vs true local per broker")
     fig = make_subplots(rows=len(kinds), cols=1, shared_xaxes=True, vertical_spacing=0.08,
-                        subplot_titles=[f"{k} fetches: true local per broker, naive total for contrast"
+                        specs=[[{"secondary_y": True}] for _ in kinds],
+                        subplot_titles=[f"{k} fetches: true local per broker (left), naive total (right, dashed)"
                                         for k in kinds])
     brokers = sorted({r["broker"] for r in rows}, key=natural)
     ys: dict[str, list[list[float | None]]] = {"p50": [], "p99": []}
@@ -138,7 +142,7 @@ def broker_timeline(rows: Sequence[dict[str, Any]]) -> str:
                 name=f"broker {broker} · {kind}", line={"color": PALETTE[i % len(PALETTE)], "width": 2},
                 marker={"size": 4},
                 hovertemplate=f"broker {broker} · {kind}<br>true local: %{{y:.3f}} ms<br>%{{x}}<extra></extra>"),
-                row=row, col=1)
+                row=row, col=1, secondary_y=False)
         windows = sorted({r["window_start"] for r in mine})
         for q in ys:
             ys[q].append([_median([r[f"total_{q}"] for r in mine if r["window_start"] == w
@@ -147,9 +151,12 @@ def broker_timeline(rows: Sequence[dict[str, Any]]) -> str:
             x=[_utc(w) for w in windows], y=ys["p50"][-1], mode="lines", name=f"naive total · {kind}",
             line={"color": "#999999", "dash": "dash", "width": 1},
             hovertemplate=f"{kind}, median over brokers<br>naive total: %{{y:.3f}} ms<br>%{{x}}<extra></extra>"),
-            row=row, col=1)
-        fig.update_yaxes(**log_axis([r[c] for r in mine for c in ("local_p50", "local_p99", "total_p50",
-                                                                   "total_p99")]), row=row, col=1)
+            row=row, col=1, secondary_y=True)
+        # true local on its own axis (left), never squeezed under the wait; the naive total on the right
+        fig.update_yaxes(**log_axis([r[c] for r in mine for c in ("local_p50", "local_p99")]),
+                         title_text="true local", row=row, col=1, secondary_y=False)
+        fig.update_yaxes(**log_axis([r[c] for r in mine for c in ("total_p50", "total_p99")]),
+                         title_text="naive total", showgrid=False, row=row, col=1, secondary_y=True)
     fig.update_xaxes(title_text="window start (UTC)", row=len(kinds), col=1)
     fig.update_layout(updatemenus=[{
         "type": "buttons", "direction": "right", "x": 0, "y": 1.12, "xanchor": "left", "showactive": True,

@@ -2,9 +2,10 @@
 navigation until every chart is drawn (the page sets ``document.body.dataset.drawn`` to that
 moment, in ms since navigation), median over fresh page loads.
 
-    python bench/report_draw.py REPORT.html [--loads 5]
+    python bench/report_draw.py REPORT.html [--loads 5] [--screenshots DIR]
 
-Prints one JSON line: bytes, drawn_ms per load, their median. Run it on an idle machine: the
+Prints one JSON line: bytes, drawn_ms per load, their median. ``--screenshots`` also saves what
+a reader sees (the top of the page, and each chart) as PNG files in DIR. Run it on an idle machine: the
 figure is the reader's, not a test's (no timed assertion lives in the suite).
 """
 
@@ -21,6 +22,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("report", type=Path)
     ap.add_argument("--loads", type=int, default=5)
+    ap.add_argument("--screenshots", type=Path, default=None)
     args = ap.parse_args()
     from playwright.sync_api import sync_playwright
 
@@ -33,6 +35,13 @@ def main() -> None:
             pg.goto(args.report.resolve().as_uri(), wait_until="load")
             pg.wait_for_function("() => document.body.dataset.drawn", timeout=120_000)
             drawn.append(int(pg.evaluate("() => document.body.dataset.drawn")))
+            if args.screenshots is not None and len(drawn) == 1:
+                args.screenshots.mkdir(parents=True, exist_ok=True)
+                pg.screenshot(path=str(args.screenshots / "report-top.png"))
+                for chart in pg.locator("section.chart").all():
+                    name = chart.get_attribute("data-chart")
+                    chart.scroll_into_view_if_needed()
+                    chart.screenshot(path=str(args.screenshots / f"report-{name}.png"))
             pg.close()
         browser.close()
     print(json.dumps({"report": str(args.report), "bytes": args.report.stat().st_size, "drawn_ms": drawn,

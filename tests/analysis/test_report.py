@@ -171,3 +171,29 @@ def test_the_page_is_small_and_opens_offline(page: tuple[Any, list[str]], report
     pg, _ = page
     assert report.stat().st_size <= 3_000_000, report.stat().st_size
     assert int(pg.evaluate("() => document.body.dataset.drawn")) > 0  # every chart drawn from its JSON
+
+
+def test_the_true_local_latency_is_visible_not_only_present(page: tuple[Any, list[str]]) -> None:
+    """The figure the product exists for is drawn large enough to read: in the decomposition the
+    tallest true local bar fills most of its own panel (the wait has the other), and each true
+    local line of the timeline runs across the plot."""
+    pg, _ = page
+    pg.locator("#decomposition").scroll_into_view_if_needed()
+    tallest = pg.evaluate("""() => {
+      const gd = document.getElementById('decomposition'), ax = gd._fullLayout.yaxis;
+      const tr = gd._fullData.find(t => t.name === 'true local p99');
+      return Math.max(...tr.y) / ax.range[1];
+    }""")
+    assert tallest > 0.5, tallest
+    spans = pg.evaluate("""() => {
+      const gd = document.getElementById('broker-timeline'), ax = gd._fullLayout.xaxis, ay = gd._fullLayout.yaxis;
+      const out = [];
+      gd._fullData.forEach((tr, i) => {
+        if (!tr.name.startsWith('broker ') || tr.yaxis !== 'y') return;
+        const box = gd.querySelectorAll('.scatterlayer .trace')[i].querySelector('path.js-line').getBBox();
+        out.push([box.width / ax._length, 1 - (box.y + box.height) / ay._length]);  // width, height above the floor
+      });
+      return out;
+    }""")
+    # each broker's line runs across the plot, clear of the axis floor
+    assert spans and all(w > 0.5 and above > 0.1 for w, above in spans), spans
