@@ -175,14 +175,18 @@ def pair_heatmap(cells: Sequence[dict[str, Any]]) -> str:
     windows = sorted({_utc(c["window_start"]) for c in cells})
     index = {(str(c["follower"]), str(c["leader"]), _utc(c["window_start"])): c for c in cells}
     z = [[(index[(f, lead, w)]["local_p50"] if (f, lead, w) in index else None) for w in windows] for f, lead in pairs]
-    # the colour scale ends at the 95th percentile of the cells: one hot cell saturates instead of
-    # washing every normal cell out to the same pale colour
-    values = sorted(v for row in z for v in row if v is not None)
-    top = values[min(len(values) - 1, int(0.95 * len(values)))]
+    # colour on a log scale, labelled in ms: a pair 9x its usual latency stands out, and cells a
+    # few percent apart still differ in shade (a linear scale washes them out to one colour)
+    values = [v for row in z for v in row if v is not None and v > 0]
+    axis = log_axis(values)
+    logz = [[math.log10(v) if v is not None and v > 0 else None for v in row] for row in z]
+    lo, hi = math.log10(min(values)), math.log10(max(values))
     fig = go.Figure(go.Heatmap(
-        x=windows, y=labels, z=z, colorscale="YlOrRd", zmin=values[0], zmax=max(top, values[0] * 1.01 + 1e-9),
-        colorbar={"title": {"text": "ms", "side": "top"}, "thickness": 12}, name="median true local",
-        hovertemplate="%{y}<br>%{x}<br>median true local: %{z:.3f} ms<extra></extra>"))
+        x=windows, y=labels, z=logz, customdata=z, colorscale="YlOrRd", zmin=lo, zmax=max(hi, lo + 0.01),
+        colorbar={"title": {"text": "ms", "side": "top"}, "thickness": 12,
+                  "tickvals": [math.log10(v) for v in axis.get("tickvals", [])], "ticktext": axis.get("ticktext", [])},
+        name="median true local",
+        hovertemplate="%{y}<br>%{x}<br>median true local: %{customdata:.3f} ms<extra></extra>"))
     flagged = [c for c in cells if c.get("flagged")]
     if flagged:
         fig.add_trace(go.Scatter(

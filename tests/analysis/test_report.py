@@ -31,8 +31,9 @@ TARGET_JS = """id => {
     const ax = fl[tr.xaxis.replace('x', 'xaxis')], ay = fl[tr.yaxis.replace('y', 'yaxis')];
     let x = null, y = null, value = null;
     if (tr.type === 'heatmap') {
-      outer: for (let i = 0; i < tr.z.length; i++) for (let j = 0; j < tr.z[i].length; j++)
-        if (tr.z[i][j] !== null) { x = tr.x[j]; y = tr.y[i]; value = tr.z[i][j]; break outer; }
+      const v = tr.customdata || tr.z;  // a heatmap coloured on a log scale carries its values here
+      outer: for (let i = 0; i < v.length; i++) for (let j = 0; j < v[i].length; j++)
+        if (v[i][j] !== null) { x = tr.x[j]; y = tr.y[i]; value = v[i][j]; break outer; }
     } else {
       const k = tr.y.findIndex(v => v !== null);
       if (k < 0) continue;
@@ -44,7 +45,7 @@ TARGET_JS = """id => {
     const px = r.left + ax._offset + ax.l2p(ax.d2l(x)), py = r.top + ay._offset + ay.l2p(ay.d2l(y));
     const same = [];
     for (const t of gd._fullData) {
-      if (t.type === 'heatmap') t.z.forEach(row => row.forEach(v => v !== null && same.push(v)));
+      if (t.type === 'heatmap') (t.customdata || t.z).forEach(row => row.forEach(v => v !== null && same.push(v)));
       else (t.x || []).forEach((xv, k) => { if (String(xv) === String(x)) same.push(t.y[k]); });
     }
     return {x: px, y: py, value, type: tr.type, same};
