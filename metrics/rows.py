@@ -23,12 +23,13 @@ def _api(s: FetchSample) -> str:
 
 def fetch_rows(ts_ns: int, proxy_id: str, broker: str, conn_id: int, correlation_id: int, s: FetchSample,
                replication: list[ReplicationSample]) -> Iterator[Row]:
+    api = _api(s)
     for r in replication:
         yield "replication", {"ts_ns": ts_ns, "proxy_id": proxy_id, "broker": broker, "follower": r.follower,
                               "topic": r.topic, "partition": r.partition, "latency_ns": r.latency_ns}
     yield "exchanges", {
         "ts_ns": ts_ns, "proxy_id": proxy_id, "conn_id": conn_id, "client_id": s.client_id,
-        "broker": broker, "api": _api(s), "api_version": s.api_version, "kind": s.kind,
+        "broker": broker, "api": api, "api_version": s.api_version, "kind": s.kind,
         "max_wait_ms": s.max_wait_ms, "min_bytes": s.min_bytes, "response_bytes": s.response_bytes,
         "error_code": s.error_code, "total_ns": s.total_ns, "wait_ns": s.wait_ns, "wait_source": s.wait_source,
         "local_ns": s.local_ns, "e2e_ns": s.e2e_ns, "outcome": s.outcome, "correlation_id": correlation_id,
@@ -40,7 +41,7 @@ def fetch_rows(ts_ns: int, proxy_id: str, broker: str, conn_id: int, correlation
     for p in s.partitions:
         yield "partitions", {
             "ts_ns": ts_ns, "proxy_id": proxy_id, "conn_id": conn_id, "correlation_id": correlation_id,
-            "client_id": s.client_id, "broker": broker, "api": _api(s), "kind": s.kind, "topic": p.topic,
+            "client_id": s.client_id, "broker": broker, "api": api, "kind": s.kind, "topic": p.topic,
             "partition": p.partition, "fetch_offset": p.fetch_offset, "high_watermark": p.high_watermark,
             "base_offset": None, "error_code": p.error_code, "records": p.records, "bytes": p.bytes,
             "record_latency_ns": p.record_latency_ns,

@@ -205,7 +205,7 @@ class RequestDecoder:
             if info is None:
                 events.append(DecodeFailed(api_key=header.api_key, api_version=header.api_version,
                                            direction="request", reason=error or "undecodable"))
-            elif isinstance(info, fetch.FetchRequestInfo) and not info.share:
+            elif isinstance(info, fetch.FetchRequestInfo):
                 covered = shared.sessions.covered(info)
         if expects:
             shared.in_flight.append(InFlight(header.correlation_id, header.api_key, header.api_version,

@@ -365,8 +365,7 @@ class ResponseDecoder:
                                        reason=error or "undecodable"))
             return
         if isinstance(cur.info, fetch.FetchRequestInfo):
-            if not cur.info.share:
-                self.shared.sessions.on_response(cur.info, info, cur.covered)
+            self.shared.sessions.on_response(cur.info, info, cur.covered)
             events.append(FetchExchanged(
                 correlation_id=cur.correlation_id, client_id=cur.client_id, api_version=cur.api_version,
                 request=cur.info, response=info, covered=cur.covered, t_request_ns=cur.t_request_ns,

@@ -64,7 +64,10 @@ class FetchSessions:
         self.errors = self.closed = self.dropped = 0
 
     def covered(self, req: FetchRequestInfo) -> Covered:
-        """The partitions (and offsets) this fetch really asks for."""
+        """The partitions (and offsets) this fetch really asks for. A ShareFetch is in no fetch
+        session and names no offset (the model reads what it acquired from its answer): none."""
+        if req.share:
+            return ()
         listed = {(_key(p.topic, p.topic_id), p.partition): p.fetch_offset for p in req.partitions}
         if req.session_id == 0 or req.session_epoch in (INITIAL_EPOCH, FINAL_EPOCH):
             current = listed
@@ -86,6 +89,8 @@ class FetchSessions:
         return tuple((t, p, off) for (t, p), off in current.items())
 
     def on_response(self, req: FetchRequestInfo, resp: FetchResponseInfo, covered: Covered) -> None:
+        if req.share:
+            return
         if resp.error_code != 0:
             if req.session_id != 0:
                 self.errors += 1
