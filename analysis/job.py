@@ -27,7 +27,7 @@ from .schema import SCHEMA_VERSION, spark_schema
 Progress = Callable[[float, str], None]  # (share of the run done, 0..1; what it is doing)
 # How a run's time splits, in percent (measured on 10 M generated rows, local[2]): what turns the
 # steps into a share done, and so into an estimate of the time left.
-WEIGHTS = {"start": 6, "read": 3, "pass": 33, "latency_by_window": 10, "summary": 18, "outcome_mix": 1,
+WEIGHTS = {"start": 6, "read": 3, "pass": 40, "latency_by_window": 8, "summary": 15, "outcome_mix": 1,
            "pair_latency": 2, "record_latency": 11, "produce_latency": 1, "replication_latency": 3,
            "slowest_clients": 4, "slowest_partitions": 1, "timeline": 1, "broker_timeline": 1, "report": 5}
 JAVA_OPTIONS = "-XX:+UseParallelGC"  # local mode's driver JVM (FETCHLAT_SPARK_JAVA_OPTIONS overrides)
@@ -213,8 +213,8 @@ def run(dirs: list[str], out: str, *, master: str | None = None, since_ns: int |
                            "histograms per window x broker x kind x client")
         fine = tf.fine(tf.with_window(tf.timed(ex), window)).persist(StorageLevel.MEMORY_AND_DISK)
         fine.count()  # the only pass over the exchanges; every latency table below merges its histograms
-        # every per-broker table's histograms, merged in one aggregation
-        brokers = tf.coarse(tf.without_clients(fine)).persist(StorageLevel.MEMORY_AND_DISK)
+        # the histograms merged over clients, which every per-broker table groups further
+        brokers = tf.without_clients(fine).persist(StorageLevel.MEMORY_AND_DISK)
         rec = tf.record_latency(parts, sla_ms).cache()
         tables: dict[str, DataFrame] = {
             "latency_by_window": tf.latency_by_window(fine),

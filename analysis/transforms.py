@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
 
 from fetchlat.metrics.vocabulary import Kind, Outcome
 from pyspark.sql import Column, DataFrame, Window
@@ -26,6 +25,7 @@ PARTS = ("total", "wait", "local", "e2e")
 ALPHA = 0.01
 GAMMA = (1 + ALPHA) / (1 - ALPHA)
 FINE_KEYS = ("window_start", "broker", "api", "kind", "client_id", "replica_id", "acks")
+COARSE_KEYS = ("window_start", "broker", "api", "kind", "replica_id", "acks")  # FINE_KEYS but the client
 OUTCOMES = tuple(o.value for o in Outcome)  # the order encodes outcome as a number in the one pass
 STATS = ("requests", "records", *OUTCOMES, "with_records", "wait_sum_ns", "total_sum_ns")
 
@@ -97,7 +97,7 @@ def quantile_buckets(hist: Column, n: Column) -> Column:
         return F.struct(c.alias("c"), *[F.coalesce(acc[f"k{i}"], F.when(c >= r, x["bucket"])).alias(f"k{i}")
                                         for i, r in enumerate(ranks)])
 
-    return F.aggregate(F.array_sort(hist), init, step)
+    return F.aggregate(F.sort_array(hist), init, step)
 
 
 def _rank(n: Column, per_mille: int) -> Column:
@@ -108,25 +108,35 @@ def _rank(n: Column, per_mille: int) -> Column:
 def sorted_lists(df: DataFrame, cols: list[str]) -> DataFrame:
     """``df`` with each of ``cols`` (arrays of buckets) sorted, once: a later select that reads
     a sorted list several times must not sort it again each time (Spark keeps a projection
-    apart when inlining it would repeat an expensive expression)."""
-    return df.select(*[F.array_sort(c).alias(c) if c in cols else c for c in df.columns])
+    apart when inlining it would repeat an expensive expression). ``sort_array``, not
+    ``array_sort``: the latter compares through a lambda, uncompiled, 5x slower."""
+    return df.select(*[F.sort_array(c).alias(c) if c in cols else c for c in df.columns])
 
 
-def list_quantiles_ms(s: Column) -> dict[str, Column]:
-    """The PER_MILLE quantiles (ms) of a sorted array of buckets, one per value (null when
-    empty), by QNAMES."""
-    return {name: bucket_ms(F.try_element_at(s, _rank(F.size(s), q).cast("int")))
+def list_quantiles_ms(s: Column, offset: int = 0) -> dict[str, Column]:
+    """The PER_MILLE quantiles (ms) of a sorted array of buckets (each stored as bucket +
+    ``offset``), one per value (null when empty), by QNAMES."""
+    return {name: bucket_ms(F.try_element_at(s, _rank(F.size(s), q).cast("int")) - offset)
             for q, name in zip(PER_MILLE, QNAMES, strict=True)}
 
 
 STAT_COLS = (*STATS, "total_max_ns")
+# In the per-client lists a bucket is stored with its part in the bits above it: bucket +
+# PART_OFFSET[part]. A part's sorted list reads as sorted buckets (``list_quantiles_ms`` takes
+# the offset off), and the four lists concatenated and exploded name their part without a
+# lambda per element (Spark evaluates a lambda per element, uncompiled: seconds at 10 M rows).
+# |bucket| <= 2 186 for any duration a long holds.
+BUCKET_BITS = 15
+PART_OFFSET = tuple((1 << (BUCKET_BITS - 1)) + (i << BUCKET_BITS) for i in range(len(PARTS)))
+BUCKET_MASK = (1 << BUCKET_BITS) - 1
 
 
 def fine(timed_df: DataFrame) -> DataFrame:
     """The one pass over the rows: per window x broker x api x kind x client x replica x acks,
     the counts, outcome counts and sums (STATS, ``total_max_ns``) and, per duration, the list of
-    its buckets (``{part}_b``: a group holds a client's fetches of one window, a few hundred).
-    Produces are kept per broker x acks only (no client key: nothing reports them per client).
+    its buckets (``{part}_b``, stored + PART_OFFSET: a group holds a client's fetches of one
+    window, a few hundred). Produces are kept per broker x acks only (no client key: nothing reports them per
+    client).
 
     ``api`` goes in as a boolean and ``outcome`` as a small number: the strings copied and
     hashed per row are only the ones that have to be (broker, kind, client)."""
@@ -135,7 +145,7 @@ def fine(timed_df: DataFrame) -> DataFrame:
     rows = timed_df.select("window_start", "broker", is_fetch.alias("_fetch"), "kind",
                            F.when(is_fetch, F.col("client_id")).alias("client_id"), "replica_id", "acks", "records",
                            outcome.alias("_outcome"), "wait_ns", "total_ns",
-                           *[bucket(F.col(f"{p}_ns")).alias(f"{p}_b") for p in PARTS])
+                           *[(bucket(F.col(f"{p}_ns")) + PART_OFFSET[i]).alias(f"{p}_b") for i, p in enumerate(PARTS)])
     g = rows.groupBy("window_start", "broker", "_fetch", "kind", "client_id", "replica_id", "acks").agg(
         F.count(F.lit(1)).alias("requests"), F.sum("records").alias("records"),
         *[F.sum(F.when(F.col("_outcome") == i, 1).otherwise(0)).alias(o) for i, o in enumerate(OUTCOMES)],
@@ -156,27 +166,35 @@ def _merged() -> list[Column]:
     return [F.sum("n").alias("n"), *[F.sum(c).alias(c) for c in STATS], F.max("total_max_ns").alias("total_max_ns")]
 
 
-def _tagged(part: int) -> Callable[[Column], Column]:
-    return lambda b: F.struct(F.lit(part).alias("part"), b.alias("bucket"))
-
-
 def without_clients(fine_df: DataFrame) -> DataFrame:
     """``fine`` as histograms merged over clients: per window x broker x api x kind x replica x
     acks x part x bucket the count ``n``, and per window x ... x acks a STATS_PART row of sums.
-    What every per-broker table reads instead of the per-client rows."""
-    keys = [F.col(k) for k in COARSE_KEYS]
+    What every per-broker table reads instead of the per-client rows.
+
+    The count runs on one long per (group, part, bucket): each group of COARSE_KEYS gets a
+    number (``row_number`` in the keys' order: the same on any partitioning), so the tens of
+    millions of (part, bucket) items are counted by a hash of one long, not of the group's
+    strings; the keys come back by the number."""
+    keys = list(COARSE_KEYS)
+    stats = fine_df.groupBy(*keys).agg(*[F.sum(c).alias(c) for c in STATS], F.max("total_max_ns").alias("total_max_ns"))
+    ids = stats.select(*keys, F.row_number().over(Window.orderBy(*keys)).cast("long").alias("_gid"))
+    tagged = fine_df.join(F.broadcast(ids), [fine_df[k].eqNullSafe(ids[k]) for k in keys])
+    items = tagged.select("_gid", F.explode(F.concat(*[f"{p}_b" for p in PARTS])).alias("_v"))
+    shift = BUCKET_BITS + 2  # a key is gid | part (2 bits) | stored bucket (BUCKET_BITS)
+    counts = (items.select((F.shiftleft("_gid", shift) + F.col("_v")).alias("_k"))
+              .groupBy("_k").agg(F.count(F.lit(1)).alias("n")))
+    counts = counts.select(F.shiftright("_k", shift).alias("_gid"),
+                           F.shiftright("_k", BUCKET_BITS).bitwiseAND(3).cast("int").alias("part"),
+                           (F.col("_k").bitwiseAND(BUCKET_MASK) - PART_OFFSET[0]).cast("int").alias("bucket"), "n")
+    counts = counts.join(F.broadcast(ids), "_gid").select(
+        *keys, "part", "bucket", "n", *[F.lit(None).cast("long").alias(c) for c in STAT_COLS])
     nulls = [F.lit(None).cast("int").alias("bucket"), F.lit(None).cast("long").alias("n")]
-    stats = fine_df.select(*keys, F.lit(STATS_PART).alias("part"), *nulls, *STAT_COLS)
-    each = F.concat(*[F.transform(f"{p}_b", _tagged(i)) for i, p in enumerate(PARTS)])
-    counts = (fine_df.select(*keys, F.explode(each).alias("_e"))
-              .select(*keys, "_e.part", "_e.bucket", F.lit(1).cast("long").alias("n"),
-                      *[F.lit(None).cast("long").alias(c) for c in STAT_COLS]))
-    return stats.unionByName(counts).groupBy(*COARSE_KEYS, "part", "bucket").agg(*_merged())
+    return stats.select(*keys, F.lit(STATS_PART).alias("part"), *nulls, *STAT_COLS).unionByName(counts)
 
 
-# The per-broker tables, each a grouping of ``without_clients``: one grouping-sets aggregation
-# merges the histograms for all of them at once (one Spark job instead of one per table).
-COARSE_KEYS = ("window_start", "broker", "api", "kind", "replica_id", "acks")
+# The per-broker tables, each a grouping of ``without_clients`` (a few histogram rows per group:
+# each table's own aggregation costs about a second at 10 M rows; one grouping-sets aggregation
+# for all of them cost more than all of them).
 COARSE_SETS = {
     "summary": ("api", "broker", "kind"),
     "window_broker": ("api", "window_start", "broker", "kind"),  # outcome_mix, broker_timeline
@@ -184,30 +202,11 @@ COARSE_SETS = {
     "produce_latency": ("api", "broker", "acks"),
     "timeline": ("api", "window_start", "kind"),
 }
-_GROUPED = (*COARSE_KEYS, "part", "bucket")
-
-
-def _grouping_id(keys: tuple[str, ...]) -> int:
-    """Spark's ``grouping_id()`` of a set: one bit per grouped column, set when aggregated away."""
-    return sum(1 << (len(_GROUPED) - 1 - i) for i, c in enumerate(_GROUPED) if c not in (*keys, "part", "bucket"))
-
-
-def coarse(brokers: DataFrame) -> DataFrame:
-    """Every per-broker grouping of ``without_clients`` in one aggregation; ``grouping`` names the
-    table a row belongs to (a key column a grouping does not use is null there)."""
-    gid = F.grouping_id(*_GROUPED)
-    name = F.lit(None).cast("string")
-    for table, keys in COARSE_SETS.items():
-        name = F.when(gid == _grouping_id(keys), F.lit(table)).otherwise(name)
-    return (brokers.groupingSets([[*k, "part", "bucket"] for k in COARSE_SETS.values()], *_GROUPED)
-            .agg(*_merged(), name.alias("grouping")))
 
 
 def _grouped(df: DataFrame, table: str) -> DataFrame:
-    """The histogram rows of one grouping: of ``coarse`` when given it, else ``df`` grouped here
-    (the same result, one aggregation per table)."""
-    if "grouping" in df.columns:
-        return df.where(F.col("grouping") == table)
+    """The histogram rows of one grouping, from ``without_clients`` (or from ``fine``, merged
+    over clients here)."""
     if "part" not in df.columns:  # per-client rows (``fine``)
         df = without_clients(df)
     return df.groupBy(*COARSE_SETS[table], "part", "bucket").agg(*_merged())
@@ -247,7 +246,8 @@ def latency_by_window(fine_df: DataFrame) -> DataFrame:
     lists = [f"{p}_b" for p in PARTS]
     return sorted_lists(_fetches(fine_df), lists).select(
         "window_start", "broker", "kind", "client_id", "replica_id", F.col("requests").alias("fetches"),
-        *[q.alias(f"{p}_{name}") for p in PARTS for name, q in list_quantiles_ms(F.col(f"{p}_b")).items()])
+        *[q.alias(f"{p}_{name}") for i, p in enumerate(PARTS)
+          for name, q in list_quantiles_ms(F.col(f"{p}_b"), PART_OFFSET[i]).items()])
 
 
 def summary(fine_df: DataFrame) -> DataFrame:
@@ -324,7 +324,7 @@ def replication_latency(replication: DataFrame) -> DataFrame:
 def slowest_clients(fine_df: DataFrame, n: int) -> DataFrame:
     g = sorted_lists(_fetches(fine_df).groupBy("client_id", "kind").agg(
         F.sum("requests").alias("fetches"), F.flatten(F.collect_list("local_b")).alias("_b")), ["_b"])
-    q = list_quantiles_ms(F.col("_b"))
+    q = list_quantiles_ms(F.col("_b"), PART_OFFSET[PARTS.index("local")])
     return (g.select("client_id", "kind", "fetches", q["p99"].alias("local_p99"), q["p50"].alias("local_p50"))
             .orderBy(F.col("local_p99").desc(), "client_id").limit(n))
 

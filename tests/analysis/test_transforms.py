@@ -10,6 +10,7 @@ from fetchlat.analysis import transforms as tf
 from fetchlat.analysis.schema import spark_schema
 from fetchlat.metrics.trace_schema import TABLES
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 MS = 1_000_000
@@ -125,23 +126,31 @@ def test_per_broker_tables_merge_the_per_client_histograms(spark: SparkSession) 
                          rtol=tf.ALPHA)
 
 
-def test_one_grouping_sets_aggregation_gives_every_per_broker_table(spark: SparkSession) -> None:
-    """``coarse`` merges the sketches of all per-broker tables in one aggregation; each table read
-    from it equals the same table grouped on its own, for every table and every row."""
+def test_merging_over_clients_counts_what_a_plain_count_of_the_rows_does(spark: SparkSession) -> None:
+    """``without_clients`` counts (group, part, bucket) items by a number per group: it gives the
+    very histogram a plain count of each row's buckets by its keys gives, null keys (a fetch's
+    acks, a consumer's replica) and null durations included, and the sums of STATS."""
     rows = [fetch(s * 7.0, 500 + (s % 9), 500, broker=str(1 + s % 2), client=f"c{s % 3}", outcome=o, records=s % 4)
             for s, o in zip(range(40), ["expired", "immediate", "woken", "error", "unknown"] * 8, strict=True)]
     rows += [fetch(s * 11.0, 3 + s % 5, 0, broker="2", kind="follower", client="broker-1", replica=1,
                    outcome="immediate", records=5) for s in range(20)]
     rows += [{"ts_ns": T0 + k * 10**9, "api": "Produce", "broker": str(1 + k % 2), "kind": "producer",
               "client_id": "p", "total_ns": (k + 1) * MS, "acks": k % 2, "records": 10} for k in range(8)]
-    brokers = tf.without_clients(tf.fine(tf.with_window(tf.timed(exchanges(spark, rows)), "1m")))
-    both = tf.coarse(brokers)
-    groupings = {r["grouping"] for r in both.select("grouping").distinct().collect()}
-    assert groupings == set(tf.COARSE_SETS)
-    for table in (tf.summary, tf.outcome_mix, tf.pair_latency, tf.produce_latency, tf.timeline, tf.broker_timeline):
-        alone = table(brokers)
-        assert alone.count() > 0
-        assertDataFrameEqual(table(both), alone)
+    rows.append(fetch(99.0, 3, 5, client="c9"))  # a negative local latency has a bucket of its own
+    timed = tf.with_window(tf.timed(exchanges(spark, rows)), "1m")
+    got = tf.without_clients(tf.fine(timed))
+    api = F.when(F.col("api") == "Produce", "Produce").otherwise("Fetch").alias("api")
+    keys = [c for c in tf.COARSE_KEYS if c != "api"]
+    each = F.explode(F.array(*[F.struct(F.lit(i).alias("part"), tf.bucket(F.col(f"{p}_ns")).alias("bucket"))
+                               for i, p in enumerate(tf.PARTS)]))
+    plain = (timed.select(*keys, api, each.alias("e")).select(*keys, "api", "e.part", "e.bucket")
+             .where(F.col("bucket").isNotNull()).groupBy(*tf.COARSE_KEYS, "part", "bucket").count())
+    assert plain.count() > 20
+    assertDataFrameEqual(got.where(F.col("part") != tf.STATS_PART).select(*tf.COARSE_KEYS, "part", "bucket", "n"),
+                         plain.withColumnRenamed("count", "n"))
+    stats = got.where(F.col("part") == tf.STATS_PART).groupBy().agg(*[F.sum(c).alias(c) for c in tf.STATS]).first()
+    assert stats is not None and (stats["requests"], stats["records"]) == (69, 60 + 100 + 80)
+    assert sum(stats[o] for o in tf.OUTCOMES) == 61  # the produces have no outcome
 
 
 def test_a_share_fetch_is_a_fetch_of_its_own_kind(spark: SparkSession) -> None:
