@@ -18,8 +18,8 @@ from typing import Final
 from fetchlat.protocol.events import FetchExchanged, ProduceExchanged
 from fetchlat.protocol.fetch import FetchPartitionResponse
 from fetchlat.protocol.produce import ProduceRequestInfo
-from fetchlat.protocol.sessions import TopicKey
 
+from .cluster import MAX_PARTITIONS, ClusterView
 from .vocabulary import Kind, Outcome, WaitSource, fetch_kind
 
 NS_PER_MS: Final = 1_000_000
@@ -33,7 +33,6 @@ EXPIRY_SLACK_NS: Final = 2 * NS_PER_MS
 DEFAULT_EXPIRY_OVERSHOOT_NS: Final = 1 * NS_PER_MS
 MAX_APPENDS_PER_PARTITION: Final = 4096
 MAX_PENDING_PER_PARTITION: Final = 64  # produces in flight to one partition (5 per producer by default)
-MAX_PARTITIONS: Final = 100_000
 # A consumer fetch a follower serves (KIP-392) sees data once the follower's high watermark
 # moves, which only the leader's side of replication shows; its sidecar dates that from the
 # response: the first byte, less what an answer takes the broker to start (learned from fetches
@@ -282,78 +281,11 @@ class LatencyModel:
         self.expiry_overshoot_ns = expiry_overshoot_ns
         # a sidecar: the broker is on loopback, so a produce's acknowledgement dates its append
         self.beside_broker = beside_broker
-        self.topic_names: dict[TopicKey, str] = {}
-        # ids met without a name (the proxy then asks its broker for every topic's id), and
-        # ids still nameless after that: not asked about again
-        self.unnamed: set[TopicKey] = set()
-        self.nameless: set[TopicKey] = set()
+        self.cluster = ClusterView()  # topic names by id, partition leaders
         self._parts: OrderedDict[tuple[str, int], _Partition] = OrderedDict()
-        # each partition's leader (Metadata, and what produces and follower fetches show); a
-        # consumer fetch met at a broker for a partition of unknown leader wants them asked for
-        self.leaders: dict[tuple[str, int], int] = {}
-        self.leaders_wanted = False
-        # partitions met without a known leader since the last ask, and those the answer did not
-        # name either (a topic gone): not asked about again, as nameless ids are not
-        self._unled: set[tuple[str, int]] = set()
-        self._leaderless: set[tuple[str, int]] = set()
         self.first_byte_ns = DEFAULT_FIRST_BYTE_NS  # an immediate answer's first byte, smoothed
 
     # --------------------------------------------------------------------- knowledge
-    def topic(self, key: TopicKey) -> str:
-        if isinstance(key, str):
-            return key
-        name = self.topic_names.get(key)
-        if name is not None:
-            return name
-        if key not in self.nameless and len(self.unnamed) < MAX_PARTITIONS:
-            self.unnamed.add(key)
-        return str(key)
-
-    def learn_topic_ids(self, topics: tuple[tuple[str, TopicKey], ...], everything: bool = False) -> None:
-        """Names of topic ids, from a Metadata response; ``everything``: the answer named every
-        topic the broker has, so an id it left out is not asked about again."""
-        for name, tid in topics:
-            self.topic_names[tid] = name
-            self.unnamed.discard(tid)
-            self.nameless.discard(tid)
-        if everything:
-            if len(self.nameless) + len(self.unnamed) <= MAX_PARTITIONS:
-                self.nameless |= self.unnamed
-            self.unnamed.clear()
-
-    @property
-    def wants_topics(self) -> bool:
-        """A topic id without a name, or a partition without a known leader, was met and never
-        asked about: the proxy should ask its broker for every topic (Metadata v12) now."""
-        return bool(self.unnamed) or self.leaders_wanted
-
-    def learn_leaders(self, leaders: tuple[tuple[str, int, int], ...], everything: bool = False) -> None:
-        """Partition leaders from a Metadata response; ``everything``: every topic's."""
-        if len(self.leaders) + len(leaders) > MAX_PARTITIONS:
-            self.leaders.clear()
-        for topic, partition, leader in leaders:
-            self.leaders[(topic, partition)] = leader
-            self._leaderless.discard((topic, partition))
-        if everything:
-            if len(self._leaderless) + len(self._unled) > MAX_PARTITIONS:
-                self._leaderless.clear()
-            self._leaderless |= {k for k in self._unled if k not in self.leaders}
-            self._unled.clear()
-            self.leaders_wanted = False
-
-    def _led_elsewhere(self, topic: str, partition: int, broker_node: int) -> bool:
-        """This broker is known not to lead the partition: it serves the fetch as a follower."""
-        if broker_node < 0:
-            return False
-        key = (topic, partition)
-        leader = self.leaders.get(key)
-        if leader is None:
-            if key not in self._leaderless and len(self._unled) < MAX_PARTITIONS:
-                self._unled.add(key)
-                self.leaders_wanted = True
-            return False
-        return leader >= 0 and leader != broker_node
-
     def _part(self, topic: str, partition: int) -> _Partition:
         key = (topic, partition)
         p = self._parts.get(key)
@@ -371,7 +303,7 @@ class LatencyModel:
         """A produce with records went upstream at ``t_ns`` and awaits its answer (acks != 0)."""
         for p in req.partitions:
             if p.batches is not None and p.batches.records:
-                st = self._part(self.topic(p.topic_id or p.topic or ""), p.partition)
+                st = self._part(self.cluster.topic(p.topic_id or p.topic or ""), p.partition)
                 st.pending.append(t_ns)
                 st.pending_records.append(p.batches.records)
                 if len(st.pending) > MAX_PENDING_PER_PARTITION:
@@ -381,19 +313,20 @@ class LatencyModel:
         req, resp = ev.request, ev.response
         if resp is not None:  # answered: it and every produce sent before it are no longer pending
             for p in req.partitions:
-                st = self._parts.get((self.topic(p.topic_id or p.topic or ""), p.partition))
+                st = self._parts.get((self.cluster.topic(p.topic_id or p.topic or ""), p.partition))
                 if st is not None and st.pending and st.pending[0] <= ev.t_request_ns:
                     keep = [i for i, t in enumerate(st.pending) if t > ev.t_request_ns]
                     st.pending = [st.pending[i] for i in keep]
                     st.pending_records = [st.pending_records[i] for i in keep]
-        counts = {(self.topic(p.topic_id or p.topic or ""), p.partition): (p.batches.records if p.batches else 0)
+        name = self.cluster.topic
+        counts = {(name(p.topic_id or p.topic or ""), p.partition): (p.batches.records if p.batches else 0)
                   for p in req.partitions}
         parts: list[tuple[str, int, int, int]] = []
         error = 0
         accepted = req.records if resp is None else 0  # a rejected batch (a client retries it) is not produced
         if resp is not None:
             for rp in resp.partitions:
-                topic = self.topic(rp.topic_id or rp.topic or "")
+                topic = self.cluster.topic(rp.topic_id or rp.topic or "")
                 n = counts.get((topic, rp.partition), 0)
                 error = error or rp.error_code
                 parts.append((topic, rp.partition, rp.base_offset, n))
@@ -444,7 +377,7 @@ class LatencyModel:
         arrival: int | None = None
         arrival_basis: str | None = None
         replication: list[ReplicationSample] = []
-        offsets = ({(self.topic(t), p): off for t, p, off in ev.covered} if not share
+        offsets = ({(self.cluster.topic(t), p): off for t, p, off in ev.covered} if not share
                    else self._acquired(resp.partitions, broker_node))
         for (topic, part), off in offsets.items():
             st = self._part(topic, part)
@@ -454,12 +387,12 @@ class LatencyModel:
             if follower is not None:
                 replication += self._confirm(st, follower, topic, part, off, ev.t_request_ns)
                 if broker_node >= 0:
-                    self.leaders[(topic, part)] = broker_node  # followers fetch from the leader
+                    self.cluster.leaders[(topic, part)] = broker_node  # followers fetch from the leader
 
         part_samples: list[PartitionSample] = []
         records = 0
         for rp in resp.partitions:
-            topic = self.topic(rp.topic_id or rp.topic or "")
+            topic = self.cluster.topic(rp.topic_id or rp.topic or "")
             st = self._part(topic, rp.partition)
             b = rp.batches
             n = (b.records if b is not None else 0) if not share else rp.acquired
@@ -473,7 +406,7 @@ class LatencyModel:
                 # a follower's high watermark (KIP-392), or a transaction's commit marker, which
                 # the coordinator writes, for records a read_committed fetch could not see yet
                 unseen = (REPLICA_HW if follower is None and not share and basis != "produce_seen"
-                          and self._led_elsewhere(topic, rp.partition, broker_node)
+                          and self.cluster.led_elsewhere(topic, rp.partition, broker_node)
                           else TXN_MARKER if read_committed and b.control_batches and 0 <= st.stable_end <= off
                           else None)
                 if unseen is not None:
@@ -524,11 +457,11 @@ class LatencyModel:
         otherwise it is dated by its append. Only a partition's leader serves a share fetch."""
         out: dict[tuple[str, int], int] = {}
         for rp in parts:
-            topic = self.topic(rp.topic_id or rp.topic or "")
+            topic = self.cluster.topic(rp.topic_id or rp.topic or "")
             if rp.acquired_first >= 0:
                 out[(topic, rp.partition)] = rp.acquired_first
             if rp.error_code == 0 and broker_node >= 0:
-                self.leaders[(topic, rp.partition)] = broker_node
+                self.cluster.leaders[(topic, rp.partition)] = broker_node
         return out
 
     def _arrival(self, st: _Partition, fetch_offset: int, first_ts_ms: int, log_append: bool, follower: bool,

@@ -180,8 +180,8 @@ class ConnectionObserver:
             elif isinstance(ev, ProduceSent):
                 obs.model.on_produce_sent(ev.request, self.forwarded_ns(ev.t_request_ns))
             elif isinstance(ev, TopicIdsLearned):
-                obs.model.learn_topic_ids(ev.topics)
-                obs.model.learn_leaders(ev.leaders)
+                obs.model.cluster.learn_topic_ids(ev.topics)
+                obs.model.cluster.learn_leaders(ev.leaders)
             elif isinstance(ev, DecodeFailed):
                 obs.metrics.decode_errors.labels(api_name(ev.api_key)).inc()
                 notable = True

@@ -56,6 +56,7 @@ HOT: Final = (
     "fetchlat.protocol.responses",
     "fetchlat.protocol.connection",
     "fetchlat.metrics.vocabulary",
+    "fetchlat.metrics.cluster",
     "fetchlat.metrics.model",
     "fetchlat.metrics.fast",
     "fetchlat.metrics.prom",

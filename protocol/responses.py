@@ -133,6 +133,33 @@ def _response_twin(head: InFlight, wait_time_tag: int | None) -> Twin:
     return twin
 
 
+def _seen(cur: InFlight, size: int, t_first: int, t_last: int, *, rewritten: bool) -> ResponseSeen:
+    return ResponseSeen(correlation_id=cur.correlation_id, api_key=cur.api_key, api_version=cur.api_version,
+                        client_id=cur.client_id, size_bytes=size, t_request_ns=cur.t_request_ns,
+                        t_first_ns=t_first, t_last_ns=t_last, rewritten=rewritten)
+
+
+def _exchange_complete(shared: Shared, cur: InFlight, info: Any,
+                       error: str | None, size: int, t_first: int, t_ns: int, events: list[Event]) -> None:
+    """The event a whole fetch or produce exchange yields (its fetch session mirrored first), or
+    what kept its response from decoding."""
+    if info is None:
+        events.append(DecodeFailed(api_key=cur.api_key, api_version=cur.api_version, direction="response",
+                                   reason=error or "undecodable"))
+        return
+    if isinstance(cur.info, fetch.FetchRequestInfo):
+        shared.sessions.on_response(cur.info, info, cur.covered)
+        events.append(FetchExchanged(
+            correlation_id=cur.correlation_id, client_id=cur.client_id, api_version=cur.api_version,
+            request=cur.info, response=info, covered=cur.covered, t_request_ns=cur.t_request_ns,
+            t_first_ns=t_first, t_last_ns=t_ns, request_bytes=cur.request_bytes, response_bytes=size + 4))
+    elif isinstance(cur.info, produce.ProduceRequestInfo):
+        events.append(ProduceExchanged(
+            correlation_id=cur.correlation_id, client_id=cur.client_id, api_version=cur.api_version,
+            request=cur.info, response=info, t_request_ns=cur.t_request_ns, t_first_ns=t_first,
+            t_last_ns=t_ns, request_bytes=cur.request_bytes, response_bytes=size + 4))
+
+
 class ResponseDecoder:
     """Frames, correlates, forwards and (after the write) decodes responses. Never does I/O."""
 
@@ -256,12 +283,12 @@ class ResponseDecoder:
                 feeder = item.feeder
                 if feeder is not None:
                     info = feeder.finish()
-                    self._exchange_complete(item.cur, info, feeder.error, item.size, item.t_first, item.t_last,
+                    _exchange_complete(self.shared, item.cur, info, feeder.error, item.size, item.t_first, item.t_last,
                                             events)
                 elif item.body is not None:
                     info, error = run_direct(_response_twin(item.cur, self.wait_time_tag).direct, item.body)
-                    self._exchange_complete(item.cur, info, error, item.size, item.t_first, item.t_last, events)
-                events.append(self._seen(item.cur, item.size, item.t_first, item.t_last, rewritten=False))
+                    _exchange_complete(self.shared, item.cur, info, error, item.size, item.t_first, item.t_last, events)
+                events.append(_seen(item.cur, item.size, item.t_first, item.t_last, rewritten=False))
             elif isinstance(item, tuple):
                 item[0].feed(item[1])
             else:
@@ -339,7 +366,7 @@ class ResponseDecoder:
             else:
                 out.extend(pieces)
         if feeder is not None:
-            self._exchange_complete(cur, info, feeder.error, self._size, self._t_first, t_ns, events)
+            _exchange_complete(self.shared, cur, info, feeder.error, self._size, self._t_first, t_ns, events)
         if mode is ResponseMode.STREAM_HELD_TAIL:
             tail, self._tail = self._tail, []
             last = events[-1] if events else None
@@ -349,32 +376,8 @@ class ResponseDecoder:
                     "NodeEndpoints (a leader moved); its size went out before the tag could be rewritten, so "
                     "the connection is closed before the client sees it (the client refetches through the proxy)")
             out.extend(tail)
-        events.append(self._seen(cur, self._size, self._t_first, t_ns, rewritten=rewritten))
+        events.append(_seen(cur, self._size, self._t_first, t_ns, rewritten=rewritten))
         self._after.extend(events)
-
-    @staticmethod
-    def _seen(cur: InFlight, size: int, t_first: int, t_last: int, *, rewritten: bool) -> ResponseSeen:
-        return ResponseSeen(correlation_id=cur.correlation_id, api_key=cur.api_key, api_version=cur.api_version,
-                            client_id=cur.client_id, size_bytes=size, t_request_ns=cur.t_request_ns,
-                            t_first_ns=t_first, t_last_ns=t_last, rewritten=rewritten)
-
-    def _exchange_complete(self, cur: InFlight, info: Any,
-                           error: str | None, size: int, t_first: int, t_ns: int, events: list[Event]) -> None:
-        if info is None:
-            events.append(DecodeFailed(api_key=cur.api_key, api_version=cur.api_version, direction="response",
-                                       reason=error or "undecodable"))
-            return
-        if isinstance(cur.info, fetch.FetchRequestInfo):
-            self.shared.sessions.on_response(cur.info, info, cur.covered)
-            events.append(FetchExchanged(
-                correlation_id=cur.correlation_id, client_id=cur.client_id, api_version=cur.api_version,
-                request=cur.info, response=info, covered=cur.covered, t_request_ns=cur.t_request_ns,
-                t_first_ns=t_first, t_last_ns=t_ns, request_bytes=cur.request_bytes, response_bytes=size + 4))
-        elif isinstance(cur.info, produce.ProduceRequestInfo):
-            events.append(ProduceExchanged(
-                correlation_id=cur.correlation_id, client_id=cur.client_id, api_version=cur.api_version,
-                request=cur.info, response=info, t_request_ns=cur.t_request_ns, t_first_ns=t_first,
-                t_last_ns=t_ns, request_bytes=cur.request_bytes, response_bytes=size + 4))
 
     def _after_sasl_handshake_v0(self, mechanism: str, body: memoryview, events: list[Event]) -> None:
         try:

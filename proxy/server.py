@@ -57,14 +57,15 @@ class Proxy:
                                 connect_timeout_s=cfg.connect_timeout_s)
         self.listeners = NodeListeners(cfg, self._node_factory,
                                        lambda: metrics.connection_errors.labels("listener_bind_failed").inc())
+        cluster = self.observer.model.cluster  # what the sidecar knows of topics and leaders
         self.discovery = Discovery(cfg.upstreams, self.learn, tls=upstream_tls,
                                    server_hostname=cfg.upstream_server_hostname,
                                    connect_timeout_s=cfg.connect_timeout_s,
                                    refresh_s=lambda: self.cfg.metadata_refresh_s,
                                    max_frame_bytes=cfg.max_frame_bytes, log_throttled=self.log_throttled,
-                                   wants_topics=lambda: self.observer.model.wants_topics,
-                                   learn_topics=lambda t: self.observer.model.learn_topic_ids(t, everything=True),
-                                   learn_leaders=lambda lead: self.observer.model.learn_leaders(lead, everything=True))
+                                   wants_topics=lambda: cluster.wants_topics,
+                                   learn_topics=lambda t: cluster.learn_topic_ids(t, everything=True),
+                                   learn_leaders=lambda lead: cluster.learn_leaders(lead, everything=True))
         self.traces: TraceWriter | None = None  # set by the CLI when --trace-dir is given
         self.servers: list[asyncio.Server] = []
         self.last_beat_ns = clock.now_ns()
@@ -216,7 +217,7 @@ class Proxy:
         fetches until the answer cannot be dated by it)."""
         beat = 0
         while True:
-            if self.observer.model.wants_topics and self.discovery.topics_due():
+            if self.observer.model.cluster.wants_topics and self.discovery.topics_due():
                 self.discovery.kick()  # a topic id without a name, a leader unknown: ask now
             if beat % 5 == 0:
                 now = self.last_beat_ns = clock.now_ns()

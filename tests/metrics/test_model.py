@@ -232,15 +232,15 @@ def test_a_topic_id_without_a_name_is_asked_about_once() -> None:
 
     m = LatencyModel(wall_minus_mono_ns=0)
     known, gone = uuid.UUID(int=1), uuid.UUID(int=2)
-    assert m.topic(known) == str(known) and m.unnamed == {known}  # the proxy asks its broker now
-    m.learn_topic_ids((("orders", known),), everything=True)  # every topic the broker has: not `gone`
-    assert m.topic(known) == "orders" and m.unnamed == set()
-    m.topic(gone)
-    m.learn_topic_ids((("orders", known),), everything=True)
-    m.topic(gone)
-    assert m.unnamed == set() and m.nameless == {gone}  # not asked about again
-    m.learn_topic_ids((("late", gone),))  # a client's Metadata names it after all
-    assert m.topic(gone) == "late" and m.nameless == set()
+    assert m.cluster.topic(known) == str(known) and m.cluster.unnamed == {known}  # the proxy asks its broker now
+    m.cluster.learn_topic_ids((("orders", known),), everything=True)  # every topic the broker has: not `gone`
+    assert m.cluster.topic(known) == "orders" and m.cluster.unnamed == set()
+    m.cluster.topic(gone)
+    m.cluster.learn_topic_ids((("orders", known),), everything=True)
+    m.cluster.topic(gone)
+    assert m.cluster.unnamed == set() and m.cluster.nameless == {gone}  # not asked about again
+    m.cluster.learn_topic_ids((("late", gone),))  # a client's Metadata names it after all
+    assert m.cluster.topic(gone) == "late" and m.cluster.nameless == set()
 
 
 def test_a_follower_serving_a_consumer_dates_its_data_by_the_answer() -> None:
@@ -254,9 +254,9 @@ def test_a_follower_serving_a_consumer_dates_its_data_by_the_answer() -> None:
     ev = fetch_ev(T0, T0 + 40 * MS, T0 + 41 * MS, records=1, hw=1, first_ts_ms=made, max_ts_ms=made)
     m = LatencyModel(wall_minus_mono_ns=wall_minus_mono)
     s, _ = m.on_fetch(ev, broker_node=2)
-    assert (s.outcome, s.basis) == (IMMEDIATE, "create_time") and m.leaders_wanted  # leader unknown: as before
-    m.learn_leaders((("t", 0, 1),), everything=True)
-    assert not m.leaders_wanted
+    assert (s.outcome, s.basis) == (IMMEDIATE, "create_time") and m.cluster.leaders_wanted  # leader unknown: as before
+    m.cluster.learn_leaders((("t", 0, 1),), everything=True)
+    assert not m.cluster.leaders_wanted
     s, _ = m.on_fetch(ev, broker_node=2)
     assert (s.outcome, s.basis, s.confident) == (WOKEN, "replica_high_watermark", False)
     assert s.wait_ns == 40 * MS - m.first_byte_ns
@@ -267,7 +267,7 @@ def test_a_follower_serving_a_consumer_dates_its_data_by_the_answer() -> None:
 def test_a_follower_fetch_shows_which_broker_leads() -> None:
     m = LatencyModel(wall_minus_mono_ns=0)
     m.on_fetch(fetch_ev(T0, T0 + 500 * MS, T0 + 500 * MS, replica=2), broker_node=0)
-    assert m.leaders == {("t", 0): 0}
+    assert m.cluster.leaders == {("t", 0): 0}
 
 
 def test_a_read_committed_fetch_woken_by_a_commit_marker_is_dated_by_the_answer() -> None:
@@ -298,7 +298,7 @@ def test_a_share_fetch_is_dated_from_the_first_offset_it_acquired() -> None:
     s, _ = m.on_fetch(share_ev(T0, T0 + 103 * MS, T0 + 103 * MS, acquired_from=0, records=3), broker_node=0)
     # parked 0.9 ms after it went out (the broker's share-group work first), so it waited 101.1 ms
     assert (s.outcome, s.basis, s.wait_ns, s.local_ns, s.records) == (WOKEN, "produce_seen", 101_100_000, 1_900_000, 3)
-    assert s.partitions[0].fetch_offset == 0 and m.leaders[("t", 0)] == 0  # only a leader serves a share fetch
+    assert s.partitions[0].fetch_offset == 0 and m.cluster.leaders[("t", 0)] == 0  # only a leader serves a share fetch
     # the next share fetch acquires the rest of the batch, which was in the log before it went out
     s, _ = m.on_fetch(share_ev(T0 + 200 * MS, T0 + 202 * MS, T0 + 202 * MS, acquired_from=3, records=2,
                                batch_base=0), broker_node=0)
@@ -318,10 +318,10 @@ def test_a_share_fetch_answered_before_the_produce_that_woke_it_is_dated_by_that
 def test_a_partition_the_answer_did_not_name_is_not_asked_about_again() -> None:
     m = LatencyModel(wall_minus_mono_ns=0)
     m.on_fetch(fetch_ev(T0, T0 + 2 * MS, T0 + 2 * MS, records=1, hw=1, first_ts_ms=1), broker_node=2)
-    assert m.wants_topics
-    m.learn_leaders((("other", 0, 1),), everything=True)  # the answer does not name t-0 (a topic gone)
+    assert m.cluster.wants_topics
+    m.cluster.learn_leaders((("other", 0, 1),), everything=True)  # the answer does not name t-0 (a topic gone)
     m.on_fetch(fetch_ev(T0, T0 + 2 * MS, T0 + 2 * MS, records=1, hw=1, first_ts_ms=1), broker_node=2)
-    assert not m.wants_topics
-    m.learn_leaders((("t", 0, 1),))  # relayed Metadata names it after all
+    assert not m.cluster.wants_topics
+    m.cluster.learn_leaders((("t", 0, 1),))  # relayed Metadata names it after all
     s, _ = m.on_fetch(fetch_ev(T0, T0 + 2 * MS, T0 + 2 * MS, records=1, hw=1, first_ts_ms=1), broker_node=2)
     assert s.basis == "replica_high_watermark"

@@ -1,0 +1,92 @@
+"""What a proxy knows of its cluster: topic names by id and each partition's leader, learned
+from the Metadata responses it relays or asks for itself, and from what produces and follower
+fetches show; and whether it should ask its broker now.
+
+Pure, like the latency model that owns one: no clocks, sockets or Prometheus. Newer clients and
+followers name topics by id (Fetch v13+, Produce v13+); the model keys partitions by name, so an
+id met without a name is reported (``wants_topics``) and the proxy asks its broker for every
+topic (Metadata v12). A consumer fetch for a partition this broker does not lead is served by a
+follower (KIP-392), which changes how its data is dated; a partition met without a known
+leader is asked about the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from fetchlat.protocol.sessions import TopicKey
+
+MAX_PARTITIONS: Final = 100_000  # bounds every per-partition map of the model and of this view
+
+
+class ClusterView:
+    def __init__(self) -> None:
+        self.topic_names: dict[TopicKey, str] = {}
+        # ids met without a name (the proxy then asks its broker for every topic's id), and
+        # ids still nameless after that: not asked about again
+        self.unnamed: set[TopicKey] = set()
+        self.nameless: set[TopicKey] = set()
+        # each partition's leader (Metadata, and what produces and follower fetches show); a
+        # consumer fetch met at a broker for a partition of unknown leader wants them asked for
+        self.leaders: dict[tuple[str, int], int] = {}
+        self.leaders_wanted = False
+        # partitions met without a known leader since the last ask, and those the answer did not
+        # name either (a topic gone): not asked about again, as nameless ids are not
+        self._unled: set[tuple[str, int]] = set()
+        self._leaderless: set[tuple[str, int]] = set()
+
+    def topic(self, key: TopicKey) -> str:
+        """A topic's name; an id not yet named stands for itself (and is asked about)."""
+        if isinstance(key, str):
+            return key
+        name = self.topic_names.get(key)
+        if name is not None:
+            return name
+        if key not in self.nameless and len(self.unnamed) < MAX_PARTITIONS:
+            self.unnamed.add(key)
+        return str(key)
+
+    def learn_topic_ids(self, topics: tuple[tuple[str, TopicKey], ...], everything: bool = False) -> None:
+        """Names of topic ids, from a Metadata response; ``everything``: the answer named every
+        topic the broker has, so an id it left out is not asked about again."""
+        for name, tid in topics:
+            self.topic_names[tid] = name
+            self.unnamed.discard(tid)
+            self.nameless.discard(tid)
+        if everything:
+            if len(self.nameless) + len(self.unnamed) <= MAX_PARTITIONS:
+                self.nameless |= self.unnamed
+            self.unnamed.clear()
+
+    @property
+    def wants_topics(self) -> bool:
+        """A topic id without a name, or a partition without a known leader, was met and never
+        asked about: the proxy should ask its broker for every topic (Metadata v12) now."""
+        return bool(self.unnamed) or self.leaders_wanted
+
+    def learn_leaders(self, leaders: tuple[tuple[str, int, int], ...], everything: bool = False) -> None:
+        """Partition leaders from a Metadata response; ``everything``: every topic's."""
+        if len(self.leaders) + len(leaders) > MAX_PARTITIONS:
+            self.leaders.clear()
+        for topic, partition, leader in leaders:
+            self.leaders[(topic, partition)] = leader
+            self._leaderless.discard((topic, partition))
+        if everything:
+            if len(self._leaderless) + len(self._unled) > MAX_PARTITIONS:
+                self._leaderless.clear()
+            self._leaderless |= {k for k in self._unled if k not in self.leaders}
+            self._unled.clear()
+            self.leaders_wanted = False
+
+    def led_elsewhere(self, topic: str, partition: int, broker_node: int) -> bool:
+        """This broker is known not to lead the partition: it serves the fetch as a follower."""
+        if broker_node < 0:
+            return False
+        key = (topic, partition)
+        leader = self.leaders.get(key)
+        if leader is None:
+            if key not in self._leaderless and len(self._unled) < MAX_PARTITIONS:
+                self._unled.add(key)
+                self.leaders_wanted = True
+            return False
+        return leader >= 0 and leader != broker_node
