@@ -135,8 +135,8 @@ def fine(timed_df: DataFrame) -> DataFrame:
     """The one pass over the rows: per window x broker x api x kind x client x replica x acks,
     the counts, outcome counts and sums (STATS, ``total_max_ns``) and, per duration, the list of
     its buckets (``{part}_b``, stored + PART_OFFSET: a group holds a client's fetches of one
-    window, a few hundred). Produces are kept per broker x acks only (no client key: nothing reports them per
-    client).
+    window, a few hundred). Produces are kept per broker x acks only (no client key: nothing
+    reports them per client).
 
     ``api`` goes in as a boolean and ``outcome`` as a small number: the strings copied and
     hashed per row are only the ones that have to be (broker, kind, client)."""
