@@ -28,7 +28,7 @@ Progress = Callable[[float, str], None]  # (share of the run done, 0..1; what it
 # How a run's time splits, in percent (measured on 10 M generated rows, local[2]): what turns the
 # steps into a share done, and so into an estimate of the time left.
 WEIGHTS = {"start": 6, "read": 3, "pass": 40, "latency_by_window": 8, "summary": 15, "outcome_mix": 1,
-           "pair_latency": 2, "record_latency": 11, "produce_latency": 1, "replication_latency": 3,
+           "pair_latency": 2, "record_latency": 9, "produce_latency": 1, "replication_latency": 3,
            "slowest_clients": 4, "slowest_partitions": 1, "timeline": 1, "broker_timeline": 1, "report": 5}
 JAVA_OPTIONS = "-XX:+UseParallelGC"  # local mode's driver JVM (FETCHLAT_SPARK_JAVA_OPTIONS overrides)
 

@@ -48,3 +48,8 @@ def test_several_proxies_and_a_time_range(spark: SparkSession, tmp_path: Path) -
     assert both["exchanges_read"] == 10_000  # the dot file (a file still being written) is ignored
     half = job.run([str(tmp_path / "a")], str(tmp_path / "o2"), spark=spark, since_ns=START_NS + 50 * 10**9)
     assert 2_000 < half["exchanges_read"] < 3_000
+
+
+def test_the_steps_weights_make_a_whole_run() -> None:
+    """The progress bar and the demo's "100% done" add the steps' weights: they must sum to 100."""
+    assert sum(job.WEIGHTS.values()) == 100
