@@ -8,7 +8,7 @@ HOT_SOURCES := setup.py $(wildcard protocol/*.py metrics/*.py proxy/*.py)
 DEB_PACKAGES := kcat haproxy prometheus chromium tcpdump tshark
 
 .PHONY: test test-long test-pure demo lint typecheck unit integration deps clean bench-observe bench-analyze load soak fuzz bench-proxy \
-	bench-memory bench-codec profile-proxy bench-core bench-rate bench-accuracy profile-api bench-pcap bench-scale bench-prune
+	bench-memory bench-codec profile-proxy bench-core bench-rate bench-accuracy profile-api bench-pcap bench-scale bench-prune bench-incremental
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -87,6 +87,9 @@ bench-scale: $(STAMP)
 
 bench-prune: $(STAMP)
 	$(BIN)/python bench/bench_prune.py --rows 12000000 --hours 24
+
+bench-incremental: $(STAMP)
+	$(BIN)/python bench/bench_incremental.py --rows 12500000 --hours 25
 
 bench-proxy: deps
 	$(BIN)/python bench/bench_proxy.py --trials 5 --broker both --out bench-proxy.json

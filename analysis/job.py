@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
-from . import report
+from . import report, state
 from . import transforms as tf
 from .schema import SCHEMA_VERSION, spark_schema
 
@@ -110,11 +110,13 @@ def shuffle_partitions(spark: SparkSession, seen: dict[str, Any]) -> int:
 
 
 def read_table(spark: SparkSession, dirs: list[str], table: str, since_ns: int | None = None,
-               until_ns: int | None = None, seen: dict[str, Any] | None = None) -> DataFrame:
-    """``table``'s rows in [since, until) from every trace directory, with the writer's schema
-    (a file of an older schema version reads its missing columns as null). ``seen`` gets, per
-    table, how many hour directories were read of how many there are."""
-    paths, hours = table_inputs(spark, dirs, table, since_ns, until_ns)
+               until_ns: int | None = None, seen: dict[str, Any] | None = None,
+               inputs: tuple[list[str], int] | None = None) -> DataFrame:
+    """``table``'s rows in [since, until) from every trace directory (or from ``inputs``, as
+    ``table_inputs`` gives them), with the writer's schema (a file of an older schema version
+    reads its missing columns as null). ``seen`` gets, per table, how many hour directories
+    were read of how many there are."""
+    paths, hours = inputs or table_inputs(spark, dirs, table, since_ns, until_ns)
     schema = spark_schema(table)
     if seen is not None:
         seen[table] = {"read": sum(1 for p in paths if layout.hour_of_dir(p) is not None), "in_all": hours,
@@ -192,7 +194,10 @@ class _Steps:
 
 def run(dirs: list[str], out: str, *, master: str | None = None, since_ns: int | None = None,
         until_ns: int | None = None, window: str = "1m", sla_ms: float = 5000.0, top_n: int = 10,
-        spark: SparkSession | None = None, progress: Progress = lambda done, what: None) -> dict[str, Any]:
+        spark: SparkSession | None = None, progress: Progress = lambda done, what: None,
+        state_dir: str | None = None) -> dict[str, Any]:
+    """Every table, summary.json and report.html under ``out``. ``state_dir``: where the per-hour
+    products are kept and reused (``analysis/state.py``; None: computed afresh, kept nowhere)."""
     t0 = time.monotonic()
     tf.window_us(window)  # fail early on a bad window
     own = spark is None
@@ -200,31 +205,46 @@ def run(dirs: list[str], out: str, *, master: str | None = None, since_ns: int |
     steps.step("start", "starting Spark")
     spark = spark or build_session(master)
     steps.start_polling(spark)
+    kept_in_memory: list[DataFrame] = []
+
+    def held(df: DataFrame) -> DataFrame:
+        """``df`` kept in memory (and on disk) for the tables that read it, until the run ends: a
+        later run in the same session must read its own files, not this run's cached results
+        (Spark matches a cached DataFrame by its plan, which names the same paths)."""
+        kept_in_memory.append(df.persist(StorageLevel.MEMORY_AND_DISK))
+        return df
+
     try:
         steps.step("read", "listing traces")
+        inputs = {t: table_inputs(spark, dirs, t, since_ns, until_ns) for t in TRACE_TABLES}
+        plan = _plan(spark, dirs, inputs, state_dir, window, sla_ms, since_ns, until_ns)
+        unread = set(plan.reused)  # hours whose products come from the state
         seen: dict[str, Any] = {}
-        ex, parts, repl = (read_table(spark, dirs, t, since_ns, until_ns, seen)
-                           for t in ("exchanges", "partitions", "replication"))
+        ex, parts, repl = (read_table(spark, dirs, t, seen=seen, since_ns=since_ns, until_ns=until_ns, inputs=(
+            [p for p in inputs[t][0] if layout.hour_of_dir(p) not in unread], inputs[t][1])) for t in TRACE_TABLES)
         hours = seen["exchanges"]
         reduce_tasks = shuffle_partitions(spark, seen)
         where = (f"{hours['read']} of {hours['in_all']} hour directories in range" if hours["in_all"]
                  else f"{hours['flat_files']} files")
+        if plan.reused:
+            where += f", {len(plan.reused)} hour(s) from the state"
         steps.step("pass", f"one pass over the exchanges ({where}, {reduce_tasks} reduce tasks): counts and "
                            "histograms per window x broker x kind x client")
-        fine = tf.fine(tf.with_window(tf.timed(ex), window)).persist(StorageLevel.MEMORY_AND_DISK)
+        fine = held(tf.fine(tf.with_window(tf.timed(ex), window)))
         fine.count()  # the only pass over the exchanges; every latency table below merges its histograms
+        products = _products(spark, plan, fine, parts, repl, ex, sla_ms, held)
         # the histograms merged over clients, which every per-broker table groups further
-        brokers = tf.without_clients(fine).persist(StorageLevel.MEMORY_AND_DISK)
-        rec = tf.record_latency(parts, sla_ms).cache()
+        brokers = held(products["brokers"].drop("hour"))
+        rec = held(tf.record_latency(products["records"]))
         tables: dict[str, DataFrame] = {
-            "latency_by_window": tf.latency_by_window(fine),
+            "latency_by_window": products["latency_by_window"].drop("hour"),
             "summary": tf.summary(brokers),
             "outcome_mix": tf.outcome_mix(brokers),
             "pair_latency": tf.flag_shifts(tf.pair_latency(brokers)),
             "record_latency": rec,
             "produce_latency": tf.produce_latency(brokers),
-            "replication_latency": tf.replication_latency(repl),
-            "slowest_clients": tf.slowest_clients(fine, top_n),
+            "replication_latency": tf.replication_latency(products["replication"]),
+            "slowest_clients": tf.slowest_clients(products["clients"], top_n),
             "slowest_partitions": tf.slowest_partitions(rec, top_n),
             "timeline": tf.timeline(brokers),
             "broker_timeline": tf.broker_timeline(brokers),
@@ -235,10 +255,12 @@ def run(dirs: list[str], out: str, *, master: str | None = None, since_ns: int |
             table = write_table(df, os.path.join(out, "tables", name), tf.ORDER.get(name, ()))
             if name != "latency_by_window":  # the report reads the small ones
                 collected[name] = _rows(table)
-        rows_in = ex.count()
+        rows_in = ex.count() + sum(int(e.get("exchanges", 0)) for e in plan.reused.values())
         steps.step("report", "writing the report")
         summary = _summary(collected, dirs, window, sla_ms, rows_in, time.monotonic() - t0)
         summary["hour_directories"] = seen
+        summary["state"] = {"dir": plan.state_dir, "hours_reused": len(plan.reused), "hours_kept": len(plan.fresh),
+                            "not_kept_because": plan.why_not or None}
         os.makedirs(out, exist_ok=True)
         with open(os.path.join(out, "summary.json"), "w") as fh:
             json.dump(summary, fh, indent=2, default=str)
@@ -248,8 +270,50 @@ def run(dirs: list[str], out: str, *, master: str | None = None, since_ns: int |
         return summary
     finally:
         steps.close()
+        for df in kept_in_memory:
+            df.unpersist()
         if own:
             spark.stop()
+
+
+TRACE_TABLES = ("exchanges", "partitions", "replication")
+
+
+def _plan(spark: SparkSession, dirs: list[str], inputs: dict[str, tuple[list[str], int]], state_dir: str | None,
+          window: str, sla_ms: float, since_ns: int | None, until_ns: int | None) -> state.Plan:
+    hour_dirs: dict[int, list[str]] = {}
+    flat = 0
+    for paths, _ in inputs.values():
+        for p in paths:
+            h = layout.hour_of_dir(p)
+            if h is None:
+                flat += 1
+            else:
+                hour_dirs.setdefault(h, []).append(p)
+    key = {"state_version": state.STATE_VERSION, "schema_version": SCHEMA_VERSION, "window": window,
+           "sla_ms": sla_ms, "inputs": sorted(dirs)}
+    return state.plan(spark, state_dir, key, hour_dirs, flat, since_ns, until_ns, tf.window_us(window))
+
+
+def _products(spark: SparkSession, plan: state.Plan, fine: DataFrame, parts: DataFrame, repl: DataFrame,
+              ex: DataFrame, sla_ms: float, held: Callable[[DataFrame], DataFrame]) -> dict[str, DataFrame]:
+    """What the tables are finished from, each with its hour: computed from the traces read, kept
+    for the hours the plan keeps, and joined by the products of the hours it reuses."""
+    products = {
+        "latency_by_window": tf.latency_by_window(fine).withColumn("hour", tf.hour_of_window()),
+        "brokers": tf.without_clients(fine).withColumn("hour", tf.hour_of_window()),
+        "clients": tf.client_histogram(fine),
+        "records": tf.record_state(parts, sla_ms),
+        "replication": tf.replication_state(repl),
+    }
+    if plan.keeps and plan.fresh:
+        products = {k: held(v) for k, v in products.items()}
+        per_hour = {int(r[0]): int(r[1]) for r in ex.groupBy(tf.hour_of_ts()).count().collect()}
+        state.keep(spark, plan, products, per_hour)
+    if plan.reused:
+        kept = state.read_products(spark, plan)
+        products = {k: v.unionByName(kept[k]) for k, v in products.items()}
+    return products
 
 
 def _summary(c: dict[str, list[dict[str, Any]]], dirs: list[str], window: str, sla_ms: float, rows: int,

@@ -286,28 +286,59 @@ def flag_shifts(pairs: DataFrame, *, factor: float = 2.0, min_delta_ms: float = 
                         & (F.col("shift_ms") >= min_delta_ms)))
 
 
-def _list_table(rows: DataFrame, keys: list[str], ns: Column, *extra: Column) -> DataFrame:
-    """Per ``keys``: ``samples``, p50/p99 of one duration ``ns`` (from its buckets, kept within
-    the group's min and max: a bucket's value may lie up to ALPHA beyond them), ``max_ms`` and
-    ``extra``."""
-    g = sorted_lists(rows.groupBy(*keys).agg(F.count(F.lit(1)).alias("samples"), F.collect_list(bucket(ns)).alias("_b"),
-                                             (F.max(ns) / 1e6).alias("max_ms"), (F.min(ns) / 1e6).alias("_min_ms"),
-                                             *extra), ["_b"])
+# Every per-hour product (``analysis/state.py``) carries its hour: epoch hours, UTC, in integers
+# (a double division of ts_ns could put a row a few hundred ns from the hour in the wrong one).
+HOUR_NS = 3_600_000_000_000
+
+
+def hour_of_ts() -> Column:
+    return F.expr(f"ts_ns div {HOUR_NS}")
+
+
+def hour_of_window() -> Column:
+    return F.expr(f"unix_micros(window_start) div {HOUR_NS // 1000}")
+
+
+def duration_state(rows: DataFrame, keys: list[str], ns: Column, sla_ns: float | None = None) -> DataFrame:
+    """One duration ``ns`` per ``keys`` x hour: ``samples``, the list of its buckets (``_b``),
+    its max, min and sum, and (with ``sla_ns``) how many were over it. States of any hours merge
+    (``duration_table``)."""
+    sla = [F.sum(F.when(ns > sla_ns, 1).otherwise(0)).alias("sla")] if sla_ns is not None else []
+    return rows.where(ns.isNotNull()).groupBy(*keys, hour_of_ts().alias("hour")).agg(
+        F.count(F.lit(1)).alias("samples"), F.collect_list(bucket(ns)).alias("_b"), F.max(ns).alias("max_ns"),
+        F.min(ns).alias("min_ns"), F.sum(ns).alias("sum_ns"), *sla)
+
+
+def duration_table(state: DataFrame, keys: list[str]) -> DataFrame:
+    """Per ``keys``, over every hour of ``duration_state``: ``samples``, p50/p99 (ms, from the
+    buckets, kept within the group's min and max: a bucket's value may lie up to ALPHA beyond
+    them), ``max_ms``, ``avg_ms`` and, where the state counted them, ``sla_breaches``."""
+    sla = ["sla"] if "sla" in state.columns else []
+    g = sorted_lists(state.groupBy(*keys).agg(
+        F.sum("samples").alias("samples"), F.flatten(F.collect_list("_b")).alias("_b"),
+        (F.max("max_ns") / 1e6).alias("max_ms"), (F.min("min_ns") / 1e6).alias("_min_ms"),
+        F.sum("sum_ns").alias("_sum_ns"), *[F.sum(c).alias(c) for c in sla]), ["_b"])
     q = {k: F.least(F.greatest(v, F.col("_min_ms")), F.col("max_ms"))
          for k, v in list_quantiles_ms(F.col("_b")).items()}
     return g.select(*keys, "samples", q["p50"].alias("p50_ms"), q["p99"].alias("p99_ms"), "max_ms",
-                    *[c for c in g.columns if c.startswith("_x_")])
+                    (F.col("_sum_ns") / F.col("samples") / 1e6).alias("avg_ms"),
+                    *[F.col(c).alias("sla_breaches") for c in sla])
 
 
-def record_latency(partitions: DataFrame, sla_ms: float) -> DataFrame:
-    """KIP-489 record latency per topic x partition x client, with SLA breaches."""
-    p = partitions.where(F.col("api").isin(*FETCH_APIS) & F.col("record_latency_ns").isNotNull())
-    ns = F.col("record_latency_ns")
-    keys = ["topic", "partition", "client_id"]
-    q = _list_table(p, keys, ns, F.avg(ns).alias("_x_avg"),
-                    F.sum(F.when(ns > sla_ms * 1e6, 1).otherwise(0)).alias("_x_sla"))
-    return q.select(*keys, "samples", "p50_ms", "p99_ms", "max_ms", (F.col("_x_avg") / 1e6).alias("avg_ms"),
-                    F.col("_x_sla").alias("sla_breaches"))
+RECORD_KEYS = ["topic", "partition", "client_id"]
+REPLICATION_KEYS = ["broker", "follower"]
+
+
+def record_state(partitions: DataFrame, sla_ms: float) -> DataFrame:
+    p = partitions.where(F.col("api").isin(*FETCH_APIS))
+    return duration_state(p, RECORD_KEYS, F.col("record_latency_ns"), sla_ms * 1e6)
+
+
+def record_latency(partitions: DataFrame, sla_ms: float | None = None) -> DataFrame:
+    """KIP-489 record latency per topic x partition x client, with SLA breaches: of partition
+    rows (with ``sla_ms``), or of their ``record_state``."""
+    state = partitions if sla_ms is None else record_state(partitions, sla_ms)
+    return duration_table(state, RECORD_KEYS)
 
 
 def produce_latency(fine_df: DataFrame) -> DataFrame:
@@ -317,15 +348,41 @@ def produce_latency(fine_df: DataFrame) -> DataFrame:
                     F.col("total_p99").alias("p99_ms"), F.col("total_max_ms").alias("max_ms"))
 
 
+def replication_state(replication: DataFrame) -> DataFrame:
+    return duration_state(replication, REPLICATION_KEYS, F.col("latency_ns"))
+
+
 def replication_latency(replication: DataFrame) -> DataFrame:
-    return _list_table(replication, ["broker", "follower"], F.col("latency_ns"))
+    """Per leader x follower: of replication rows, or of their ``replication_state``."""
+    state = replication if "_b" in replication.columns else replication_state(replication)
+    return duration_table(state, REPLICATION_KEYS).drop("avg_ms")
 
 
-def slowest_clients(fine_df: DataFrame, n: int) -> DataFrame:
-    g = sorted_lists(_fetches(fine_df).groupBy("client_id", "kind").agg(
-        F.sum("requests").alias("fetches"), F.flatten(F.collect_list("local_b")).alias("_b")), ["_b"])
-    q = list_quantiles_ms(F.col("_b"), PART_OFFSET[PARTS.index("local")])
-    return (g.select("client_id", "kind", "fetches", q["p99"].alias("local_p99"), q["p50"].alias("local_p50"))
+def client_histogram(fine_df: DataFrame) -> DataFrame:
+    """Per client x kind x hour: the count ``n`` of each stored true-local bucket (``bucket``),
+    and a row with a null bucket whose ``n`` is the client's fetches. Hours merge by summing."""
+    f = _fetches(fine_df).select("client_id", "kind", hour_of_window().alias("hour"), "requests", "local_b")
+    keys = ["client_id", "kind", "hour"]
+    counts = (f.select(*keys, F.explode("local_b").alias("bucket"))
+              .groupBy(*keys, "bucket").agg(F.count(F.lit(1)).alias("n")))
+    fetches = f.groupBy(*keys).agg(F.sum("requests").alias("n")).select(*keys, F.lit(None).cast("int").alias("bucket"),
+                                                                          "n")
+    return fetches.unionByName(counts)
+
+
+def slowest_clients(clients: DataFrame, n: int) -> DataFrame:
+    """The ``n`` clients of the highest true local p99 over the range, from ``client_histogram``
+    (or from ``fine``)."""
+    if "local_b" in clients.columns:
+        clients = client_histogram(clients)
+    h = clients.groupBy("client_id", "kind", "bucket").agg(F.sum("n").alias("n"))
+    counted = F.col("bucket").isNotNull()
+    g = h.groupBy("client_id", "kind").agg(
+        F.sum(F.when(~counted, F.col("n"))).alias("fetches"), F.sum(F.when(counted, F.col("n"))).alias("_n"),
+        F.collect_list(F.when(counted, F.struct("bucket", "n"))).alias("_h"))  # nulls are left out
+    k, offset = quantile_buckets(F.col("_h"), F.col("_n")), PART_OFFSET[PARTS.index("local")]
+    return (g.select("client_id", "kind", "fetches", bucket_ms(k["k2"] - offset).alias("local_p99"),
+                     bucket_ms(k["k0"] - offset).alias("local_p50"))
             .orderBy(F.col("local_p99").desc(), "client_id").limit(n))
 
 

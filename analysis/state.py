@@ -1,0 +1,156 @@
+"""Per-hour products of ``fetchlat analyze``, kept beside the report (``REPORT_DIR/state/`` or
+``--state DIR``) so that a later run over the same hours reads them instead of the traces.
+
+A product is what the tables are finished from (``PRODUCTS``: latency by window, the client-free
+histograms, the per-client true-local histogram, the record-latency and replication states),
+with an ``hour`` column; it is written as Parquet partitioned by hour. ``manifest.json`` says,
+per hour, what the products were computed from (each input file's path, size and modification
+time, hashed), and for what (the state version, the trace schema, window and SLA). A run reuses
+an hour only when all of that is unchanged: a file added late to an old hour, or one rewritten,
+changes its fingerprint and the hour is computed again.
+
+An hour is kept only when it is whole in the run (inside --since/--until), when the window
+divides an hour (so no window straddles two), and when no file of the layout before hour
+directories is read (those files name no hour). A full run and one that reuses hours finish
+every table from the same products by the same code, so their tables agree to the last bit.
+Reads and writes go through Hadoop's filesystem layer: local paths, hdfs://, s3a://.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import fetchlat.metrics.trace_layout as layout
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+STATE_VERSION = 1
+PRODUCTS = ("latency_by_window", "brokers", "clients", "records", "replication")
+MANIFEST = "manifest.json"
+
+
+@dataclass
+class Plan:
+    """What a run reads from the traces and what from the state."""
+
+    state_dir: str | None
+    key: dict[str, Any]  # what the products depend on besides their inputs
+    reused: dict[int, dict[str, Any]] = field(default_factory=dict)  # hour -> its manifest entry
+    fresh: dict[int, str] = field(default_factory=dict)  # hours computed now and kept: hour -> fingerprint
+    why_not: str = ""  # why nothing is kept, when nothing is
+
+    @property
+    def keeps(self) -> bool:
+        return self.state_dir is not None and not self.why_not
+
+
+def _fs(spark: SparkSession, path: str) -> tuple[Any, Any]:
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    p = jvm.org.apache.hadoop.fs.Path(path)
+    return p.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), jvm.org.apache.hadoop.fs.Path
+
+
+def _files(spark: SparkSession, hour_dir: str) -> list[str]:
+    fs, Path = _fs(spark, hour_dir)
+    out = []
+    for st in fs.listStatus(Path(hour_dir)) or []:
+        name = st.getPath().getName()
+        if st.isFile() and name.endswith(".parquet") and not name.startswith((".", "_")):
+            out.append(f"{st.getPath().toString()}|{st.getLen()}|{st.getModificationTime()}")
+    return out
+
+
+def fingerprints(spark: SparkSession, hour_dirs: dict[int, list[str]]) -> dict[int, str]:
+    """Per hour: a hash of every input file under its directories (path, size, modification time)."""
+    return {h: hashlib.sha256("\n".join(sorted(f for d in dirs for f in _files(spark, d))).encode()).hexdigest()
+            for h, dirs in hour_dirs.items()}
+
+
+def read_manifest(spark: SparkSession, state_dir: str) -> dict[str, Any]:
+    path = f"{state_dir.rstrip('/')}/{MANIFEST}"
+    fs, Path = _fs(spark, path)
+    if not fs.exists(Path(path)):
+        return {}
+    stream = fs.open(Path(path))
+    try:
+        jvm = spark.sparkContext._jvm
+        assert jvm is not None
+        text = str(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+    finally:
+        stream.close()
+    try:
+        doc: dict[str, Any] = json.loads(text)
+    except ValueError:
+        return {}
+    return doc
+
+
+def write_manifest(spark: SparkSession, state_dir: str, doc: dict[str, Any]) -> None:
+    path = f"{state_dir.rstrip('/')}/{MANIFEST}"
+    fs, Path = _fs(spark, path)
+    out = fs.create(Path(path), True)
+    try:
+        out.write(bytearray(json.dumps(doc, indent=1, sort_keys=True).encode()))
+    finally:
+        out.close()
+
+
+def plan(spark: SparkSession, state_dir: str | None, key: dict[str, Any], hour_dirs: dict[int, list[str]],
+         flat_files: int, since_ns: int | None, until_ns: int | None, window_us: int) -> Plan:
+    """Which hours to read from the state (unchanged since they were kept) and which to compute
+    and keep (whole in the range)."""
+    p = Plan(state_dir, key)
+    if state_dir is None:
+        return p
+    if flat_files:
+        p.why_not = f"{flat_files} trace files of the layout before hour directories"
+    elif (3600 * 10**6) % window_us:
+        p.why_not = "the window does not divide an hour"
+    if p.why_not:
+        return p
+    whole = [h for h in hour_dirs if (since_ns is None or since_ns <= h * layout.HOUR_NS)
+             and (until_ns is None or until_ns >= (h + 1) * layout.HOUR_NS)]
+    prints = fingerprints(spark, {h: hour_dirs[h] for h in whole})
+    manifest = read_manifest(spark, state_dir)
+    kept = manifest.get("hours", {}) if manifest.get("key") == key else {}
+    for h in whole:
+        entry = kept.get(str(h))
+        if entry is not None and entry.get("inputs") == prints[h]:
+            p.reused[h] = entry
+        else:
+            p.fresh[h] = prints[h]
+    return p
+
+
+def read_products(spark: SparkSession, p: Plan) -> dict[str, DataFrame]:
+    """The kept products of the reused hours."""
+    assert p.state_dir is not None
+    hours = list(p.reused)
+    return {name: spark.read.parquet(f"{p.state_dir.rstrip('/')}/{name}")
+            .withColumn("hour", F.col("hour").cast("long")).where(F.col("hour").isin(hours))
+            for name in PRODUCTS}
+
+
+def keep(spark: SparkSession, p: Plan, products: dict[str, DataFrame], rows_per_hour: dict[int, int]) -> None:
+    """Write the fresh hours' products (replacing those hours only), then the manifest: an hour
+    is listed only once its products are whole."""
+    assert p.state_dir is not None
+    base = p.state_dir.rstrip("/")
+    manifest = read_manifest(spark, base)
+    hours = manifest.get("hours", {}) if manifest.get("key") == p.key else {}
+    for h in p.fresh:
+        hours.pop(str(h), None)
+    write_manifest(spark, base, {"key": p.key, "hours": hours})
+    fresh = list(p.fresh)
+    for name, df in products.items():
+        for h in fresh:  # an hour computed again replaces all it held (a product may now have no rows in it)
+            fs, Path = _fs(spark, f"{base}/{name}/hour={h}")
+            fs.delete(Path(f"{base}/{name}/hour={h}"), True)
+        df.where(F.col("hour").isin(fresh)).write.mode("append").partitionBy("hour").parquet(f"{base}/{name}")
+    for h, fingerprint in p.fresh.items():
+        hours[str(h)] = {"inputs": fingerprint, "exchanges": rows_per_hour.get(h, 0)}
+    write_manifest(spark, base, {"key": p.key, "hours": hours})
