@@ -311,7 +311,7 @@ def _products(spark: SparkSession, plan: state.Plan, fine: DataFrame, parts: Dat
         per_hour = {int(r[0]): int(r[1]) for r in ex.groupBy(tf.hour_of_ts()).count().collect()}
         state.keep(spark, plan, products, per_hour)
     if plan.reused:
-        kept = state.read_products(spark, plan)
+        kept = state.read_products(spark, plan, products)
         products = {k: v.unionByName(kept[k]) for k, v in products.items()}
     return products
 

@@ -126,13 +126,20 @@ def plan(spark: SparkSession, state_dir: str | None, key: dict[str, Any], hour_d
     return p
 
 
-def read_products(spark: SparkSession, p: Plan) -> dict[str, DataFrame]:
-    """The kept products of the reused hours."""
+def read_products(spark: SparkSession, p: Plan, like: dict[str, DataFrame]) -> dict[str, DataFrame]:
+    """The kept products of the reused hours, with the schemas of ``like`` (a product no hour had
+    a row of, e.g. replication on a single broker, was never written)."""
     assert p.state_dir is not None
     hours = list(p.reused)
-    return {name: spark.read.parquet(f"{p.state_dir.rstrip('/')}/{name}")
-            .withColumn("hour", F.col("hour").cast("long")).where(F.col("hour").isin(hours))
-            for name in PRODUCTS}
+    out = {}
+    for name in PRODUCTS:
+        path = f"{p.state_dir.rstrip('/')}/{name}"
+        fs, Path = _fs(spark, path)
+        schema = like[name].schema
+        df = (spark.read.schema(schema).parquet(path) if fs.exists(Path(path))
+              else spark.createDataFrame([], schema))
+        out[name] = df.select(*like[name].columns).where(F.col("hour").isin(hours))
+    return out
 
 
 def keep(spark: SparkSession, p: Plan, products: dict[str, DataFrame], rows_per_hour: dict[int, int]) -> None:
