@@ -27,9 +27,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--window", default="1m", help="time window for per-window tables (30s, 1m, 5m, 1h; default 1m)")
     p.add_argument("--record-latency-sla", dest="sla", default="5s", help="record latency SLA (e.g. 500ms, 5s)")
     p.add_argument("--top", type=int, default=10, help="how many slowest clients/partitions to list")
-    p.add_argument("--state", help="where per-hour results are kept and reused by later runs over the same hours "
-                                   "(default OUT/state; any path Spark writes: hdfs://, s3a://)")
-    p.add_argument("--no-state", action="store_true", help="compute every hour afresh and keep nothing")
+    p.add_argument("--state", help="keep per-hour results here (e.g. OUT/state; any path Spark writes: hdfs://, "
+                                   "s3a://) and reuse them in later runs over the same hours")
 
 
 def parse_time_ns(text: str | None, what: str) -> int | None:
@@ -76,12 +75,12 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"fetchlat analyze: {exc}", file=sys.stderr)
         return 2
-    import os
-
     summary = run_with_progress(console, lambda progress: job.run(
         args.trace_dirs, args.out, master=args.master, since_ns=since, until_ns=until, window=args.window,
         sla_ms=parse_duration_ms(args.sla), top_n=args.top, progress=progress,
-        state_dir=None if args.no_state else (args.state or os.path.join(args.out, "state"))))
+        state_dir=args.state))
+    import os
+
     console.print(headline_table(summary))
     kept = summary["state"]
     reused = f" ({kept['hours_reused']} hour(s) read from {kept['dir']})" if kept["hours_reused"] else ""

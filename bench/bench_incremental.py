@@ -6,7 +6,7 @@ kept, then the day's 25th hour arrives and the range is analysed again.
 Three runs, each a fresh ``fetchlat analyze`` as a user runs it: (1) the first 24 hours, keeping
 their state in the report directory; (2) the same command once the 25th hour is there (24 hours
 read from the state, one from the traces); (3) all 25 hours from the traces, keeping nothing
-(``--no-state``). Prints the wall time of each, the hours reused and read, whether the tables of
+(no ``--state``). Prints the wall time of each, the hours reused and read, whether the tables of
 (2) and (3) are equal to the last bit, and (2) / (3): the goal is 1/10 or less.
 """
 
@@ -59,10 +59,10 @@ def main() -> None:
     fleet, kept, full = work / "fleet", work / "kept", work / "full"
     last = sorted(p.relative_to(day / "exchanges").as_posix() for p in (day / "exchanges").glob("date=*/hour=*"))[-1]
     shutil.copytree(day, fleet, ignore=lambda d, names: [n for n in names if f"{Path(d).name}/{n}" == last])
-    first = analyze(fleet, kept, [])
+    first = analyze(fleet, kept, ["--state", str(kept / "state")])
     shutil.copytree(day, fleet, dirs_exist_ok=True)  # the last hour arrives
-    again = analyze(fleet, kept, [])
-    whole = analyze(fleet, full, ["--no-state"])
+    again = analyze(fleet, kept, ["--state", str(kept / "state")])
+    whole = analyze(fleet, full, [])
     print(json.dumps({"rows": args.rows, "hours": args.hours, "runs": {
         "first hours, kept": first, "again with one more hour": again, "all hours, nothing kept": whole},
         "tables_equal": tables(kept) == tables(full),
