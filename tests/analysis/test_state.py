@@ -8,11 +8,13 @@ import shutil
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 from fetchlat.analysis import job
 from pyspark.sql import SparkSession
 
 from .gen import load
 
+pytestmark = pytest.mark.long  # 90-105 s: make test-long (make test stays within its 25 minutes)
 gen = load()
 HOUR = 3600 * 10**9
 START_NS = 498_700 * HOUR  # an hour boundary
