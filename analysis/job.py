@@ -55,13 +55,6 @@ def build_session(master: str | None) -> SparkSession:
     return spark
 
 
-def _hadoop_fs(spark: SparkSession, path: str) -> tuple[Any, Any]:
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    p = jvm.org.apache.hadoop.fs.Path(path)
-    return p.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), jvm.org.apache.hadoop.fs.Path
-
-
 def table_inputs(spark: SparkSession, dirs: list[str], table: str, since_ns: int | None = None,
                  until_ns: int | None = None) -> tuple[list[str], int]:
     """What to read of ``table`` under each trace directory, through Hadoop's filesystem layer
@@ -72,7 +65,7 @@ def table_inputs(spark: SparkSession, dirs: list[str], table: str, since_ns: int
     hours_seen = 0
     for d in dirs:
         base = f"{d.rstrip('/')}/{table}"
-        fs, Path = _hadoop_fs(spark, base)
+        fs, Path = state.hadoop_fs(spark, base)
         if not fs.exists(Path(base)):
             continue
         for st in fs.globStatus(Path(f"{base}/date=*/hour=*")) or []:
@@ -90,7 +83,7 @@ def table_inputs(spark: SparkSession, dirs: list[str], table: str, since_ns: int
 
 
 def _bytes(spark: SparkSession, path: str) -> int:
-    fs, Path = _hadoop_fs(spark, path)
+    fs, Path = state.hadoop_fs(spark, path)
     return int(fs.getContentSummary(Path(path)).getLength())
 
 

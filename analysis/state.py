@@ -47,7 +47,8 @@ class Plan:
         return self.state_dir is not None and not self.why_not
 
 
-def _fs(spark: SparkSession, path: str) -> tuple[Any, Any]:
+def hadoop_fs(spark: SparkSession, path: str) -> tuple[Any, Any]:
+    """The Hadoop filesystem of ``path`` (local, hdfs://, s3a://) and the Path class to name files in it."""
     jvm = spark.sparkContext._jvm
     assert jvm is not None
     p = jvm.org.apache.hadoop.fs.Path(path)
@@ -55,7 +56,7 @@ def _fs(spark: SparkSession, path: str) -> tuple[Any, Any]:
 
 
 def _files(spark: SparkSession, hour_dir: str) -> list[str]:
-    fs, Path = _fs(spark, hour_dir)
+    fs, Path = hadoop_fs(spark, hour_dir)
     out = []
     for st in fs.listStatus(Path(hour_dir)) or []:
         name = st.getPath().getName()
@@ -72,7 +73,7 @@ def fingerprints(spark: SparkSession, hour_dirs: dict[int, list[str]]) -> dict[i
 
 def read_manifest(spark: SparkSession, state_dir: str) -> dict[str, Any]:
     path = f"{state_dir.rstrip('/')}/{MANIFEST}"
-    fs, Path = _fs(spark, path)
+    fs, Path = hadoop_fs(spark, path)
     if not fs.exists(Path(path)):
         return {}
     stream = fs.open(Path(path))
@@ -91,7 +92,7 @@ def read_manifest(spark: SparkSession, state_dir: str) -> dict[str, Any]:
 
 def write_manifest(spark: SparkSession, state_dir: str, doc: dict[str, Any]) -> None:
     path = f"{state_dir.rstrip('/')}/{MANIFEST}"
-    fs, Path = _fs(spark, path)
+    fs, Path = hadoop_fs(spark, path)
     out = fs.create(Path(path), True)
     try:
         out.write(bytearray(json.dumps(doc, indent=1, sort_keys=True).encode()))
@@ -134,7 +135,7 @@ def read_products(spark: SparkSession, p: Plan, like: dict[str, DataFrame]) -> d
     out = {}
     for name in PRODUCTS:
         path = f"{p.state_dir.rstrip('/')}/{name}"
-        fs, Path = _fs(spark, path)
+        fs, Path = hadoop_fs(spark, path)
         schema = like[name].schema
         df = (spark.read.schema(schema).parquet(path) if fs.exists(Path(path))
               else spark.createDataFrame([], schema))
@@ -155,7 +156,7 @@ def keep(spark: SparkSession, p: Plan, products: dict[str, DataFrame], rows_per_
     fresh = list(p.fresh)
     for name, df in products.items():
         for h in fresh:  # an hour computed again replaces all it held (a product may now have no rows in it)
-            fs, Path = _fs(spark, f"{base}/{name}/hour={h}")
+            fs, Path = hadoop_fs(spark, f"{base}/{name}/hour={h}")
             fs.delete(Path(f"{base}/{name}/hour={h}"), True)
         df.where(F.col("hour").isin(fresh)).write.mode("append").partitionBy("hour").parquet(f"{base}/{name}")
     for h, fingerprint in p.fresh.items():
