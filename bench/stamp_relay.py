@@ -3,6 +3,11 @@ a request's last byte arrived from the proxy, and when the response's last byte 
 it. The span between the two is what the proxy's own ``total`` should be, seen from outside
 the proxy's event loop; ``bench/accuracy_under_load.py`` compares the two.
 
+A request's arrival is the kernel's receive stamp of its packet (``fetchlat.proxy.stamps``,
+Linux), so the relay's own event-loop lag does not shorten the span when the machine is busy;
+a response's departure is the clock read right after the relay wrote it (the write is that
+moment). Where no kernel stamp can be had the relay reads the clock on arrival too.
+
     python bench/stamp_relay.py LISTEN_PORT TARGET_PORT LOG_FILE [API_KEY ...]
 
 Logs one JSON line per exchange of the given API keys (default: Fetch), with the request's
@@ -23,6 +28,8 @@ from pathlib import Path
 from typing import IO, Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from fetchlat.proxy.stamps import StampCounts, StampedReader
 
 from tests.integration.delay_relay import Leg as RelayLeg
 from tests.integration.delay_relay import serve
@@ -94,9 +101,26 @@ class Leg(RelayLeg):
     client-facing leg carries requests; ``serve`` calls ``linked()`` on the broker-facing one,
     which from then on shares its client leg's ``Link`` and carries responses."""
 
-    def __init__(self, link: Link) -> None:
+    def __init__(self, link: Link, counts: StampCounts, listen_port: int) -> None:
         super().__init__(0.0)
-        self.link, self.to_broker = link, True
+        self.link, self.to_broker, self.counts, self.listen_port = link, True, counts, listen_port
+        self.reader: StampedReader | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        if transport.get_extra_info("sockname")[1] == self.listen_port:  # the leg facing the proxy: read its
+            # requests with their kernel stamps
+            self.reader = StampedReader.open(asyncio.get_running_loop(), transport, self.counts, self.stamped,
+                                             transport.close, lambda exc: transport.abort())  # type: ignore[attr-defined]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.reader is not None:
+            self.reader.stop()
+        super().connection_lost(exc)
+
+    def stamped(self, data: bytes, t: int) -> None:
+        super().data_received(data)  # forwarded at once
+        self.link.request_bytes(data, t)
 
     def linked(self) -> None:
         assert isinstance(self.peer, Leg)
@@ -105,7 +129,7 @@ class Leg(RelayLeg):
     def data_received(self, data: bytes) -> None:
         t = now_ns()
         super().data_received(data)  # forwarded at once (no delay)
-        if self.to_broker:  # bytes from the proxy: a request's last byte arrived at t
+        if self.to_broker:  # bytes from the proxy (no kernel stamp): a request's last byte arrived by t
             self.link.request_bytes(data, t)
         else:  # bytes from the broker: written back to the proxy now
             self.link.response_bytes(data, now_ns())
@@ -115,6 +139,7 @@ async def main(listen: int, target: int, log_path: str, keys: set[int]) -> None:
     loop = asyncio.get_running_loop()
     log = open(log_path, "w", buffering=1 << 16)  # noqa: SIM115 - closed at exit
     lags: list[int] = []
+    counts = StampCounts()
 
     async def lag_probe() -> None:
         while True:
@@ -124,14 +149,15 @@ async def main(listen: int, target: int, log_path: str, keys: set[int]) -> None:
 
     stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
-    relay = loop.create_task(serve(listen, target, lambda: Leg(Link(log, keys))))  # prints "ready"
+    relay = loop.create_task(serve(listen, target, lambda: Leg(Link(log, keys), counts, listen)))  # prints "ready"
     probe = loop.create_task(lag_probe())
     await stop.wait()
     probe.cancel()
     relay.cancel()
     lags.sort()
     summary: dict[str, Any] = {"relay_loop_lag_p50_ns": lags[len(lags) // 2] if lags else None,
-                               "relay_loop_lag_p99_ns": lags[int(len(lags) * 0.99)] if lags else None}
+                               "relay_loop_lag_p99_ns": lags[int(len(lags) * 0.99)] if lags else None,
+                               "relay_request_stamps": {"kernel": counts.kernel, "clock": counts.clock}}
     log.write(json.dumps(summary) + "\n")
     log.close()
 

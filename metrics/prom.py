@@ -26,8 +26,8 @@ LATENCY_BUCKETS: Final[tuple[float, ...]] = (
 
 
 class ProxyMetrics:
-    def __init__(self, registry: CollectorRegistry | None = None, *, version: str = "", hot_path: str = "python"
-                 ) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None, *, version: str = "", hot_path: str = "python",
+                 stamps: str = "clock") -> None:
         disable_created_metrics()  # the *_created series double the scrape for no use here
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
@@ -74,9 +74,12 @@ class ProxyMetrics:
             "Client connections whose first requests were held while their broker connection came up: how long "
             "(counted in e2e, not in request or fetch durations)", buckets=LATENCY_BUCKETS, registry=r,
         )
-        self.build_info = Gauge("fetchlat_build_info", "1, labelled with the version and the build of the hot path "
-                                "that runs (compiled or python)", ["version", "hot_path"], registry=r)
-        self.build_info.labels(version, hot_path).set(1)
+        self.build_info = Gauge("fetchlat_build_info", "1, labelled with the version, the build of the hot path "
+                                "that runs (compiled or python) and where responses' receive stamps come from "
+                                "(kernel or clock)", ["version", "hot_path", "stamps"], registry=r)
+        self.build_info.labels(version, hot_path, stamps).set(1)
+        self.stamps = StampCounters()  # fetchlat_stamps_total{source}
+        r.register(self.stamps)
         self.trace_rows = TraceRowCounters()  # fetchlat_trace_rows_{written,dropped}_total
         self.fetch_sessions = FetchSessionCounters()  # fetchlat_fetch_sessions_total, _mirrored
         r.register(self.trace_rows)
@@ -106,6 +109,23 @@ class TraceRowCounters(Collector):
         yield CounterMetricFamily("fetchlat_trace_rows_written", "Trace rows written", value=self.written())
         yield CounterMetricFamily("fetchlat_trace_rows_dropped", "Trace rows dropped (queue full or write error)",
                                   value=self.dropped())
+
+
+class StampCounters(Collector):
+    """Reads of broker sockets by where their receive stamp came from, counted by the I/O layer
+    (``proxy/stamps.py``) and read at scrape time: ``counts()`` gives (kernel, clock)."""
+
+    def __init__(self) -> None:
+        self.counts: Callable[[], tuple[int, int]] = lambda: (0, 0)
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        kernel, clock = self.counts()
+        family = CounterMetricFamily("fetchlat_stamps", "Reads of broker sockets by the source of their receive "
+                                     "stamp: kernel (the packet's arrival, SO_TIMESTAMPNS) or clock (read when the "
+                                     "event loop got to it)", labels=["source"])
+        family.add_metric(["kernel"], kernel)
+        family.add_metric(["clock"], clock)
+        yield family
 
 
 class FetchSessionCounters(Collector):

@@ -65,6 +65,7 @@ HOT: Final = (
     "fetchlat.proxy.policy",
     "fetchlat.proxy.registry",
     "fetchlat.proxy.conversation",
+    "fetchlat.proxy.stamps",
     "fetchlat.proxy.session",
 )
 MANIFEST: Final = "hot_sources.json"

@@ -50,8 +50,10 @@ def run_proxy(args: argparse.Namespace) -> int:
     from .admin import AdminServer
     from .build import fetchlat_version, hot_path, hot_path_reason
     from .server import Proxy
+    from .stamps import stamp_source
 
-    metrics = ProxyMetrics(version=fetchlat_version(), hot_path=hot_path())
+    stamps = stamp_source(cfg.stamps)
+    metrics = ProxyMetrics(version=fetchlat_version(), hot_path=hot_path(), stamps=stamps)
 
     async def main() -> int:
         try:
@@ -81,8 +83,10 @@ def run_proxy(args: argparse.Namespace) -> int:
             return 2
         admin.start()
         logging.getLogger("fetchlat.proxy").info(
-            "metrics and health on http://%s/metrics; hot path: %s (%s; fetchlat %s)",
-            format_hostport((cfg.metrics_listen[0], admin.port)), hot_path(), hot_path_reason(), fetchlat_version())
+            "metrics and health on http://%s/metrics; hot path: %s (%s; fetchlat %s); response stamps: %s%s",
+            format_hostport((cfg.metrics_listen[0], admin.port)), hot_path(), hot_path_reason(), fetchlat_version(),
+            stamps, " (the kernel's receive time per packet)" if stamps == "kernel" else
+            (" (kernel stamps need Linux)" if cfg.stamps == "kernel" else " (asked for with --stamps clock)"))
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -92,6 +92,7 @@ class Config:
     upstream_cert: str | None = None
     upstream_key: str | None = None
     upstream_server_hostname: str | None = None  # name to verify instead of the broker's host
+    stamps: str = "kernel"  # where responses' receive stamps come from: kernel (where possible) or clock
 
     def node_listen(self, node_id: int) -> HostPort | None:
         o = self.nodes.get(node_id)
@@ -166,6 +167,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("upstream_cert", "client certificate towards brokers (mTLS)", flag=True, env=True),
     Setting("upstream_key", "private key of --upstream-cert", flag=True, env=True),
     Setting("upstream_server_hostname", "name to verify brokers' certificates against instead of their host"),
+    Setting("stamps", "where a response's receive time comes from: kernel (each packet's arrival, Linux "
+                      "SO_TIMESTAMPNS; the default, clock where it is not possible) or clock (read when the event "
+                      "loop gets to it)", flag=True, env=True),
     Setting("proxy_id", "names this proxy in traces (default host:listen_port)"),
     Setting("nodes", "per-node overrides: {id: {listen: HOST:PORT, advertise: HOST:PORT, remote: bool}}"),
     Setting("connect_timeout_s", "how long one connection attempt to a broker may take (default 10)"),
@@ -238,6 +242,13 @@ def _tag(raw: Any) -> int | None:
     if tag < 0:
         raise ConfigError(f"wait_time_tag: {tag} is negative; tag numbers start at 0")
     return tag
+
+
+def _stamps(raw: Any) -> str:
+    value = str(raw).strip().lower()
+    if value not in ("kernel", "clock"):
+        raise ConfigError(f"stamps: '{raw}' is not one of kernel, clock")
+    return value
 
 
 def _node_id(raw: Any) -> int | None:
@@ -352,6 +363,7 @@ def load_config(cli: dict[str, Any], env: dict[str, str] | None = None) -> Confi
         upstream_cert=_readable(merged.get("upstream_cert"), "upstream_cert"),
         upstream_key=_readable(merged.get("upstream_key"), "upstream_key"),
         upstream_server_hostname=merged.get("upstream_server_hostname") or None,
+        stamps=_stamps(merged.get("stamps", "kernel")),
         **{k: _positive_float(merged[k], k) for k in TIMEOUT_KEYS if k in merged},
     )
     for node_id in cfg.nodes:

@@ -27,6 +27,7 @@ from .listeners import NodeListeners, bind_listener
 from .policy import Limits
 from .registry import BrokerRegistry
 from .session import ClientSide, ConnContext, as_protocol
+from .stamps import KERNEL, keep_stamping_on, stamp_source
 from .tls import client_context, server_context
 from .traces import TraceWriter
 
@@ -54,7 +55,11 @@ class Proxy:
                                 upstream_lost=self.upstream_lost, log_throttled=self.log_throttled,
                                 waiting_upstream=[0], server_tls=server_tls, upstream_tls=upstream_tls,
                                 upstream_server_hostname=cfg.upstream_server_hostname,
-                                connect_timeout_s=cfg.connect_timeout_s)
+                                connect_timeout_s=cfg.connect_timeout_s,
+                                kernel_stamps=stamp_source(cfg.stamps) == KERNEL)
+        counts = self.conn.stamp_counts
+        metrics.stamps.counts = lambda: (counts.kernel, counts.clock)
+        self._stamping = keep_stamping_on() if self.conn.kernel_stamps else None
         self.listeners = NodeListeners(cfg, self._node_factory,
                                        lambda: metrics.connection_errors.labels("listener_bind_failed").inc())
         cluster = self.observer.model.cluster  # what the sidecar knows of topics and leaders
@@ -192,6 +197,8 @@ class Proxy:
             t.cancel()
         for sess in list(self.sessions):
             sess.close()
+        if self._stamping is not None:
+            self._stamping.close()
         if self.traces is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.traces.close)
 

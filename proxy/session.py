@@ -15,7 +15,7 @@ import socket
 import ssl
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final, cast
 
 from fetchlat.protocol.events import BrokerAddress
@@ -32,6 +32,7 @@ from .conversation import (
     WriteUpstream,
 )
 from .registry import HostPort
+from .stamps import StampCounts, StampedReader
 from .tls import TlsServerSide
 
 log = logging.getLogger("fetchlat.proxy")
@@ -74,6 +75,8 @@ class ConnContext:
     upstream_tls: ssl.SSLContext | None = None
     upstream_server_hostname: str | None = None
     connect_timeout_s: float = 10.0
+    kernel_stamps: bool = False  # read broker sockets here, for the kernel's receive stamps (stamps.py)
+    stamp_counts: StampCounts = field(default_factory=StampCounts)
 
 
 class ClientSide:  # an asyncio protocol (duck-typed: a native class when compiled)
@@ -216,13 +219,13 @@ class ClientSide:  # an asyncio protocol (duck-typed: a native class when compil
 
     def pause_writing(self) -> None:
         self.conv.client_stalled(clock.now_ns())
-        if self.broker is not None and self.broker.transport is not None:
-            self.broker.transport.pause_reading()
+        if self.broker is not None:
+            self.broker.pause_reading()
 
     def resume_writing(self) -> None:
         self.conv.client_resumed()
-        if self.broker is not None and self.broker.transport is not None:
-            self.broker.transport.resume_reading()
+        if self.broker is not None:
+            self.broker.resume_reading()
 
     # -------------------------------------------------------------------------------
     def apply(self, actions: tuple[Action, ...]) -> None:
@@ -274,15 +277,28 @@ class ClientSide:  # an asyncio protocol (duck-typed: a native class when compil
 
 
 class BrokerSide:  # an asyncio protocol (duck-typed)
+    """Reads responses: with kernel stamps through a ``StampedReader`` (the transport then only
+    writes and closes), otherwise as the transport's protocol, stamped with the clock."""
+
     def __init__(self, client: ClientSide) -> None:
         self.client = client
         self.transport: asyncio.Transport | None = None
+        self.reader: StampedReader | None = None
+        self.read_error: OSError | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        ctx = self.client.ctx
+        if ctx.kernel_stamps and ctx.upstream_tls is None:  # TLS: the transport decrypts, so it reads
+            self.reader = StampedReader.open(asyncio.get_running_loop(), transport, ctx.stamp_counts,
+                                             self.received, self._read_eof, self._read_failed)
 
     def data_received(self, data: bytes) -> None:
-        t_ns = clock.now_ns()
+        self.client.ctx.stamp_counts.clock += 1
+        self.received(data, clock.now_ns())
+
+    def received(self, data: bytes, t_ns: int) -> None:
+        """Response bytes whose last packet arrived at ``t_ns``."""
         client = self.client
         conv = client.conv
         segments, before = conv.from_broker(data, t_ns)
@@ -302,14 +318,37 @@ class BrokerSide:  # an asyncio protocol (duck-typed)
         if after:
             client.apply(after)
 
+    def _read_eof(self) -> None:
+        if not self.eof_received() and self.transport is not None:
+            self.transport.close()
+
+    def _read_failed(self, exc: OSError) -> None:
+        self.read_error = exc
+        if self.transport is not None:
+            self.transport.abort()
+
     def eof_received(self) -> bool | None:
         return None  # close fully; connection_lost closes the client after its writes
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.reader is not None:
+            self.reader.stop()
         client = self.client
         if not client.closed and not client.client_eof:  # the broker went first: restart, crash, or it closed on us
-            client.ctx.upstream_lost(client, exc)
+            client.ctx.upstream_lost(client, exc or self.read_error)
         client.close()
+
+    def pause_reading(self) -> None:
+        if self.reader is not None:
+            self.reader.pause()
+        elif self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self.reader is not None:
+            self.reader.resume()
+        elif self.transport is not None:
+            self.transport.resume_reading()
 
     def pause_writing(self) -> None:
         if self.client.transport is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -182,8 +183,12 @@ def test_client_behaves_through_the_proxy_as_directly(client: str, tansu: Broker
         assert f'fetchlat_requests_total{{api="{api}",broker="{TANSU_NODE_ID}"}}' in metrics, api
     assert "fetchlat_request_duration_seconds_bucket" in metrics
     built = hot_path()  # what this test process loads; the proxy process is the same install
-    assert f'fetchlat_build_info{{hot_path="{built}",version="0.1.0"}} 1.0' in metrics  # the build that runs, said
+    assert f'fetchlat_build_info{{hot_path="{built}",stamps="kernel",version="0.1.0"}} 1.0' in metrics  # said
     assert f"hot path: {built} (" in proxy.log()
+    assert "response stamps: kernel" in proxy.log()
+    stamped = {source: float(re.search(rf'fetchlat_stamps_total{{source="{source}"}} (\S+)', metrics)[1])  # type: ignore[index]
+               for source in ("kernel", "clock")}
+    assert stamped["kernel"] > 0 and stamped["clock"] <= 0.01 * stamped["kernel"], stamped  # stamped by the kernel
     assert 'fetchlat_connection_errors_total' not in metrics or 'reason="request_framing"' not in metrics
 
 
