@@ -8,6 +8,11 @@ fresh Tansu per run, alternating the builds, so both see the same machine at the
 
 Each run is its checkout's own bench code and its own venv's python (``sys.executable`` starts
 that build's proxy). Prints the added p50 per request type and the proxy's CPU seconds, per run.
+
+    python bench/ab_round_trips.py --stamps-ab --pairs 3
+
+compares this checkout with itself, its proxy stamping responses from the kernel
+(``FETCHLAT_STAMPS=kernel``) against the clock: what the kernel stamps cost.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ def one_run(n: int) -> dict[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--other", help="the other checkout (with its own .venv)")
+    ap.add_argument("--stamps-ab", action="store_true", help="this checkout, kernel stamps against clock stamps")
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--round-trips", type=int, default=2000)
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # a single run, in this checkout
@@ -51,14 +57,17 @@ def main() -> None:
     if a.one:
         print(json.dumps(one_run(a.round_trips)))
         return
-    runs = [("this", HERE), ("other", Path(a.other))]
+    if a.stamps_ab:
+        runs = [("kernel", HERE, {"FETCHLAT_STAMPS": "kernel"}), ("clock", HERE, {"FETCHLAT_STAMPS": "clock"})]
+    else:
+        runs = [("this", HERE, {}), ("other", Path(a.other), {})]
     for i in range(a.pairs):
-        for name, root in (runs if i % 2 == 0 else runs[::-1]):
+        for name, root, env in (runs if i % 2 == 0 else runs[::-1]):
             r = subprocess.run([str(root / ".venv" / "bin" / "python"), str(HERE / "bench" / "ab_round_trips.py"),
                                 "--one", "--round-trips", str(a.round_trips)], cwd=root, capture_output=True,
-                               text=True, timeout=600)
+                               text=True, timeout=600, env={**os.environ, **env})
             line = r.stdout.strip().splitlines()[-1] if r.returncode == 0 else r.stderr[-300:]
-            print(f"pair {i + 1} {name:5s} ({root}): {line}", flush=True)
+            print(f"pair {i + 1} {name:6s} ({root}): {line}", flush=True)
 
 
 if __name__ == "__main__":

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fetchlat.analysis import job
-from pyspark.sql import SparkSession
 
 from .gen import load
 
@@ -54,12 +55,23 @@ TARGET_JS = """id => {
 }"""
 
 
-@pytest.fixture(scope="module")
-def report(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    d = tmp_path_factory.mktemp("report")
-    gen.generate(str(d / "tr"), 20_000, brokers=3, grey=gen.Grey(1, 2, 120, 60, 25.0), start_ns=START_NS,
-                 duration_s=300, seed=3)
-    job.run([str(d / "tr")], str(d / "out"), window="1m", spark=spark, sla_ms=200.0)
+@pytest.fixture(scope="module", params=["20k", pytest.param("10M", marks=pytest.mark.long)])
+def report(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The report of 20 000 generated rows (3 brokers), made in the tests' Spark session; and,
+    in ``make test-long``, of 10 million (6 brokers, 60 clients) made as a user makes it:
+    ``fetchlat analyze`` in its own process, ``local[*]``. Both with follower 2 -> leader 1
+    slowed by 25 ms for a minute. Every test below runs on each."""
+    d = tmp_path_factory.mktemp(f"report-{request.param}")
+    grey = gen.Grey(1, 2, 120, 60, 25.0)
+    if request.param == "20k":
+        gen.generate(str(d / "tr"), 20_000, brokers=3, grey=grey, start_ns=START_NS, duration_s=300, seed=3)
+        job.run([str(d / "tr")], str(d / "out"), window="1m", spark=request.getfixturevalue("spark"), sla_ms=200.0)
+    else:
+        gen.generate(str(d / "tr"), 10_000_000, brokers=6, clients=60, grey=grey, start_ns=START_NS,
+                     duration_s=600, seed=3)
+        subprocess.run([sys.executable, "-m", "fetchlat.proxy", "analyze", str(d / "tr"), "--out", str(d / "out"),
+                        "--window", "1m", "--record-latency-sla", "200ms"], check=True, capture_output=True,
+                       timeout=900)
     return d / "out" / "report.html"
 
 
@@ -77,6 +89,7 @@ def page(report: Path) -> Iterator[tuple[Any, list[str]]]:
         pg.wait_for_function("() => document.body.dataset.drawn", timeout=60_000)
         pg.wait_for_function("() => document.querySelectorAll('.js-plotly-plot .main-svg').length >= 5",
                              timeout=60_000)
+        pg.screenshot(path=str(report.with_name("report.png")), full_page=True)  # for a person to look at
         yield pg, requests
         browser.close()
 

@@ -108,6 +108,13 @@ def test_sidecar_node_from_env_and_yaml(tmp_path: Path) -> None:
     assert not load_config(cli(upstream="b:1", listen="x:1"), env={}).sidecar
 
 
+def test_stamps_kernel_by_default_clock_when_asked() -> None:
+    assert load_config(cli(upstream="b:1", listen="x:1"), env={}).stamps == "kernel"
+    assert load_config(cli(upstream="b:1", listen="x:1"), env={"FETCHLAT_STAMPS": "Clock"}).stamps == "clock"
+    with pytest.raises(ConfigError, match="stamps: 'wall' is not one of kernel, clock"):
+        load_config(cli(upstream="b:1", listen="x:1", stamps="wall"), env={})
+
+
 def test_every_setting_is_in_the_one_table() -> None:
     """Flags, environment keys, YAML keys and the reloadable set all come from config.SETTINGS,
     and every Config field is one of them (``upstream`` fills ``upstreams``)."""
