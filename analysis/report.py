@@ -141,7 +141,7 @@ def broker_timeline(rows: Sequence[dict[str, Any]]) -> str:
                 x=[_utc(r["window_start"]) for r in pts], y=ys["p50"][-1], mode="lines+markers",
                 name=f"broker {broker} · {kind}", line={"color": PALETTE[i % len(PALETTE)], "width": 2},
                 marker={"size": 4},
-                hovertemplate=f"broker {broker} · {kind}<br>true local: %{{y:.3f}} ms<br>%{{x}}<extra></extra>"),
+                hovertemplate=f"broker {broker} · {kind}<br>true local: %{{y:,.3f}} ms<br>%{{x}}<extra></extra>"),
                 row=row, col=1, secondary_y=False)
         windows = sorted({r["window_start"] for r in mine})
         for q in ys:
@@ -150,7 +150,7 @@ def broker_timeline(rows: Sequence[dict[str, Any]]) -> str:
         fig.add_trace(go.Scatter(
             x=[_utc(w) for w in windows], y=ys["p50"][-1], mode="lines", name=f"naive total · {kind}",
             line={"color": "#999999", "dash": "dash", "width": 1},
-            hovertemplate=f"{kind}, median over brokers<br>naive total: %{{y:.3f}} ms<br>%{{x}}<extra></extra>"),
+            hovertemplate=f"{kind}, median over brokers<br>naive total: %{{y:,.3f}} ms<br>%{{x}}<extra></extra>"),
             row=row, col=1, secondary_y=True)
         # true local on its own axis (left), never squeezed under the wait; the naive total on the right
         fig.update_yaxes(**log_axis([r[c] for r in mine for c in ("local_p50", "local_p99")]),
@@ -186,7 +186,7 @@ def pair_heatmap(cells: Sequence[dict[str, Any]]) -> str:
         colorbar={"title": {"text": "ms", "side": "top"}, "thickness": 12,
                   "tickvals": [math.log10(v) for v in axis.get("tickvals", [])], "ticktext": axis.get("ticktext", [])},
         name="median true local",
-        hovertemplate="%{y}<br>%{x}<br>median true local: %{customdata:.3f} ms<extra></extra>"))
+        hovertemplate="%{y}<br>%{x}<br>median true local: %{customdata:,.3f} ms<extra></extra>"))
     flagged = [c for c in cells if c.get("flagged")]
     if flagged:
         fig.add_trace(go.Scatter(
@@ -194,8 +194,8 @@ def pair_heatmap(cells: Sequence[dict[str, Any]]) -> str:
             mode="markers", name="flagged shift", marker={"symbol": "square-open", "size": 16, "color": "#000",
                                                            "line": {"width": 2}},
             customdata=[[c["local_p50"], c["baseline_ms"], c["shift_ms"]] for c in flagged],
-            hovertemplate="%{y} %{x}<br>flagged: %{customdata[0]:.3f} ms, baseline %{customdata[1]:.3f} ms,"
-                          " shift +%{customdata[2]:.3f} ms<extra></extra>"))
+            hovertemplate="%{y} %{x}<br>flagged: %{customdata[0]:,.3f} ms, baseline %{customdata[1]:,.3f} ms,"
+                          " shift +%{customdata[2]:,.3f} ms<extra></extra>"))
     fig.update_layout(yaxis={"type": "category", "title": "follower → leader"}, showlegend=bool(flagged),
                       legend={"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom"})
     return _div(fig, "pair-heatmap", 140 + 18 * len(labels))
@@ -218,7 +218,7 @@ def decomposition(summary_rows: Sequence[dict[str, Any]]) -> str:
                                      ("total_p50", "naive total p50", "#555555", 2),
                                      ("total_p99", "naive total p99", "#999999", 2)):
         fig.add_trace(go.Bar(x=x, y=[r[col] for r in rows], name=label, marker_color=color,
-                             hovertemplate=f"%{{x}}<br>{label}: %{{y:.3f}} ms<extra></extra>"), row=1, col=panel)
+                             hovertemplate=f"%{{x}}<br>{label}: %{{y:,.3f}} ms<extra></extra>"), row=1, col=panel)
     fig.update_layout(barmode="group")
     fig.update_yaxes(title_text="ms", row=1, col=1)
     return _div(fig, "decomposition", 400)
@@ -235,7 +235,7 @@ def outcome_mix(rows: Sequence[dict[str, Any]]) -> str:
             m[o] += r[o] or 0
     windows = sorted(by_window)
     fig = go.Figure([go.Bar(x=windows, y=[by_window[w][o] for w in windows], name=o, marker_color=color,
-                            hovertemplate=f"%{{x}}<br>{o}: %{{y}} fetches<extra></extra>")
+                            hovertemplate=f"%{{x}}<br>{o}: %{{y:,d}} fetches<extra></extra>")
                      for o, color in OUTCOME_COLORS.items() if any(by_window[w][o] for w in windows)])
     fig.update_layout(barmode="stack", yaxis={"title": "fetches"}, bargap=0.05)
     return _div(fig, "outcome-mix", 340)
@@ -262,8 +262,8 @@ def record_latency(rows: Sequence[dict[str, Any]], sla_ms: float) -> str:
             mode="markers", name=label,
             marker={"color": color, "size": 9, "symbol": symbol},
             customdata=[[len(stats[tp]), sum(1 for v in stats[tp] if v > sla_ms)] for tp in topics],
-            hovertemplate=f"%{{x}}<br>{label}: %{{y:.3f}} ms<br>%{{customdata[0]}} partition &#215; client series, "
-                          "%{customdata[1]} over the SLA<extra></extra>"))
+            hovertemplate=f"%{{x}}<br>{label}: %{{y:,.3f}} ms<br>%{{customdata[0]:,d}} partition &#215; client series, "
+                          "%{customdata[1]:,d} over the SLA<extra></extra>"))
     fig.add_hline(y=sla_ms, line={"color": "#d62728", "dash": "dash"}, annotation_text=f"SLA {sla_ms:g} ms",
                   annotation_position="top left", annotation_font_color="#d62728")
     fig.update_layout(xaxis={"type": "category", "categoryarray": topics},

@@ -12,7 +12,10 @@ that build's proxy). Prints the added p50 per request type and the proxy's CPU s
     python bench/ab_round_trips.py --stamps-ab --pairs 3
 
 compares this checkout with itself, its proxy stamping responses from the kernel
-(``FETCHLAT_STAMPS=kernel``) against the clock: what the kernel stamps cost.
+(``FETCHLAT_STAMPS=kernel``) against the clock: what the kernel stamps cost. This process holds
+a socket with the kernel's stamping on throughout, so both sides run with the kernel stamping
+every packet and the difference is the proxy's reading (``--bare-kernel``: not held, so only the
+kernel side has the machine stamp packets).
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--other", help="the other checkout (with its own .venv)")
     ap.add_argument("--stamps-ab", action="store_true", help="this checkout, kernel stamps against clock stamps")
+    ap.add_argument("--bare-kernel", action="store_true", help="with --stamps-ab: hold no stamping socket")
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--round-trips", type=int, default=2000)
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # a single run, in this checkout
@@ -57,6 +61,12 @@ def main() -> None:
     if a.one:
         print(json.dumps(one_run(a.round_trips)))
         return
+    keeper = None
+    if a.stamps_ab and not a.bare_kernel:
+        sys.path.insert(0, str(HERE))
+        from fetchlat.proxy.stamps import keep_stamping_on
+
+        keeper = keep_stamping_on()
     if a.stamps_ab:
         runs = [("kernel", HERE, {"FETCHLAT_STAMPS": "kernel"}), ("clock", HERE, {"FETCHLAT_STAMPS": "clock"})]
     else:
@@ -68,6 +78,8 @@ def main() -> None:
                                text=True, timeout=600, env={**os.environ, **env})
             line = r.stdout.strip().splitlines()[-1] if r.returncode == 0 else r.stderr[-300:]
             print(f"pair {i + 1} {name:6s} ({root}): {line}", flush=True)
+    if keeper is not None:
+        keeper.close()
 
 
 if __name__ == "__main__":
