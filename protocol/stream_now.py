@@ -141,8 +141,7 @@ def records_now(r: Reader, flexible: bool) -> BatchStats | None:
             skip_now(r, remaining)
             break
         p = need_now(r, BATCH_HEADER_BYTES)
-        (base, blen, _epoch, magic, _crc, attrs, last_delta, base_ts, max_ts,
-         _pid, _pepoch, _seq, count) = BATCH_HEADER.unpack_from(r.buf, p)
+        base, blen, magic, attrs, last_delta, base_ts, max_ts, count = BATCH_HEADER.unpack_from(r.buf, p)
         if magic != 2:
             stats.legacy = True
             skip_now(r, remaining - BATCH_HEADER_BYTES)

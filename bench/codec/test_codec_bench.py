@@ -72,6 +72,8 @@ def _fetch_response(version: int, records: bytes | None) -> bytes:
 
 BATCH_1MIB = b"".join(_batch(64, 1024, i * 64) for i in range(16))  # 16 batches of 64 x 1 KiB records
 BATCH_16KIB = _batch(16, 1000)
+# what a producer with linger.ms=0 leaves: one record per batch, 1 000 batches of 1 KiB (a header each)
+ONE_RECORD_BATCHES = b"".join(_batch(1, 1024, 1_000_000_000 + i) for i in range(1000))
 
 
 def _parse(gen_factory: Callable[[], Any], data: bytes) -> Any:
@@ -237,6 +239,13 @@ def test_parse_fetch_response_1mib_direct_twin(benchmark: Any) -> None:
     body = _fetch_response(12, BATCH_1MIB)
     info = benchmark(fetch_now.parse_response_now, body, 12)
     assert info.partitions[0].batches.records == 1024
+
+
+def test_parse_a_fetch_response_of_one_record_batches(benchmark: Any) -> None:
+    """The tiny-batch road: 1 000 headers in one response (per batch: divide the time by 1 000)."""
+    body = _fetch_response(12, ONE_RECORD_BATCHES)
+    info = benchmark(fetch_now.parse_response_now, body, 12)
+    assert info.partitions[0].batches.batches == 1000 and info.partitions[0].batches.records == 1000
 
 
 def test_forward_a_produce_exchange_in_4kib_reads(benchmark: Any) -> None:
