@@ -189,6 +189,11 @@ PROXY = [
         Q(f"histogram_quantile(0.99, sum by (le, instance) (rate(fetchlat_event_loop_lag_seconds_bucket[{RI}])))",
           "p99 {{instance}}"),
     ), description="How late the loop ran a 100 ms timer: every connection of that proxy waited as long."),
+    Panel("Response receive stamps by source (kernel: packet arrival; clock: when the loop read it)", (
+        Q(f"sum by (instance, source) (rate(fetchlat_stamps_total[{RI}]))", "{{source}} {{instance}}"),
+    ), unit="short", description="With --stamps kernel every read of a plain broker connection is stamped by "
+                                 "the kernel; clock reads (TLS to the broker, no kernel stamp) are late by the "
+                                 "event-loop lag above."),
     Panel("Broker faults: connections held for an unreachable broker, failed connects, broker-side closes", (
         Q("sum by (instance) (fetchlat_connections_waiting_upstream)", "held {{instance}}"),
         Q(f"sum by (instance) (increase(fetchlat_upstream_connect_failures_total[{RI}]))",
