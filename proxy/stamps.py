@@ -7,7 +7,7 @@ when it matters. Linux records a receive time per packet when ``SO_TIMESTAMPNS``
 hands it over only as ancillary data of ``recvmsg``, which uvloop's transports do not use. So a
 plain TCP connection to the broker is read here: the transport keeps writing and closing, its own
 reading stays paused, and a duplicate of its descriptor is read with ``recvmsg_into`` into one
-reused buffer. The stamp of a read is the kernel's time for the last packet it returned (a
+buffer the whole process reuses. The stamp of a read is the kernel's time for the last packet it returned (a
 ``CLOCK_REALTIME`` time, moved onto the monotonic clock the rest of fetchlat uses).
 
 Where no stamp can be had (not Linux, TLS towards the broker: its records are decrypted by the
@@ -39,6 +39,12 @@ KERNEL: Final = "kernel"
 CLOCK: Final = "clock"
 SOURCES: Final = (KERNEL, CLOCK)
 _TIMESPEC: Final = struct.Struct("qq")
+# One read buffer for every reader of the process: a read is copied out of it before it is handed
+# on, and the event loop runs one reader at a time (a buffer per connection would cost 256 KiB of
+# memory per broker connection)
+_BUF: Final = bytearray(READ_BYTES)
+_VIEW: Final = memoryview(_BUF)
+_BUFS: Final = [_VIEW]
 
 
 def kernel_stamps_possible() -> bool:
@@ -97,9 +103,6 @@ class StampedReader:
         self.deliver = deliver
         self.eof = eof
         self.failed = failed
-        self.buf = bytearray(READ_BYTES)
-        self.view = memoryview(self.buf)
-        self.bufs = [self.view]
         self.reading = False
         self.stopped = False
 
@@ -151,7 +154,7 @@ class StampedReader:
 
     def _readable(self) -> None:
         try:
-            n, ancillary, _, _ = self.sock.recvmsg_into(self.bufs, ANCILLARY_BYTES)
+            n, ancillary, _, _ = self.sock.recvmsg_into(_BUFS, ANCILLARY_BYTES)
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
@@ -173,4 +176,4 @@ class StampedReader:
             self.counts.kernel += 1
         else:
             self.counts.clock += 1
-        self.deliver(bytes(self.view[:n]), t_ns)
+        self.deliver(bytes(_VIEW[:n]), t_ns)
