@@ -60,7 +60,7 @@ integration: deps
 # `make test-pure`); tests/test_builds_agree.py compares the two builds output for output.
 test: deps lint typecheck
 	$(BIN)/pytest -q -p no:cacheprovider --durations=12 -m "not long"
-	FETCHLAT_PURE_PYTHON=1 $(BIN)/pytest -q -p no:cacheprovider -m "not integration"
+	FETCHLAT_PURE_PYTHON=1 $(BIN)/pytest -q -p no:cacheprovider -m "not integration and not long"
 
 # The long Apache Kafka cases (failover, fetch from follower, two share consumers): ~3.5 min more
 test-long: deps
