@@ -37,7 +37,6 @@ READ_BYTES: Final = 256 << 10  # the most one read returns (uvloop's read buffer
 ANCILLARY_BYTES: Final = 64  # room for one struct timespec in a control message
 KERNEL: Final = "kernel"
 CLOCK: Final = "clock"
-SOURCES: Final = (KERNEL, CLOCK)
 _TIMESPEC: Final = struct.Struct("qq")
 # One read buffer for every reader of the process: a read is copied out of it before it is handed
 # on, and the event loop runs one reader at a time (a buffer per connection would cost 256 KiB of
