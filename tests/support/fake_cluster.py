@@ -16,6 +16,7 @@ from typing import Any
 from fetchlat.protocol import apis
 from fetchlat.protocol.encoder import encode
 from fetchlat.protocol.headers import parse_request_header
+from fetchlat.proxy.discovery import CLIENT_ID as DISCOVERY_CLIENT_ID
 
 NOT_LEADER_OR_FOLLOWER = 6
 TOPIC = "orders"
@@ -27,7 +28,10 @@ class FakeCluster:
     node_ids: list[int]
     later_node_ids: list[int] = field(default_factory=list)  # join when .grow() is called
     ports: dict[int, int] = field(default_factory=dict)
-    seen: list[tuple[int, int, int]] = field(default_factory=list)  # (node, api key, version)
+    # (node, api key, version) of each client request; the proxy's own discovery requests (client
+    # id "fetchlat-proxy", sent whenever its refresh loop runs) are left out, so a test can assert
+    # where a client's request went without racing that loop
+    seen: list[tuple[int, int, int]] = field(default_factory=list)
     grown: bool = False
     # a broker with KIP-736: parks fetches for fetch_delay_s, then reports WaitTimeMs in this tag
     wait_time_tag: int | None = None
@@ -76,7 +80,8 @@ class FakeCluster:
                 size = struct.unpack(">i", await r.readexactly(4))[0]
                 frame = await r.readexactly(size)
                 h = parse_request_header(frame)
-                self.seen.append((node, h.api_key, h.api_version))
+                if h.client_id != DISCOVERY_CLIENT_ID:
+                    self.seen.append((node, h.api_key, h.api_version))
                 if h.api_key == apis.FETCH and self.wait_time_tag is not None:
                     await asyncio.sleep(self.fetch_delay_s)
                     body = self.reporting_fetch(h.api_version)
