@@ -15,6 +15,8 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
+from librt.strings import read_i16_be, read_i32_be, read_i64_be
+
 from .errors import DecodeError
 from .primitives import I8, I16, I32, I64, Buf, uvarint_at
 
@@ -27,6 +29,10 @@ Parser = Generator[None, Buf, T]
 # fetch of one-record batches reads one header per record.
 BATCH_HEADER: Final = struct.Struct(">qi4xb4xhiqq14xi")
 BATCH_HEADER_BYTES: Final = 61
+# The compiled build reads a header's fields from a ``bytes`` chunk with librt's readers (mypyc
+# turns each into a load; ``bench/codec``'s one-record-batches case): the same call in the pure
+# build costs more than one struct unpack, so there the struct stays.
+NATIVE: Final = not __file__.endswith(".py")
 TIMESTAMP_TYPE_LOG_APPEND: Final = 0x08
 CONTROL_BATCH: Final = 0x20
 MAX_ARRAY: Final = 1 << 24  # a sanity bound: arrays longer than this are corrupt
@@ -241,8 +247,29 @@ def records(r: Reader, flexible: bool) -> Parser[BatchStats | None]:
             stats.partial_bytes += remaining
             yield from skip(r, remaining)
             break
-        p = yield from need(r, BATCH_HEADER_BYTES)
-        base, blen, magic, attrs, last_delta, base_ts, max_ts, count = BATCH_HEADER.unpack_from(r.buf, p)
+        # A batch wholly in the chunk (most of them) is read and passed over in place: no
+        # nested parser per batch, which is what a fetch of one-record batches pays per record.
+        p = r.pos
+        if len(r.buf) - p >= BATCH_HEADER_BYTES:
+            r.pos = p + BATCH_HEADER_BYTES
+        else:
+            p = yield from need(r, BATCH_HEADER_BYTES)
+        base: int
+        blen: int
+        magic: int
+        attrs: int
+        last_delta: int
+        base_ts: int
+        max_ts: int
+        count: int
+        buf = r.buf
+        if NATIVE and isinstance(buf, bytes):  # machine integers read in place: no tuple, no boxed int
+            base, blen, magic = read_i64_be(buf, p), read_i32_be(buf, p + 8), buf[p + 16]
+            attrs, last_delta = read_i16_be(buf, p + 21), read_i32_be(buf, p + 23)
+            base_ts, max_ts, count = read_i64_be(buf, p + 27), read_i64_be(buf, p + 35), read_i32_be(buf, p + 57)
+        else:  # typed, so the compiled build still keeps them as machine integers after the unpack
+            header: tuple[int, int, int, int, int, int, int, int] = BATCH_HEADER.unpack_from(buf, p)
+            base, blen, magic, attrs, last_delta, base_ts, max_ts, count = header
         if magic != 2:
             stats.legacy = True
             yield from skip(r, remaining - BATCH_HEADER_BYTES)
@@ -252,7 +279,11 @@ def records(r: Reader, flexible: bool) -> Parser[BatchStats | None]:
             stats.partial_bytes += remaining  # the broker cut the last batch short
             yield from skip(r, remaining - BATCH_HEADER_BYTES)
             break
-        yield from skip(r, total - BATCH_HEADER_BYTES)
+        rest = total - BATCH_HEADER_BYTES
+        if len(r.buf) - r.pos >= rest:
+            r.pos += rest
+        else:
+            yield from skip(r, rest)
         remaining -= total
         stats.batches += 1
         if stats.first_offset < 0:
