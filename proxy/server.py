@@ -33,6 +33,10 @@ from .traces import TraceWriter
 
 log = logging.getLogger("fetchlat.proxy")
 
+TICK_S = 0.1  # the proxy's own timer: loop lag, and the asks for unnamed topics (Proxy._tick)
+TICK_NS = int(TICK_S * 1e9)
+BEATS_PER_HEARTBEAT = 5  # liveness, the trace clock pair and connection expiry: every 0.5 s
+
 
 class Proxy:
     def __init__(self, cfg: Config, metrics: ProxyMetrics) -> None:
@@ -76,6 +80,9 @@ class Proxy:
         self.last_beat_ns = clock.now_ns()
         self._rr = itertools.count()
         self._tasks: list[asyncio.Task[None]] = []
+        self._tick_handle: asyncio.TimerHandle | None = None
+        self._tick_due_ns = 0  # when the next tick is asked for (monotonic ns)
+        self._beat = 0
         self.bootstrap_port = 0
         self._log_last: dict[str, tuple[float, int]] = {}  # key -> (last logged monotonic s, suppressed)
         metrics.waiting_upstream.set_function(lambda: self.conn.waiting_upstream[0])
@@ -177,8 +184,8 @@ class Proxy:
         log.info("%s listener on %s -> %s%s", name, format_hostport(self.cfg.listen),
                  ", ".join(format_hostport(u) for u in self.cfg.upstreams),
                  f" (fronting broker {self.cfg.sidecar_node}; addresses pass unchanged)" if self.cfg.sidecar else "")
-        self._tasks.append(loop.create_task(self._heartbeat()))
-        self._tasks.append(loop.create_task(self._loop_lag()))
+        self._tick_due_ns = clock.now_ns() + TICK_NS
+        self._tick_handle = loop.call_later(TICK_S, self._tick)
         self._tasks.append(loop.create_task(self.discovery.run()))
 
     async def stop(self, drain_s: float = 0.0) -> None:
@@ -195,6 +202,8 @@ class Proxy:
             log.warning("shutting down with %d request(s) still in flight after %.1f s", left, drain_s)
         for t in self._tasks:
             t.cancel()
+        if self._tick_handle is not None:
+            self._tick_handle.cancel()
         for sess in list(self.sessions):
             sess.close()
         if self._stamping is not None:
@@ -217,33 +226,28 @@ class Proxy:
         if needs_restart:
             log.warning("not reloaded (needs a restart): %s", ", ".join(needs_restart))
 
-    async def _heartbeat(self) -> None:
-        """Every half second: mark the loop alive, refresh the trace clock pair, close
-        connections that overstayed (each one's policy says why). Every tenth of a second: ask
-        the broker about a topic id or a partition's leader the model met and cannot name (the
-        fetches until the answer cannot be dated by it)."""
-        beat = 0
-        while True:
-            if self.observer.model.cluster.wants_topics and self.discovery.topics_due():
-                self.discovery.kick()  # a topic id without a name, a leader unknown: ask now
-            if beat % 5 == 0:
-                now = self.last_beat_ns = clock.now_ns()
-                self.observer.set_clock(clock.wall_ns(), now)
-                for sess in list(self.sessions):
-                    close = sess.conv.expire(now)
-                    if close is not None:
-                        sess.apply((close,))
-            beat += 1
-            await asyncio.sleep(0.1)
-
-    async def _loop_lag(self, every_s: float = 0.1) -> None:
-        """Every 100 ms: how much later than asked the loop woke us (a busy or blocked loop
-        delays every connection by as much)."""
-        hist = self.metrics.loop_lag
-        while True:
-            before = clock.now_ns()
-            await asyncio.sleep(every_s)
-            hist.observe(max(0, clock.now_ns() - before - int(every_s * 1e9)) / 1e9)
+    def _tick(self) -> None:
+        """Every 100 ms, one timer callback (no task, no coroutine: an idle sidecar's CPU is
+        mostly these wake-ups): how much later than asked the loop ran it (a busy or blocked
+        loop delays every connection by as much: ``fetchlat_event_loop_lag_seconds``); ask the
+        broker about a topic id or a partition's leader the model met and cannot name (the
+        fetches until the answer cannot be dated by it). Every half second: mark the loop alive,
+        refresh the trace clock pair, close connections that overstayed (each one's policy says
+        why). The next tick is set first, so one that raises does not stop the ticking."""
+        woke = clock.now_ns()
+        self.metrics.loop_lag.observe(max(0, woke - self._tick_due_ns) / 1e9)
+        self._tick_due_ns = woke + TICK_NS
+        self._tick_handle = asyncio.get_running_loop().call_later(TICK_S, self._tick)
+        if self.observer.model.cluster.wants_topics and self.discovery.topics_due():
+            self.discovery.kick()  # a topic id without a name, a leader unknown: ask now
+        self._beat += 1
+        if self._beat % BEATS_PER_HEARTBEAT == 0:
+            now = self.last_beat_ns = clock.now_ns()
+            self.observer.set_clock(clock.wall_ns(), now)
+            for sess in list(self.sessions):
+                close = sess.conv.expire(now)
+                if close is not None:
+                    sess.apply((close,))
 
     @property
     def metadata_ok(self) -> bool:
