@@ -7,10 +7,13 @@ ClientId is an int16-length string even in header v2 (its "flexibleVersions" is 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
+
+from librt.strings import read_i16_be, read_i32_be
 
 from .apis import request_header_version, response_header_version
 from .errors import DecodeError
-from .primitives import I16, I32, Buf, read_fixed, read_string
+from .primitives import I16, I32, NATIVE, Buf, decode_str, read_bytes_span, read_fixed, read_string
 from .stream import Reader
 from .stream_now import tags_now
 
@@ -42,15 +45,44 @@ def skip_tag_buffer(buf: Buf, pos: int) -> int:
     return r.pos
 
 
+# A connection sends the same client id in every request: each distinct one is decoded once.
+_CLIENT_IDS: dict[bytes, str] = {}
+CLIENT_IDS_KEPT: Final = 4096  # distinct ids remembered; past that the memo starts over
+
+
+def _client_id(buf: bytes, pos: int) -> tuple[str | None, int]:
+    """The header's ClientId (an int16-length string) in a ``bytes`` buffer, through the memo."""
+    n = read_i16_be(buf, pos)
+    pos += 2
+    if n < 0:
+        return None, pos
+    end, _ = read_bytes_span(buf, pos, n)
+    raw = buf[pos:end]
+    got = _CLIENT_IDS.get(raw)
+    if got is None:
+        got = decode_str(buf, pos, end)
+        if len(_CLIENT_IDS) >= CLIENT_IDS_KEPT:
+            _CLIENT_IDS.clear()
+        _CLIENT_IDS[raw] = got
+    return got, end
+
+
 def parse_request_header(buf: Buf, pos: int = 0) -> RequestHeader:
     """Parse a request header at ``pos`` (the frame's first byte after the size prefix)."""
-    api_key, p = read_fixed(I16, buf, pos)
-    api_version, p = read_fixed(I16, buf, p)
-    correlation_id, p = read_fixed(I32, buf, p)
-    hv = request_header_version(api_key, api_version)
-    client_id = None
-    if hv >= 1:
-        client_id, p = read_string(buf, p, flexible=False)
+    client_id: str | None = None
+    if NATIVE and isinstance(buf, bytes) and len(buf) - pos >= 10:  # fields read in place
+        api_key, api_version = read_i16_be(buf, pos), read_i16_be(buf, pos + 2)
+        correlation_id, p = read_i32_be(buf, pos + 4), pos + 8
+        hv = request_header_version(api_key, api_version)
+        if hv >= 1:
+            client_id, p = _client_id(buf, p)
+    else:
+        api_key, p = read_fixed(I16, buf, pos)
+        api_version, p = read_fixed(I16, buf, p)
+        correlation_id, p = read_fixed(I32, buf, p)
+        hv = request_header_version(api_key, api_version)
+        if hv >= 1:
+            client_id, p = read_string(buf, p, flexible=False)
     if hv >= 2:
         p = skip_tag_buffer(buf, p)
     return RequestHeader(

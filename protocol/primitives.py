@@ -15,6 +15,12 @@ from .errors import DecodeError
 
 Buf = bytes | bytearray | memoryview
 
+# True in the compiled build (this module is then an extension, not a .py). There, librt's byte
+# readers (``librt.strings.read_i32_be`` …) read a field of a ``bytes`` buffer as a machine
+# integer in place; in the pure build each is a call dearer than one struct unpack, so the
+# readers that use them do so only here.
+NATIVE: Final = not __file__.endswith(".py")
+
 I8: Final = struct.Struct(">b")
 I16: Final = struct.Struct(">h")
 U16: Final = struct.Struct(">H")

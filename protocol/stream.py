@@ -18,7 +18,7 @@ from typing import Any, Final, TypeVar
 from librt.strings import read_i16_be, read_i32_be, read_i64_be
 
 from .errors import DecodeError
-from .primitives import I8, I16, I32, I64, Buf, uvarint_at
+from .primitives import I8, I16, I32, I64, NATIVE, Buf, uvarint_at
 
 T = TypeVar("T")
 Parser = Generator[None, Buf, T]
@@ -29,10 +29,6 @@ Parser = Generator[None, Buf, T]
 # fetch of one-record batches reads one header per record.
 BATCH_HEADER: Final = struct.Struct(">qi4xb4xhiqq14xi")
 BATCH_HEADER_BYTES: Final = 61
-# The compiled build reads a header's fields from a ``bytes`` chunk with librt's readers (mypyc
-# turns each into a load; ``bench/codec``'s one-record-batches case): the same call in the pure
-# build costs more than one struct unpack, so there the struct stays.
-NATIVE: Final = not __file__.endswith(".py")
 TIMESTAMP_TYPE_LOG_APPEND: Final = 0x08
 CONTROL_BATCH: Final = 0x20
 MAX_ARRAY: Final = 1 << 24  # a sanity bound: arrays longer than this are corrupt

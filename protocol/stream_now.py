@@ -13,13 +13,12 @@ import uuid as _uuid
 from librt.strings import read_i16_be, read_i32_be, read_i64_be
 
 from .errors import DecodeError
-from .primitives import I8, I16, I32, I64
+from .primitives import I8, I16, I32, I64, NATIVE
 from .stream import (
     BATCH_HEADER,
     BATCH_HEADER_BYTES,
     CONTROL_BATCH,
     MAX_ARRAY,
-    NATIVE,
     TIMESTAMP_TYPE_LOG_APPEND,
     BatchStats,
     Reader,
