@@ -8,8 +8,10 @@ the most samples, self and inclusive, and writes the raw collapsed stacks (flame
 The third phase is the small round trips (ApiVersions, Metadata, Fetch max_wait 0, Produce of
 one record, one at a time): where the added latency per request goes. py-spy sees Python frames
 only (time in uvloop's C code and the kernel lands on ``Runner.run``), so when Linux ``perf`` is
-installed the phases are also sampled with it and split by library: the CPython interpreter
-against the kernel's socket work and uvloop.
+installed the phases are also sampled with it (DWARF call graphs) and split by library (the
+CPython interpreter against the kernel's socket work and uvloop) and by owning function: each
+sample charged to the nearest compiled fetchlat function, uvloop function or interpreted frame
+above it, so malloc, dict lookups and syscalls count for the code that caused them.
 """
 
 from __future__ import annotations
@@ -57,6 +59,37 @@ def by_library(data: Path) -> list[str]:
     return [ln.strip() for ln in rep.stdout.splitlines() if ln.strip() and not ln.startswith("#") and "%" in ln]
 
 
+# A frame that owns the work below it: a compiled function of fetchlat (mypyc names them
+# CPyDef_<module>___<function>), one of uvloop's (Cython: __pyx_), or interpreted Python.
+OWNERS = ("CPyDef_", "CPyPy_", "__pyx_f", "__pyx_pw", "_PyEval_EvalFrameDefault")
+
+
+def by_owner(data: Path, n: int) -> list[tuple[str, float]]:
+    """Each sample charged to the nearest owning frame above it (``OWNERS``): what the CPython
+    runtime and the kernel do on a compiled function's behalf (allocation, lookups, the
+    syscalls of a read or a write) counts as that function's. Needs the DWARF call graphs the
+    phases are recorded with. (function, share of samples)."""
+    script = subprocess.run(["perf", "script", "-i", str(data), "-F", "ip,sym"], capture_output=True, text=True,
+                            check=False)
+    owners: collections.Counter[str] = collections.Counter()
+    total = 0
+    owner: str | None = None
+    in_sample = False
+    for line in script.stdout.splitlines():
+        if not line.strip():
+            if in_sample:
+                owners[owner or "(kernel or C without an owner)"] += 1
+                total += 1
+            in_sample, owner = False, None
+            continue
+        in_sample = True
+        parts = line.split()
+        sym = parts[1].split("+0x")[0] if len(parts) > 1 else "?"
+        if owner is None and sym.startswith(OWNERS):
+            owner = sym
+    return [(name, k / max(total, 1)) for name, k in owners.most_common(n)]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=100_000)
@@ -83,9 +116,9 @@ def main() -> int:
                                    stderr=subprocess.DEVNULL)
             native = None
             if shutil.which("perf"):
-                native = subprocess.Popen(["perf", "record", "-F", "999", "-p", str(pid), "-o",
-                                           str(out / f"{phase}.perf.data")], stdout=subprocess.DEVNULL,
-                                          stderr=subprocess.DEVNULL)
+                native = subprocess.Popen(["perf", "record", "-F", "499", "--call-graph", "dwarf,16384", "-p",
+                                           str(pid), "-o", str(out / f"{phase}.perf.data")],
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             c0 = cpu_s(pid)
             if phase == "produce":
                 perf("produce", "--bootstrap-server", bootstrap, "--topic", topic, "--num-records", str(args.records),
@@ -121,6 +154,9 @@ def main() -> int:
                 print("  perf: CPU samples by library")
                 for line in by_library(out / f"{phase}.perf.data")[:8]:
                     print(f"  {line}")
+                print("  perf: CPU samples by owning function (the runtime's and the kernel's work charged to it)")
+                for name, share in by_owner(out / f"{phase}.perf.data", args.top):
+                    print(f"  {100 * share:5.1f}   {name}")
     shutil.rmtree(work, ignore_errors=True)
     return 0
 

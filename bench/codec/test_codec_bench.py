@@ -248,6 +248,22 @@ def test_parse_a_fetch_response_of_one_record_batches(benchmark: Any) -> None:
     assert info.partitions[0].batches.batches == 1000 and info.partitions[0].batches.records == 1000
 
 
+def test_feed_a_response_of_one_record_batches_in_64kib_reads(benchmark: Any) -> None:
+    """The tiny-batch road of a response that comes in reads (``bytes``, as the proxy's reader
+    hands them on): 1 000 one-record batch headers, the streaming parser fed 64 KiB at a time."""
+    body = _fetch_response(12, ONE_RECORD_BATCHES)
+    pieces = [body[i : i + 65536] for i in range(0, len(body), 65536)]
+
+    def run() -> Any:
+        f = Feeder(fetch.parse_response(12))
+        for p in pieces:
+            f.feed(p)
+        return f.finish()
+
+    info = benchmark(run)
+    assert info.partitions[0].batches.batches == 1000 and info.partitions[0].batches.records == 1000
+
+
 def test_forward_a_produce_exchange_in_4kib_reads(benchmark: Any) -> None:
     """The same produce when its request arrives in 4 KiB reads (a pipelining producer's
     requests straddle reads): the pieces are kept and parsed once whole."""
