@@ -54,8 +54,8 @@ def top(collapsed: Path, n: int) -> tuple[list[tuple[str, int]], list[tuple[str,
 
 def by_library(data: Path) -> list[str]:
     """``perf report --sort dso``: the share of CPU samples per library (libpython = interpreting)."""
-    rep = subprocess.run(["perf", "report", "-i", str(data), "--sort", "dso", "--stdio"], capture_output=True,
-                         text=True, check=False)
+    rep = subprocess.run(["perf", "report", "-i", str(data), "--sort", "dso", "--stdio", "--no-children", "-g", "none"],
+                         capture_output=True, text=True, check=False)
     return [ln.strip() for ln in rep.stdout.splitlines() if ln.strip() and not ln.startswith("#") and "%" in ln]
 
 
