@@ -107,14 +107,11 @@ def cpu_s(pid: int) -> float:
     100 MB phase a tick is 0.1 CPU-s/GB: a relay's whole consume was 4-6 ticks). Threads that
     ended are not in it (the proxies measured keep theirs); without schedstat, the ticks."""
     total = 0
-    try:
-        for path in Path(f"/proc/{pid}/task").glob("*/schedstat"):
-            try:
-                total += int(path.read_text().split()[0])
-            except (OSError, IndexError, ValueError):  # a thread that ended meanwhile
-                continue
-    except OSError:
-        total = 0
+    for path in Path(f"/proc/{pid}/task").glob("*/schedstat"):
+        try:
+            total += int(path.read_text().split()[0])
+        except (OSError, IndexError, ValueError):  # a thread that ended meanwhile
+            continue
     if total > 0:
         return total / 1e9
     return _stat(Path(f"/proc/{pid}/stat"))[1]

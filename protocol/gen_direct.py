@@ -44,12 +44,11 @@ from __future__ import annotations
 IMPORTS = {
     "stream_now.py": (
         "import uuid as _uuid\n\n"
-        "from librt.strings import read_i16_be, read_i32_be, read_i64_be\n\n"
         "from .errors import DecodeError\n"
-        "from .primitives import I8, I16, I32, I64, NATIVE\n"
+        "from .primitives import I8, I16, I32, I64\n"
         "from .stream import (\n"
-        "    BATCH_HEADER,\n    BATCH_HEADER_BYTES,\n    CONTROL_BATCH,\n    MAX_ARRAY,\n"
-        "    TIMESTAMP_TYPE_LOG_APPEND,\n    BatchStats,\n    Reader,\n    need_now,\n    uvarint_here,\n)\n"
+        "    BATCH_HEADER_BYTES,\n    CONTROL_BATCH,\n    MAX_ARRAY,\n    TIMESTAMP_TYPE_LOG_APPEND,\n"
+        "    BatchStats,\n    Reader,\n    batch_header,\n    need_now,\n    uvarint_here,\n)\n"
         "from .stream import skip_now as skip_now  # the message twins call s.skip_now\n"
         "from .stream import uvarint_now as uvarint_now\n"
     ),

@@ -69,20 +69,19 @@ def _client_id(buf: bytes, pos: int) -> tuple[str | None, int]:
 
 def parse_request_header(buf: Buf, pos: int = 0) -> RequestHeader:
     """Parse a request header at ``pos`` (the frame's first byte after the size prefix)."""
-    client_id: str | None = None
-    if NATIVE and isinstance(buf, bytes) and len(buf) - pos >= 10:  # fields read in place
-        api_key, api_version = read_i16_be(buf, pos), read_i16_be(buf, pos + 2)
-        correlation_id, p = read_i32_be(buf, pos + 4), pos + 8
-        hv = request_header_version(api_key, api_version)
-        if hv >= 1:
-            client_id, p = _client_id(buf, p)
+    # the compiled build reads the fields of a bytes read in place
+    raw = buf if NATIVE and isinstance(buf, bytes) and len(buf) - pos >= 10 else None
+    if raw is not None:
+        api_key, api_version = read_i16_be(raw, pos), read_i16_be(raw, pos + 2)
+        correlation_id, p = read_i32_be(raw, pos + 4), pos + 8
     else:
         api_key, p = read_fixed(I16, buf, pos)
         api_version, p = read_fixed(I16, buf, p)
         correlation_id, p = read_fixed(I32, buf, p)
-        hv = request_header_version(api_key, api_version)
-        if hv >= 1:
-            client_id, p = read_string(buf, p, flexible=False)
+    hv = request_header_version(api_key, api_version)
+    client_id: str | None = None
+    if hv >= 1:
+        client_id, p = _client_id(raw, p) if raw is not None else read_string(buf, p, flexible=False)
     if hv >= 2:
         p = skip_tag_buffer(buf, p)
     return RequestHeader(

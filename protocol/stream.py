@@ -232,6 +232,17 @@ class BatchStats:
         self.legacy = legacy
 
 
+def batch_header(buf: Buf, p: int) -> tuple[int, int, int, int, int, int, int, int]:
+    """The fields of the batch header at ``p`` that ``records`` reads (``BATCH_HEADER``'s). The
+    compiled build returns them as a C struct of machine integers, and reads a ``bytes`` buffer
+    in place with librt's readers: no tuple, no boxed int per field."""
+    if NATIVE and isinstance(buf, bytes):
+        return (read_i64_be(buf, p), read_i32_be(buf, p + 8), buf[p + 16], read_i16_be(buf, p + 21),
+                read_i32_be(buf, p + 23), read_i64_be(buf, p + 27), read_i64_be(buf, p + 35), read_i32_be(buf, p + 57))
+    header: tuple[int, int, int, int, int, int, int, int] = BATCH_HEADER.unpack_from(buf, p)
+    return header
+
+
 def records(r: Reader, flexible: bool) -> Parser[BatchStats | None]:
     n = yield from length(r, flexible)
     if n < 0:
@@ -250,22 +261,7 @@ def records(r: Reader, flexible: bool) -> Parser[BatchStats | None]:
             r.pos = p + BATCH_HEADER_BYTES
         else:
             p = yield from need(r, BATCH_HEADER_BYTES)
-        base: int
-        blen: int
-        magic: int
-        attrs: int
-        last_delta: int
-        base_ts: int
-        max_ts: int
-        count: int
-        buf = r.buf
-        if NATIVE and isinstance(buf, bytes):  # machine integers read in place: no tuple, no boxed int
-            base, blen, magic = read_i64_be(buf, p), read_i32_be(buf, p + 8), buf[p + 16]
-            attrs, last_delta = read_i16_be(buf, p + 21), read_i32_be(buf, p + 23)
-            base_ts, max_ts, count = read_i64_be(buf, p + 27), read_i64_be(buf, p + 35), read_i32_be(buf, p + 57)
-        else:  # typed, so the compiled build still keeps them as machine integers after the unpack
-            header: tuple[int, int, int, int, int, int, int, int] = BATCH_HEADER.unpack_from(buf, p)
-            base, blen, magic, attrs, last_delta, base_ts, max_ts, count = header
+        base, blen, magic, attrs, last_delta, base_ts, max_ts, count = batch_header(r.buf, p)
         if magic != 2:
             stats.legacy = True
             yield from skip(r, remaining - BATCH_HEADER_BYTES)

@@ -10,18 +10,16 @@ from __future__ import annotations
 
 import uuid as _uuid
 
-from librt.strings import read_i16_be, read_i32_be, read_i64_be
-
 from .errors import DecodeError
-from .primitives import I8, I16, I32, I64, NATIVE
+from .primitives import I8, I16, I32, I64
 from .stream import (
-    BATCH_HEADER,
     BATCH_HEADER_BYTES,
     CONTROL_BATCH,
     MAX_ARRAY,
     TIMESTAMP_TYPE_LOG_APPEND,
     BatchStats,
     Reader,
+    batch_header,
     need_now,
     uvarint_here,
 )
@@ -149,22 +147,7 @@ def records_now(r: Reader, flexible: bool) -> BatchStats | None:
             r.pos = p + BATCH_HEADER_BYTES
         else:
             p = need_now(r, BATCH_HEADER_BYTES)
-        base: int
-        blen: int
-        magic: int
-        attrs: int
-        last_delta: int
-        base_ts: int
-        max_ts: int
-        count: int
-        buf = r.buf
-        if NATIVE and isinstance(buf, bytes):  # machine integers read in place: no tuple, no boxed int
-            base, blen, magic = read_i64_be(buf, p), read_i32_be(buf, p + 8), buf[p + 16]
-            attrs, last_delta = read_i16_be(buf, p + 21), read_i32_be(buf, p + 23)
-            base_ts, max_ts, count = read_i64_be(buf, p + 27), read_i64_be(buf, p + 35), read_i32_be(buf, p + 57)
-        else:  # typed, so the compiled build still keeps them as machine integers after the unpack
-            header: tuple[int, int, int, int, int, int, int, int] = BATCH_HEADER.unpack_from(buf, p)
-            base, blen, magic, attrs, last_delta, base_ts, max_ts, count = header
+        base, blen, magic, attrs, last_delta, base_ts, max_ts, count = batch_header(r.buf, p)
         if magic != 2:
             stats.legacy = True
             skip_now(r, remaining - BATCH_HEADER_BYTES)

@@ -242,10 +242,10 @@ class Proxy:
             self.discovery.kick()  # a topic id without a name, a leader unknown: ask now
         self._beat += 1
         if self._beat % BEATS_PER_HEARTBEAT == 0:
-            now = self.last_beat_ns = clock.now_ns()
-            self.observer.set_clock(clock.wall_ns(), now)
+            self.last_beat_ns = woke
+            self.observer.set_clock(clock.wall_ns(), woke)
             for sess in list(self.sessions):
-                close = sess.conv.expire(now)
+                close = sess.conv.expire(woke)
                 if close is not None:
                     sess.apply((close,))
 
