@@ -401,7 +401,7 @@ class LatencyModel:
             if b is not None and b.batches:
                 off = offsets.get((topic, rp.partition), b.first_offset)
                 a, basis = self._arrival(st, off, b.first_timestamp_ms, b.log_append_time, follower is not None,
-                                         ev.t_first_ns, share)
+                                         ev.t_first_ns)
                 # data made visible by something the proxy never sees is dated by the answer:
                 # a follower's high watermark (KIP-392), or a transaction's commit marker, which
                 # the coordinator writes, for records a read_committed fetch could not see yet
@@ -465,20 +465,22 @@ class LatencyModel:
         return out
 
     def _arrival(self, st: _Partition, fetch_offset: int, first_ts_ms: int, log_append: bool, follower: bool,
-                 t_first_ns: int = 0, share: bool = False) -> tuple[int | None, str | None]:
+                 t_first_ns: int = 0) -> tuple[int | None, str | None]:
         """When the first data beyond ``fetch_offset`` could wake this fetch: for a follower the
         append beginning, for a consumer the append acknowledged (see ``_appended``). A
         follower's data may come from a produce not answered yet (acks=all is answered only after
         every follower's next fetch shows it has the records): the pending produces follow the
         last answered one in the log, in the order they were sent, each as long as its record
-        count, so the one holding ``fetch_offset`` is the append that could wake the fetch. A share
-        fetch may be answered before the produce that woke it is (Kafka 4.4 completes it as the
-        high watermark moves, racing the produce's own answer): it is dated the same way."""
+        count, so the one holding ``fetch_offset`` is the append that could wake the fetch. A
+        consumer's fetch may be answered before the produce that woke it is (Kafka 4.x completes
+        parked fetches as the high watermark moves, racing the produce's own answer; a share
+        fetch alike): it is dated the same way, by the produce forwarded, not by the records'
+        CreateTime (the producer's clock, taken before its batch was even sent)."""
         i = bisect.bisect_right(st.append_ends, fetch_offset)
         if i < len(st.append_ends):
             ack = st.append_acks[i]
             return (st.append_times[i] if follower or ack < 0 else ack), "produce_seen"
-        if (follower or share) and st.pending and st.append_ends and fetch_offset >= st.append_ends[-1]:
+        if st.pending and st.append_ends and fetch_offset >= st.append_ends[-1]:
             end = st.append_ends[-1]
             for t, n in zip(st.pending, st.pending_records, strict=True):
                 end += n

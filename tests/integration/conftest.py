@@ -81,6 +81,13 @@ def run_tansu(log_path: Path, *extra: str, advertise_port: int | None = None) ->
 
 DELAY_RELAY = Path(__file__).with_name("delay_relay.py")
 
+# Tests that judge fetchlat by a broker's clock (its request log) on this shared 2-core machine
+# run once more when they miss a bar: one JVM pause or a stolen CPU slice in a minute's run is
+# the p99 of fifty fetches, and a broker's queues order a produce and a fetch that cross within a
+# millisecond either way. A model that is wrong misses on both runs; pytest says when a test
+# needed its second.
+JUDGED_BY_THE_BROKERS_CLOCK = pytest.mark.flaky(reruns=1)
+
 
 @contextmanager
 def tansu_behind_delay(delay_ms: float) -> Iterator[tuple[int, int]]:

@@ -17,10 +17,11 @@ from pathlib import Path
 import pytest
 from fetchlat.analysis import request_log as rl
 
+from .conftest import JUDGED_BY_THE_BROKERS_CLOCK
 from .test_broker_clock import RESULTS
 from .test_kafka_sessions import java_consumer
 
-pytestmark = [pytest.mark.integration, pytest.mark.long]  # make test-long
+pytestmark = [pytest.mark.integration, pytest.mark.long, JUDGED_BY_THE_BROKERS_CLOCK]  # make test-long
 
 TOPIC = "racks"  # one partition, replicated to all three brokers
 CLIENT = "rack-consumer"

@@ -23,9 +23,10 @@ import pytest
 from fetchlat.analysis import request_log as rl
 from prometheus_client.parser import text_string_to_metric_families
 
+from .conftest import JUDGED_BY_THE_BROKERS_CLOCK
 from .test_broker_clock import RESULTS
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, JUDGED_BY_THE_BROKERS_CLOCK]
 
 CLIENTS_DIR = Path(__file__).with_name("clients")
 TOPIC, PARTITIONS = "sessions", 6
@@ -131,5 +132,9 @@ def test_java_incremental_sessions_are_mirrored_in_step_and_recover_from_a_lost_
         fh.write(json.dumps({"test": "java_incremental_sessions", "sessions": events, **figures}) + "\n")
     assert figures["matched"] >= 1000, figures
     assert figures["matched_share"] >= 0.99, figures
-    assert figures["outcome_agree_share"] >= 0.97, figures
+    # a fetch whose data's produce went upstream within about a millisecond of it, either way,
+    # is immediate or woken as the broker's queues order the two: no proxy can tell. With a
+    # produce every 10 ms that is a few percent of the fetches (97.7-98.2 % agree on a quiet
+    # machine, 95.7 % with other tests' processes running: docs/kafka.md)
+    assert figures["outcome_agree_share"] >= 0.95, figures
     assert figures["abs_err_p50_ms"] <= 1.5, figures  # the bar of test_broker_clock's busy (full) fetches

@@ -18,10 +18,11 @@ import pytest
 from fetchlat.analysis import request_log as rl
 from prometheus_client.parser import text_string_to_metric_families
 
+from .conftest import JUDGED_BY_THE_BROKERS_CLOCK
 from .test_broker_clock import RESULTS
 from .test_ground_truth import create_topic
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, JUDGED_BY_THE_BROKERS_CLOCK]
 
 CLIENTS_DIR = Path(__file__).with_name("clients")
 

@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 from fetchlat.analysis import request_log as rl
 
+from .conftest import JUDGED_BY_THE_BROKERS_CLOCK
 from .test_broker_clock import RESULTS
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, JUDGED_BY_THE_BROKERS_CLOCK]
 
 
 def _transactions(bootstrap: str, stop: threading.Event, committed: list[int], aborted: list[int]) -> None:

@@ -142,6 +142,20 @@ def test_a_follower_is_woken_by_an_acks_all_produce_not_answered_yet() -> None:
     assert s.basis != "produce_seen"
 
 
+def test_a_consumer_answered_before_the_produce_that_woke_it_is_dated_by_that_produce() -> None:
+    """Kafka completes a parked consumer fetch as the high watermark moves, racing the produce's
+    own answer: the fetch's answer can come first. Its data is then dated by the pending
+    produce forwarded (the CreateTime, the producer's clock before its batch was sent, would call
+    it immediate)."""
+    m = LatencyModel(wall_minus_mono_ns=0, beside_broker=True)
+    m.on_produce(produce_ev(T0 - 90 * MS, T0 - 80 * MS, base=0, n=5))  # offsets 0-4, answered
+    pending = produce_ev(T0 + 30 * MS, T0 + 36 * MS, base=5, n=5)
+    m.on_produce_sent(pending.request, T0 + 30 * MS)  # offsets 5-9, not answered yet
+    s, _ = m.on_fetch(fetch_ev(T0, T0 + 34 * MS, T0 + 34 * MS, offset=5, records=5, hw=10,
+                               first_ts_ms=(T0 - 2 * MS) // MS))
+    assert (s.kind, s.outcome, s.basis, s.wait_ns) == ("consumer", WOKEN, "produce_seen", 30 * MS)
+
+
 def test_acks_zero_produce_dates_the_data_by_its_forwarding() -> None:
     m = LatencyModel(wall_minus_mono_ns=0, beside_broker=True)
     m.on_produce(produce_ev(T0 + 100 * MS, T0 + 100 * MS, base=0, n=5, acks=0))

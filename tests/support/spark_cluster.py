@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -16,9 +17,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fetchlat.embedded.kafka import free_port
-
 START_TIMEOUT_S = 90.0
+# what the master's log says once it listens: the ports it bound (asked for port 0: no race with
+# another process for a port picked here and released)
+MASTER_AT = re.compile(r"Starting Spark master at (spark://\S+)")
+UI_AT = re.compile(r"Bound MasterWebUI to \S+ and started at http://[^:/]+:(\d+)")
 
 
 def spark_home() -> Path:
@@ -42,7 +45,8 @@ class Cluster:
     def state(self) -> dict[str, object]:
         with urllib.request.urlopen(f"{self.web_url}/json/", timeout=5) as r:
             data: dict[str, object] = json.load(r)
-            return data
+        assert data.get("url") == self.master_url, f"{self.web_url} is not this cluster's master: {data.get('url')}"
+        return data
 
     def alive_workers(self) -> int:
         workers = self.state().get("workers", [])
@@ -71,18 +75,31 @@ def _stop(p: subprocess.Popen[bytes]) -> None:
             p.wait(10)
 
 
+def _master_addresses(master: subprocess.Popen[bytes], log: Path, deadline: float) -> tuple[str, str]:
+    """The master's URL and its web UI's, as its log states them once it has bound both."""
+    while True:
+        text = log.read_text(errors="replace") if log.exists() else ""
+        url, ui = MASTER_AT.search(text), UI_AT.search(text)
+        if url and ui:
+            return url.group(1), f"http://127.0.0.1:{ui.group(1)}"
+        assert master.poll() is None, f"the Spark master exited; see {log}"
+        assert time.monotonic() < deadline, f"the Spark master did not start in {START_TIMEOUT_S} s; see {log}"
+        time.sleep(0.2)
+
+
 @contextmanager
 def standalone(work: Path, *, workers: int = 2, cores: int = 1, memory: str = "1g") -> Iterator[Cluster]:
     """A master and ``workers`` workers (``cores`` and ``memory`` each); yields once every
     worker has registered, and stops them all (workers first) on the way out."""
     work.mkdir(parents=True, exist_ok=True)
-    port, web = free_port(), free_port()
     daemon = {"SPARK_DAEMON_MEMORY": "512m"}
     master_env = bare_env(**daemon, SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false")
-    cluster = Cluster(f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{web}")
-    cluster.procs.append(_spawn(["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
-                                 "--webui-port", str(web)], master_env, work / "master.log"))
+    master = _spawn(["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", "0",
+                     "--webui-port", "0"], master_env, work / "master.log")
+    cluster = Cluster("", "", [master])
+    deadline = time.monotonic() + START_TIMEOUT_S
     try:
+        cluster.master_url, cluster.web_url = _master_addresses(master, work / "master.log", deadline)
         for i in range(workers):
             d = work / f"worker-{i}"
             d.mkdir(exist_ok=True)
@@ -90,15 +107,14 @@ def standalone(work: Path, *, workers: int = 2, cores: int = 1, memory: str = "1
                                          "--host", "127.0.0.1", "--cores", str(cores), "--memory", memory,
                                          "--webui-port", "0", "--work-dir", str(d)],
                                         bare_env(**daemon), work / f"worker-{i}.log"))
-        deadline = time.monotonic() + START_TIMEOUT_S
         while True:
             dead = [p.args for p in cluster.procs if p.poll() is not None]
             assert not dead, f"a Spark daemon exited: {dead}; see {work}/*.log"
             try:
                 if cluster.alive_workers() == workers:
                     break
-            except OSError:
-                pass
+            except (OSError, ValueError, AssertionError):
+                pass  # not answering yet, or not JSON yet
             assert time.monotonic() < deadline, f"{workers} workers not registered in {START_TIMEOUT_S} s; see {work}"
             time.sleep(0.5)
         yield cluster
