@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import socket
 import struct
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from fetchlat.protocol.walker import walk
 
 from tests.support.fake_cluster import TOPIC, TOPIC_ID, FakeCluster
 
-from .conftest import ProxyProc, free_ports, start_proxy, stop_proxy
+from .conftest import ProxyProc, free_ports, start_proxy, stop_proxy, wait_port
 
 pytestmark = pytest.mark.integration
 
@@ -69,13 +68,6 @@ def routed(cluster: FakeCluster, tmp_path: Path) -> Iterator[ProxyProc]:
     stop_proxy(p)
 
 
-def _wait_listener(proxy: ProxyProc, node: str, timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while node not in proxy.health()["listeners"]:  # type: ignore[operator]
-        assert time.monotonic() < deadline, f"no listener for broker {node} in {timeout_s} s"
-        time.sleep(0.02)
-
-
 def addrs(entries: list[Any], key: str = "NodeId") -> dict[int, tuple[str, int]]:
     return {e[key]: (e["Host"], e["Port"]) for e in entries}
 
@@ -87,7 +79,7 @@ def test_each_node_gets_its_own_listener_and_routes_to_that_node(cluster: FakeCl
     assert addrs(md["Brokers"]) == {1: ("127.0.0.1", base + 2), 2: ("127.0.0.1", base + 3)}
     assert [p["LeaderId"] for p in md["Topics"][0]["Partitions"]] == [1, 2, 1]  # ids kept, not remapped
     for node in (1, 2):
-        _wait_listener(routed, str(node))
+        wait_port(base + 1 + node)
         before = len(cluster.seen)
         n = Client(base + 1 + node)
         n.call(apis.API_VERSIONS, 3, {"ClientSoftwareName": "t", "ClientSoftwareVersion": "1"})
@@ -120,7 +112,7 @@ def test_node_endpoints_on_not_leader_point_at_the_proxy_and_a_later_broker_gets
 ) -> None:
     cluster.grow()  # broker 3 joins; only the NOT_LEADER answer names it
     base = routed.listen_port
-    _wait_listener(routed, "1")  # opened once the proxy's own discovery has named broker 1
+    wait_port(base + 2)  # broker 1's listener: opened once the proxy's own discovery has named it
     c = Client(base + 2)
     if api == apis.FETCH:
         req = {"MaxWaitMs": 0, "MinBytes": 1, "Topics": [{"TopicId": TOPIC_ID, "Partitions": [
@@ -130,7 +122,7 @@ def test_node_endpoints_on_not_leader_point_at_the_proxy_and_a_later_broker_gets
             {"Index": 0, "Records": None}]}]}
     resp = c.call(api, version, req)
     assert addrs(resp["NodeEndpoints"]) == {3: ("127.0.0.1", base + 4)}
-    _wait_listener(routed, "3")
+    wait_port(base + 4)
     before = len(cluster.seen)
     n3 = Client(base + 4)
     n3.call(apis.API_VERSIONS, 3, {"ClientSoftwareName": "t", "ClientSoftwareVersion": "1"})

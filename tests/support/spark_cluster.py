@@ -96,10 +96,10 @@ def standalone(work: Path, *, workers: int = 2, cores: int = 1, memory: str = "1
     master_env = bare_env(**daemon, SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false")
     master = _spawn(["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", "0",
                      "--webui-port", "0"], master_env, work / "master.log")
-    cluster = Cluster("", "", [master])
+    procs = [master]
     deadline = time.monotonic() + START_TIMEOUT_S
     try:
-        cluster.master_url, cluster.web_url = _master_addresses(master, work / "master.log", deadline)
+        cluster = Cluster(*_master_addresses(master, work / "master.log", deadline), procs)
         for i in range(workers):
             d = work / f"worker-{i}"
             d.mkdir(exist_ok=True)
@@ -119,5 +119,5 @@ def standalone(work: Path, *, workers: int = 2, cores: int = 1, memory: str = "1
             time.sleep(0.5)
         yield cluster
     finally:
-        for p in reversed(cluster.procs):
+        for p in reversed(procs):
             _stop(p)
