@@ -12,6 +12,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 
 import fetchlat.metrics.trace_layout as layout
@@ -27,9 +28,11 @@ from .schema import SCHEMA_VERSION, spark_schema
 Progress = Callable[[float, str], None]  # (share of the run done, 0..1; what it is doing)
 # How a run's time splits, in percent (measured on 10 M generated rows, local[2]): what turns the
 # steps into a share done, and so into an estimate of the time left.
-WEIGHTS = {"start": 6, "read": 3, "pass": 40, "latency_by_window": 8, "summary": 15, "outcome_mix": 1,
-           "pair_latency": 2, "record_latency": 9, "produce_latency": 1, "replication_latency": 3,
-           "slowest_clients": 4, "slowest_partitions": 1, "timeline": 1, "broker_timeline": 1, "report": 5}
+WEIGHTS = {"start": 6, "read": 3, "pass": 40, "tables": 46, "report": 5}
+# Spark jobs a run submits at once (the tables, the products it keeps): a small job is mostly
+# the driver planning and compiling it, so two or three at once keep both of a small machine's
+# cores busy; Spark's scheduler runs their tasks first come, first served.
+JOBS_AT_ONCE = int(os.environ.get("FETCHLAT_JOBS_AT_ONCE", "3"))
 JAVA_OPTIONS = "-XX:+UseParallelGC"  # local mode's driver JVM (FETCHLAT_SPARK_JAVA_OPTIONS overrides)
 
 
@@ -225,30 +228,36 @@ def run(dirs: list[str], out: str, *, master: str | None = None, since_ns: int |
                            "histograms per window x broker x kind x client")
         fine = held(tf.fine(tf.with_window(tf.timed(ex), window)))
         fine.count()  # the only pass over the exchanges; every latency table below merges its histograms
-        products = _products(spark, plan, fine, parts, repl, ex, sla_ms, held)
-        # the histograms merged over clients, which every per-broker table groups further
-        brokers = held(products["brokers"].drop("hour"))
+        products, per_hour = _products(spark, plan, fine, parts, repl, ex, sla_ms, held)
+        products = {k: v.drop("hour") for k, v in products.items()}
+        hourly = held(products["hourly"])  # merged by summary and produce latency
         rec = held(tf.record_latency(products["records"]))
         tables: dict[str, DataFrame] = {
-            "latency_by_window": products["latency_by_window"].drop("hour"),
-            "summary": tf.summary(brokers),
-            "outcome_mix": tf.outcome_mix(brokers),
-            "pair_latency": tf.flag_shifts(tf.pair_latency(brokers)),
+            "latency_by_window": products["latency_by_window"],
+            "summary": tf.summary(hourly),
+            "outcome_mix": products["outcome_mix"],
+            "pair_latency": tf.flag_shifts(products["pair_latency"]),
             "record_latency": rec,
-            "produce_latency": tf.produce_latency(brokers),
+            "produce_latency": tf.produce_latency(hourly),
             "replication_latency": tf.replication_latency(products["replication"]),
             "slowest_clients": tf.slowest_clients(products["clients"], top_n),
             "slowest_partitions": tf.slowest_partitions(rec, top_n),
-            "timeline": tf.timeline(brokers),
-            "broker_timeline": tf.broker_timeline(brokers),
+            "timeline": products["timeline"],
+            "broker_timeline": products["broker_timeline"],
         }
         collected: dict[str, list[dict[str, Any]]] = {}
-        for name, df in tables.items():
-            steps.step(name, f"computing {name.replace('_', ' ')}")
-            table = write_table(df, os.path.join(out, "tables", name), tf.ORDER.get(name, ()))
-            if name != "latency_by_window":  # the report reads the small ones
-                collected[name] = _rows(table)
-        rows_in = ex.count() + sum(int(e.get("exchanges", 0)) for e in plan.reused.values())
+        steps.step("tables", f"computing {len(tables)} tables")
+        with ThreadPoolExecutor(JOBS_AT_ONCE, thread_name_prefix="fetchlat-table") as pool:
+            running = {pool.submit(write_table, df, os.path.join(out, "tables", name), tf.ORDER.get(name, ())): name
+                       for name, df in tables.items()}
+            for done, future in enumerate(as_completed(running), 1):
+                name = running[future]
+                table = future.result()
+                steps.report(steps.done / 100, f"computed {name.replace('_', ' ')} ({done} of {len(tables)} tables)")
+                if name != "latency_by_window":  # the report reads the small ones
+                    collected[name] = _rows(table)
+        rows_in = (ex.count() if per_hour is None else sum(per_hour.values())) + sum(
+            int(e.get("exchanges", 0)) for e in plan.reused.values())
         steps.step("report", "writing the report")
         summary = _summary(collected, dirs, window, sla_ms, rows_in, time.monotonic() - t0)
         summary["hour_directories"] = seen
@@ -289,24 +298,34 @@ def _plan(spark: SparkSession, dirs: list[str], inputs: dict[str, tuple[list[str
 
 
 def _products(spark: SparkSession, plan: state.Plan, fine: DataFrame, parts: DataFrame, repl: DataFrame,
-              ex: DataFrame, sla_ms: float, held: Callable[[DataFrame], DataFrame]) -> dict[str, DataFrame]:
+              ex: DataFrame, sla_ms: float, held: Callable[[DataFrame], DataFrame]
+              ) -> tuple[dict[str, DataFrame], dict[int, int] | None]:
     """What the tables are finished from, each with its hour: computed from the traces read, kept
-    for the hours the plan keeps, and joined by the products of the hours it reuses."""
+    for the hours the plan keeps, and joined by the products of the hours it reuses. A window
+    lies in one hour (or nothing is kept), so the per-window tables are products as they are:
+    the hours a run reuses cost it a read, not a merge. With the products: the exchanges read per
+    hour, when they were counted (to keep them)."""
+    brokers = held(tf.without_clients(fine))  # the histograms merged over clients
+    per_window = {name: fn(brokers).withColumn("hour", tf.hour_of_window()) for name, fn in (
+        ("outcome_mix", tf.outcome_mix), ("pair_latency", tf.pair_latency), ("timeline", tf.timeline),
+        ("broker_timeline", tf.broker_timeline))}
     products = {
         "latency_by_window": tf.latency_by_window(fine).withColumn("hour", tf.hour_of_window()),
-        "brokers": tf.without_clients(fine).withColumn("hour", tf.hour_of_window()),
+        **per_window,
+        "hourly": tf.hourly_histograms(brokers),
         "clients": tf.client_histogram(fine),
         "records": tf.record_state(parts, sla_ms),
         "replication": tf.replication_state(repl),
     }
+    per_hour = None
     if plan.keeps and plan.fresh:
         products = {k: held(v) for k, v in products.items()}
         per_hour = {int(r[0]): int(r[1]) for r in ex.groupBy(tf.hour_of_ts()).count().collect()}
-        state.keep(spark, plan, products, per_hour)
+        state.keep(spark, plan, products, per_hour, JOBS_AT_ONCE)
     if plan.reused:
         kept = state.read_products(spark, plan, products)
         products = {k: v.unionByName(kept[k]) for k, v in products.items()}
-    return products
+    return products, per_hour
 
 
 def _summary(c: dict[str, list[dict[str, Any]]], dirs: list[str], window: str, sla_ms: float, rows: int,

@@ -1,8 +1,9 @@
 """Per-hour products of ``fetchlat analyze``, kept beside the report (``REPORT_DIR/state/`` or
 ``--state DIR``) so that a later run over the same hours reads them instead of the traces.
 
-A product is what the tables are finished from (``PRODUCTS``: latency by window, the client-free
-histograms, the per-client true-local histogram, the record-latency and replication states),
+A product is what the tables are finished from (``PRODUCTS``: the per-window tables as they are,
+the client-free histograms per hour, the per-client true-local histogram, the record-latency and
+replication states),
 with an ``hour`` column; it is written as Parquet partitioned by hour. ``manifest.json`` says,
 per hour, what the products were computed from (each input file's path, size and modification
 time, hashed), and for what (the state version, the trace schema, window and SLA). A run reuses
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,8 +29,9 @@ import fetchlat.metrics.trace_layout as layout
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-STATE_VERSION = 1
-PRODUCTS = ("latency_by_window", "brokers", "clients", "records", "replication")
+STATE_VERSION = 2  # 2: the per-window tables kept as they are, the client-free histograms per hour
+PRODUCTS = ("latency_by_window", "outcome_mix", "pair_latency", "timeline", "broker_timeline", "hourly", "clients",
+            "records", "replication")
 MANIFEST = "manifest.json"
 
 
@@ -143,9 +146,10 @@ def read_products(spark: SparkSession, p: Plan, like: dict[str, DataFrame]) -> d
     return out
 
 
-def keep(spark: SparkSession, p: Plan, products: dict[str, DataFrame], rows_per_hour: dict[int, int]) -> None:
-    """Write the fresh hours' products (replacing those hours only), then the manifest: an hour
-    is listed only once its products are whole."""
+def keep(spark: SparkSession, p: Plan, products: dict[str, DataFrame], rows_per_hour: dict[int, int],
+         jobs_at_once: int = 1) -> None:
+    """Write the fresh hours' products (replacing those hours only; ``jobs_at_once`` products at
+    once), then the manifest: an hour is listed only once its products are whole."""
     assert p.state_dir is not None
     base = p.state_dir.rstrip("/")
     manifest = read_manifest(spark, base)
@@ -154,11 +158,16 @@ def keep(spark: SparkSession, p: Plan, products: dict[str, DataFrame], rows_per_
         hours.pop(str(h), None)
     write_manifest(spark, base, {"key": p.key, "hours": hours})
     fresh = list(p.fresh)
-    for name, df in products.items():
+
+    def write(name: str, df: DataFrame) -> None:
         for h in fresh:  # an hour computed again replaces all it held (a product may now have no rows in it)
             fs, Path = hadoop_fs(spark, f"{base}/{name}/hour={h}")
             fs.delete(Path(f"{base}/{name}/hour={h}"), True)
         df.where(F.col("hour").isin(fresh)).write.mode("append").partitionBy("hour").parquet(f"{base}/{name}")
+
+    with ThreadPoolExecutor(jobs_at_once, thread_name_prefix="fetchlat-keep") as pool:
+        for future in [pool.submit(write, name, df) for name, df in products.items()]:
+            future.result()
     for h, fingerprint in p.fresh.items():
         hours[str(h)] = {"inputs": fingerprint, "exchanges": rows_per_hour.get(h, 0)}
     write_manifest(spark, base, {"key": p.key, "hours": hours})

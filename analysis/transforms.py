@@ -192,6 +192,13 @@ def without_clients(fine_df: DataFrame) -> DataFrame:
     return stats.select(*keys, F.lit(STATS_PART).alias("part"), *nulls, *STAT_COLS).unionByName(counts)
 
 
+def hourly_histograms(brokers: DataFrame) -> DataFrame:
+    """``without_clients`` per hour instead of per window, keyed as the whole-range tables
+    (summary, produce latency) group it: what they merge, 60 times fewer rows at 1m windows."""
+    return brokers.groupBy("api", "broker", "kind", "acks", hour_of_window().alias("hour"), "part", "bucket").agg(
+        *_merged())
+
+
 # The per-broker tables, each a grouping of ``without_clients`` (a few histogram rows per group:
 # each table's own aggregation costs about a second at 10 M rows; one grouping-sets aggregation
 # for all of them cost more than all of them).
