@@ -12,7 +12,6 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 
 import fetchlat.metrics.trace_layout as layout
@@ -28,11 +27,9 @@ from .schema import SCHEMA_VERSION, spark_schema
 Progress = Callable[[float, str], None]  # (share of the run done, 0..1; what it is doing)
 # How a run's time splits, in percent (measured on 10 M generated rows, local[2]): what turns the
 # steps into a share done, and so into an estimate of the time left.
-WEIGHTS = {"start": 6, "read": 3, "pass": 40, "tables": 46, "report": 5}
-# Spark jobs a run submits at once (the tables, the products it keeps): a small job is mostly
-# the driver planning and compiling it, so two or three at once keep both of a small machine's
-# cores busy; Spark's scheduler runs their tasks first come, first served.
-JOBS_AT_ONCE = int(os.environ.get("FETCHLAT_JOBS_AT_ONCE", "3"))
+WEIGHTS = {"start": 6, "read": 3, "pass": 40, "latency_by_window": 8, "summary": 15, "outcome_mix": 1,
+           "pair_latency": 2, "record_latency": 9, "produce_latency": 1, "replication_latency": 3,
+           "slowest_clients": 4, "slowest_partitions": 1, "timeline": 1, "broker_timeline": 1, "report": 5}
 JAVA_OPTIONS = "-XX:+UseParallelGC"  # local mode's driver JVM (FETCHLAT_SPARK_JAVA_OPTIONS overrides)
 
 
@@ -246,16 +243,11 @@ def run(dirs: list[str], out: str, *, master: str | None = None, since_ns: int |
             "broker_timeline": products["broker_timeline"],
         }
         collected: dict[str, list[dict[str, Any]]] = {}
-        steps.step("tables", f"computing {len(tables)} tables")
-        with ThreadPoolExecutor(JOBS_AT_ONCE, thread_name_prefix="fetchlat-table") as pool:
-            running = {pool.submit(write_table, df, os.path.join(out, "tables", name), tf.ORDER.get(name, ())): name
-                       for name, df in tables.items()}
-            for done, future in enumerate(as_completed(running), 1):
-                name = running[future]
-                table = future.result()
-                steps.report(steps.done / 100, f"computed {name.replace('_', ' ')} ({done} of {len(tables)} tables)")
-                if name != "latency_by_window":  # the report reads the small ones
-                    collected[name] = _rows(table)
+        for name, df in tables.items():
+            steps.step(name, f"computing {name.replace('_', ' ')}")
+            table = write_table(df, os.path.join(out, "tables", name), tf.ORDER.get(name, ()))
+            if name != "latency_by_window":  # the report reads the small ones
+                collected[name] = _rows(table)
         rows_in = (ex.count() if per_hour is None else sum(per_hour.values())) + sum(
             int(e.get("exchanges", 0)) for e in plan.reused.values())
         steps.step("report", "writing the report")
@@ -321,7 +313,7 @@ def _products(spark: SparkSession, plan: state.Plan, fine: DataFrame, parts: Dat
     if plan.keeps and plan.fresh:
         products = {k: held(v) for k, v in products.items()}
         per_hour = {int(r[0]): int(r[1]) for r in ex.groupBy(tf.hour_of_ts()).count().collect()}
-        state.keep(spark, plan, products, per_hour, JOBS_AT_ONCE)
+        state.keep(spark, plan, products, per_hour)
     if plan.reused:
         kept = state.read_products(spark, plan, products)
         products = {k: v.unionByName(kept[k]) for k, v in products.items()}

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -146,10 +145,9 @@ def read_products(spark: SparkSession, p: Plan, like: dict[str, DataFrame]) -> d
     return out
 
 
-def keep(spark: SparkSession, p: Plan, products: dict[str, DataFrame], rows_per_hour: dict[int, int],
-         jobs_at_once: int = 1) -> None:
-    """Write the fresh hours' products (replacing those hours only; ``jobs_at_once`` products at
-    once), then the manifest: an hour is listed only once its products are whole."""
+def keep(spark: SparkSession, p: Plan, products: dict[str, DataFrame], rows_per_hour: dict[int, int]) -> None:
+    """Write the fresh hours' products (replacing those hours only), then the manifest: an hour
+    is listed only once its products are whole."""
     assert p.state_dir is not None
     base = p.state_dir.rstrip("/")
     manifest = read_manifest(spark, base)
@@ -158,16 +156,11 @@ def keep(spark: SparkSession, p: Plan, products: dict[str, DataFrame], rows_per_
         hours.pop(str(h), None)
     write_manifest(spark, base, {"key": p.key, "hours": hours})
     fresh = list(p.fresh)
-
-    def write(name: str, df: DataFrame) -> None:
+    for name, df in products.items():
         for h in fresh:  # an hour computed again replaces all it held (a product may now have no rows in it)
             fs, Path = hadoop_fs(spark, f"{base}/{name}/hour={h}")
             fs.delete(Path(f"{base}/{name}/hour={h}"), True)
         df.where(F.col("hour").isin(fresh)).write.mode("append").partitionBy("hour").parquet(f"{base}/{name}")
-
-    with ThreadPoolExecutor(jobs_at_once, thread_name_prefix="fetchlat-keep") as pool:
-        for future in [pool.submit(write, name, df) for name, df in products.items()]:
-            future.result()
     for h, fingerprint in p.fresh.items():
         hours[str(h)] = {"inputs": fingerprint, "exchanges": rows_per_hour.get(h, 0)}
     write_manifest(spark, base, {"key": p.key, "hours": hours})
