@@ -192,13 +192,6 @@ def without_clients(fine_df: DataFrame) -> DataFrame:
     return stats.select(*keys, F.lit(STATS_PART).alias("part"), *nulls, *STAT_COLS).unionByName(counts)
 
 
-def hourly_histograms(brokers: DataFrame) -> DataFrame:
-    """``without_clients`` per hour instead of per window, keyed as the whole-range tables
-    (summary, produce latency) group it: what they merge, 60 times fewer rows at 1m windows."""
-    return brokers.groupBy("api", "broker", "kind", "acks", hour_of_window().alias("hour"), "part", "bucket").agg(
-        *_merged())
-
-
 # The per-broker tables, each a grouping of ``without_clients`` (a few histogram rows per group:
 # each table's own aggregation costs about a second at 10 M rows; one grouping-sets aggregation
 # for all of them cost more than all of them).
@@ -209,11 +202,19 @@ COARSE_SETS = {
     "produce_latency": ("api", "broker", "acks"),
     "timeline": ("api", "window_start", "kind"),
 }
+WHOLE_RANGE = ("summary", "produce_latency")  # the groupings without a window: they merge ``hourly_histograms``
+
+
+def hourly_histograms(brokers: DataFrame) -> DataFrame:
+    """``without_clients`` per hour instead of per window, keyed by what the WHOLE_RANGE tables
+    group: what they merge, 60 times fewer rows at 1m windows."""
+    keys = dict.fromkeys(k for t in WHOLE_RANGE for k in COARSE_SETS[t])
+    return brokers.groupBy(*keys, hour_of_window().alias("hour"), "part", "bucket").agg(*_merged())
 
 
 def _grouped(df: DataFrame, table: str) -> DataFrame:
-    """The histogram rows of one grouping, from ``without_clients`` (or from ``fine``, merged
-    over clients here)."""
+    """The histogram rows of one grouping, from ``without_clients`` or, for the WHOLE_RANGE
+    tables, from ``hourly_histograms`` (or from ``fine``, merged over clients here)."""
     if "part" not in df.columns:  # per-client rows (``fine``)
         df = without_clients(df)
     return df.groupBy(*COARSE_SETS[table], "part", "bucket").agg(*_merged())

@@ -103,12 +103,12 @@ def standalone(work: Path, *, workers: int = 2, cores: int = 1, memory: str = "1
         for i in range(workers):
             d = work / f"worker-{i}"
             d.mkdir(exist_ok=True)
-            cluster.procs.append(_spawn(["org.apache.spark.deploy.worker.Worker", cluster.master_url,
+            procs.append(_spawn(["org.apache.spark.deploy.worker.Worker", cluster.master_url,
                                          "--host", "127.0.0.1", "--cores", str(cores), "--memory", memory,
                                          "--webui-port", "0", "--work-dir", str(d)],
                                         bare_env(**daemon), work / f"worker-{i}.log"))
         while True:
-            dead = [p.args for p in cluster.procs if p.poll() is not None]
+            dead = [p.args for p in procs if p.poll() is not None]
             assert not dead, f"a Spark daemon exited: {dead}; see {work}/*.log"
             try:
                 if cluster.alive_workers() == workers:
