@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -29,6 +30,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--top", type=int, default=10, help="how many slowest clients/partitions to list")
     p.add_argument("--state", help="keep per-hour results here (e.g. OUT/state; any path Spark writes: hdfs://, "
                                    "s3a://) and reuse them in later runs over the same hours")
+    p.add_argument("--every", help="keep running: look at the traces every EVERY (e.g. 30s, 5m, 1h) and analyse "
+                                   "again, in the same Spark session, once they have changed (keeps per-hour "
+                                   "state in --state, by default OUT/state)")
+    p.add_argument("--runs", type=int, help="with --every: stop after this many runs (default: until interrupted)")
 
 
 def parse_time_ns(text: str | None, what: str) -> int | None:
@@ -53,10 +58,10 @@ def parse_time_ns(text: str | None, what: str) -> int | None:
 def parse_duration_ms(text: str) -> float:
     import re
 
-    m = re.fullmatch(r"\s*([0-9.]+)\s*(ms|s|m)?\s*", text)
+    m = re.fullmatch(r"\s*([0-9.]+)\s*(ms|s|m|h)?\s*", text)
     if not m:
-        raise SystemExit(f"fetchlat analyze: duration '{text}' should look like 500ms, 5s or 1m")
-    return float(m.group(1)) * {"ms": 1.0, "s": 1000.0, "m": 60000.0, None: 1000.0}[m.group(2)]
+        raise SystemExit(f"fetchlat analyze: duration '{text}' should look like 500ms, 5s, 1m or 1h")
+    return float(m.group(1)) * {"ms": 1.0, "s": 1000.0, "m": 60000.0, "h": 3_600_000.0, None: 1000.0}[m.group(2)]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -75,18 +80,56 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"fetchlat analyze: {exc}", file=sys.stderr)
         return 2
-    summary = run_with_progress(console, lambda progress: job.run(
-        args.trace_dirs, args.out, master=args.master, since_ns=since, until_ns=until, window=args.window,
-        sla_ms=parse_duration_ms(args.sla), top_n=args.top, progress=progress,
-        state_dir=args.state))
-    import os
+    if args.runs is not None and args.every is None:
+        print("fetchlat analyze: --runs goes with --every", file=sys.stderr)
+        return 2
 
+    def analysis(progress: Report, spark: Any = None) -> dict[str, Any]:
+        summary: dict[str, Any] = job.run(
+            args.trace_dirs, args.out, master=args.master, since_ns=since, until_ns=until, window=args.window,
+            sla_ms=parse_duration_ms(args.sla), top_n=args.top, progress=progress, state_dir=args.state, spark=spark)
+        return summary
+
+    if args.every is None:
+        said(console, args.out, run_with_progress(console, analysis))
+        return 0
+    return _follow(console, args, analysis, since, until)
+
+
+def said(console: Console, out: str, summary: dict[str, Any], run: int | None = None) -> None:
+    """A run's headline, what it read, and where its report is (the report's path alone on stdout)."""
     console.print(headline_table(summary))
     kept = summary["state"]
     reused = f" ({kept['hours_reused']} hour(s) read from {kept['dir']})" if kept["hours_reused"] else ""
-    console.print(f"{summary['exchanges_read']:,} exchanges analysed in {summary['seconds']} s{reused}; "
+    which = f"run {run}: " if run is not None else ""
+    console.print(f"{which}{summary['exchanges_read']:,} exchanges analysed in {summary['seconds']} s{reused}; "
                   f"{len(summary['flagged_pairs'])} broker-pair window(s) flagged")
-    print(os.path.join(os.path.abspath(args.out), "report.html"))
+    print(os.path.join(os.path.abspath(out), "report.html"), flush=True)
+
+
+def _follow(console: Console, args: argparse.Namespace, analysis: Callable[..., dict[str, Any]], since: int | None,
+            until: int | None) -> int:
+    """``--every``: one Spark session, a run now and again whenever the traces have changed."""
+    from fetchlat.analysis import follow, job
+
+    every_s = parse_duration_ms(args.every) / 1000
+    if every_s <= 0 or (args.runs is not None and args.runs < 1):
+        print("fetchlat analyze: --every needs a positive duration and --runs at least 1", file=sys.stderr)
+        return 2
+    args.state = args.state or os.path.join(args.out, "state")
+    spark = job.build_session(args.master)
+
+    def done(n: int, summary: dict[str, Any]) -> None:
+        said(console, args.out, summary, n)
+        console.print(f"fetchlat analyze: run {n} done; looking at the traces every {args.every}")
+
+    try:
+        follow.follow(spark, lambda s: run_with_progress(console, lambda progress: analysis(progress, s)),
+                      lambda: follow.listing(spark, args.trace_dirs, since, until), every_s, done, runs=args.runs)
+    except KeyboardInterrupt:
+        console.print("fetchlat analyze: stopped")
+    finally:
+        spark.stop()
     return 0
 
 

@@ -57,7 +57,8 @@ def hadoop_fs(spark: SparkSession, path: str) -> tuple[Any, Any]:
     return p.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), jvm.org.apache.hadoop.fs.Path
 
 
-def _files(spark: SparkSession, hour_dir: str) -> list[str]:
+def files(spark: SparkSession, hour_dir: str) -> list[str]:
+    """The trace files of an hour directory, each as path|size|modification time."""
     fs, Path = hadoop_fs(spark, hour_dir)
     out = []
     for st in fs.listStatus(Path(hour_dir)) or []:
@@ -69,7 +70,7 @@ def _files(spark: SparkSession, hour_dir: str) -> list[str]:
 
 def fingerprints(spark: SparkSession, hour_dirs: dict[int, list[str]]) -> dict[int, str]:
     """Per hour: a hash of every input file under its directories (path, size, modification time)."""
-    return {h: hashlib.sha256("\n".join(sorted(f for d in dirs for f in _files(spark, d))).encode()).hexdigest()
+    return {h: hashlib.sha256("\n".join(sorted(f for d in dirs for f in files(spark, d))).encode()).hexdigest()
             for h, dirs in hour_dirs.items()}
 
 

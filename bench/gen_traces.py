@@ -19,7 +19,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -163,6 +165,27 @@ def _chunk(rng: np.random.Generator, n: int, t0_s: float, t1_s: float, *, start_
         "latency_ns": ((local[rep] + rng.lognormal(np.log(3.0), 0.5, k)) * MS).astype(np.int64),
     }
     return {"exchanges": cols, "partitions": part_cols, "replication": repl_cols}
+
+
+def split_last_hour(day: str, fleet: str) -> str:
+    """Copy ``day``'s traces to ``fleet`` but for their last hour; returns that hour's directory
+    name (``hour=HH``), for ``hour_arrives``."""
+    hours = Path(day, "exchanges")
+    last = sorted(p.relative_to(hours).as_posix() for p in hours.glob("date=*/hour=*"))[-1]
+    shutil.copytree(day, fleet, ignore=lambda d, names: [n for n in names if f"{Path(d).name}/{n}" == last])
+    return last
+
+
+def hour_arrives(day: str, fleet: str, last: str) -> None:
+    """The hour ``split_last_hour`` held back lands in ``fleet`` as a proxy's files land: each
+    table's hour directory staged beside its place, then renamed into it."""
+    for table in TABLES:
+        src = Path(day, table, last)
+        if src.is_dir():
+            dest = Path(fleet, table, last)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copytree(src, dest.with_name(".staging-" + dest.name))
+            os.rename(dest.with_name(".staging-" + dest.name), dest)
 
 
 def _grey(text: str) -> Grey:
