@@ -133,14 +133,35 @@ def _rows(table: pa.Table) -> list[dict[str, Any]]:
 
 def write_table(df: DataFrame, path: str, order: tuple[str, ...] = ()) -> pa.Table:
     """One Spark job: the result comes to the driver as Arrow batches and is written, ordered by
-    ``order`` there (a Spark sort would be a pass of its own), as one Parquet file."""
+    ``order`` there (a Spark sort would be a pass of its own), as one Parquet file that replaces
+    the directory's old one whole."""
     table = df.toArrow()
     if order:
         table = table.sort_by([(k, "ascending") for k in order])
-    shutil.rmtree(path, ignore_errors=True)
-    os.makedirs(path)
-    pq.write_table(table, os.path.join(path, "part-00000.parquet"), compression="zstd")
+    new, old = _beside(path, "new"), _beside(path, "old")
+    for d in (new, old):
+        shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(new)
+    pq.write_table(table, os.path.join(new, "part-00000.parquet"), compression="zstd")
+    if os.path.exists(path):  # a reader of the report directory (``--every``) sees one whole table or the other
+        os.rename(path, old)
+    os.rename(new, path)
+    shutil.rmtree(old, ignore_errors=True)
     return table
+
+
+def _beside(path: str, what: str) -> str:
+    """A hidden name beside ``path``: ``.name-what``."""
+    head, name = os.path.split(path.rstrip("/"))
+    return os.path.join(head, f".{name}-{what}")
+
+
+def write_whole(path: str, text: str) -> None:
+    """``text`` to ``path``, replacing it in one rename: a reader never sees half a file."""
+    tmp = _beside(path, "new")
+    with open(tmp, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
 
 
 class _Steps:
@@ -256,10 +277,8 @@ def run(dirs: list[str], out: str, *, master: str | None = None, since_ns: int |
         summary["state"] = {"dir": plan.state_dir, "hours_reused": len(plan.reused), "hours_kept": len(plan.fresh),
                             "not_kept_because": plan.why_not or None}
         os.makedirs(out, exist_ok=True)
-        with open(os.path.join(out, "summary.json"), "w") as fh:
-            json.dump(summary, fh, indent=2, default=str)
-        with open(os.path.join(out, "report.html"), "w") as fh:
-            fh.write(report.render(summary, collected))
+        write_whole(os.path.join(out, "summary.json"), json.dumps(summary, indent=2, default=str))
+        write_whole(os.path.join(out, "report.html"), report.render(summary, collected))
         steps.step("", "done")
         return summary
     finally:

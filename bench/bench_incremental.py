@@ -45,24 +45,30 @@ def analyze(trace_dir: Path, out: Path, extra: list[str]) -> dict[str, object]:
 
 def follow(gen: Any, day: Path, fleet: Path, out: Path) -> dict[str, object]:
     """(4): ``--every``; the second run's own time (summary.json), and from the hour's arrival to
-    its report (the second run plus the looks that saw the hour land and settle)."""
+    its report (the second run plus the looks that saw the hour land and settle: each look lists
+    every input file)."""
     last = gen.split_last_hour(str(day), str(fleet))
     proc = subprocess.Popen([sys.executable, "-m", "fetchlat.proxy", "analyze", str(fleet), "--out", str(out),
                              "--every", "2s", "--runs", "2"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True)
     assert proc.stderr is not None
     tail: list[str] = []
-    for line in proc.stderr:
-        tail = [*tail[-20:], line]
-        if "run 1 done" in line:
-            break
-    else:
-        raise SystemExit(f"fetchlat analyze --every stopped before its first run was done: {''.join(tail)}")
+
+    def wait_for(what: str) -> None:
+        nonlocal tail
+        for line in proc.stderr:  # type: ignore[union-attr]
+            tail = [*tail[-20:], line]
+            if what in line:
+                return
+        raise SystemExit(f"fetchlat analyze --every stopped before '{what}': {''.join(tail)}")
+
+    wait_for("run 1 done")
     first = json.loads((out / "summary.json").read_text())
     t = time.monotonic()
     gen.hour_arrives(str(day), str(fleet), last)
-    proc.communicate(timeout=3600)
+    wait_for("run 2 done")  # its report written
     arrival_to_report = time.monotonic() - t
+    proc.communicate(timeout=600)
     if proc.returncode:
         raise SystemExit(f"fetchlat analyze --every failed: {proc.returncode}")
     s = json.loads((out / "summary.json").read_text())

@@ -79,6 +79,17 @@ def test_the_listing_names_every_input_file_by_size_and_time(spark: SparkSession
     assert follow.listing(spark, [str(tmp_path)], None, None) != touched
 
 
+def test_a_run_replaces_each_output_whole(spark: SparkSession, tmp_path: Path) -> None:
+    """A reader of the report directory while ``--every`` runs sees one whole table or the other."""
+    path = tmp_path / "tables" / "t"
+    for n in (3, 5):
+        job.write_table(spark.range(n).toDF("x"), str(path), ("x",))
+        assert pq.read_table(path).column("x").to_pylist() == list(range(n))
+        job.write_whole(str(tmp_path / "summary.json"), json.dumps({"n": n}))
+        assert json.loads((tmp_path / "summary.json").read_text()) == {"n": n}
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["part-00000.parquet", "summary.json", "t", "tables"]
+
+
 @pytest.mark.long  # a fresh JVM and three runs: ~60 s (make test-long)
 def test_the_command_keeps_its_session_and_reads_only_the_hour_that_arrived(spark: SparkSession,
                                                                              tmp_path: Path) -> None:
