@@ -123,9 +123,15 @@ def _follow(console: Console, args: argparse.Namespace, analysis: Callable[..., 
         said(console, args.out, summary, n)
         console.print(f"fetchlat analyze: run {n} done; looking at the traces every {args.every}")
 
+    def failed(n: int, exc: Exception) -> None:
+        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        console.print(f"fetchlat analyze: run {n} failed: {why}; the report stays as the last run wrote it; "
+                      "running again once the traces change")
+
     try:
         follow.follow(spark, lambda s: run_with_progress(console, lambda progress: analysis(progress, s)),
-                      lambda: follow.listing(spark, args.trace_dirs, since, until), every_s, done, runs=args.runs)
+                      lambda: follow.listing(spark, args.trace_dirs, since, until), every_s, done, failed,
+                      runs=args.runs)
     except KeyboardInterrupt:
         console.print("fetchlat analyze: stopped")
     finally:

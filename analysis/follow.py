@@ -21,6 +21,7 @@ from . import job, state
 
 Run = Callable[[SparkSession], dict[str, Any]]  # one analysis in the given session
 Said = Callable[[int, dict[str, Any]], None]  # (run number, its summary): what the caller shows
+Failed = Callable[[int, Exception], None]  # (run number, why it failed)
 
 
 def listing(spark: SparkSession, dirs: list[str], since_ns: int | None, until_ns: int | None) -> str:
@@ -39,11 +40,13 @@ def listing(spark: SparkSession, dirs: list[str], since_ns: int | None, until_ns
     return hashlib.sha256("\n".join(sorted(files)).encode()).hexdigest()
 
 
-def follow(spark: SparkSession, run: Run, look: Callable[[], str], every_s: float, said: Said,
+def follow(spark: SparkSession, run: Run, look: Callable[[], str], every_s: float, said: Said, failed: Failed,
            runs: int | None = None, sleep: Callable[[float], None] = time.sleep) -> int:
     """Run once now, then look every ``every_s`` seconds and run again when the listing has
     changed since the last run and is the same as at the previous look; stop after ``runs``
-    runs (None: until interrupted). Returns the runs done."""
+    runs (None: until interrupted). A run that fails (a file Spark cannot read, a full disk) is
+    told to ``failed`` and the loop goes on: the next change of the traces starts the next run.
+    Returns the runs done."""
     done = 0
     last_run = previous = ""
     while runs is None or done < runs:
@@ -51,7 +54,12 @@ def follow(spark: SparkSession, run: Run, look: Callable[[], str], every_s: floa
         if done == 0 or (now != last_run and now == previous):
             done += 1
             last_run = now
-            said(done, run(spark))
+            try:
+                summary = run(spark)
+            except Exception as exc:  # one run's failure; the next change may be the fix
+                failed(done, exc)
+            else:
+                said(done, summary)
             if runs is not None and done >= runs:
                 break
             now = look()  # what changed during the run waits for the next looks
