@@ -61,10 +61,11 @@ def files(spark: SparkSession, hour_dir: str) -> list[str]:
     """The trace files of an hour directory, each as path|size|modification time."""
     fs, Path = hadoop_fs(spark, hour_dir)
     out = []
-    for st in fs.listStatus(Path(hour_dir)) or []:
-        name = st.getPath().getName()
-        if st.isFile() and name.endswith(".parquet") and not name.startswith((".", "_")):
-            out.append(f"{st.getPath().toString()}|{st.getLen()}|{st.getModificationTime()}")
+    for st in fs.listStatus(Path(hour_dir)) or []:  # each call a round trip to the JVM: as few as will do
+        path = str(st.getPath().toString())
+        name = path.rsplit("/", 1)[-1]
+        if name.endswith(".parquet") and not name.startswith((".", "_")) and st.isFile():
+            out.append(f"{path}|{st.getLen()}|{st.getModificationTime()}")
     return out
 
 
