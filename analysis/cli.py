@@ -8,6 +8,7 @@ import argparse
 import contextlib
 import os
 import re
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -101,6 +102,8 @@ def said(console: Console, out: str, summary: dict[str, Any], run: int | None = 
     console.print(headline_table(summary))
     kept = summary["state"]
     reused = f" ({kept['hours_reused']} hour(s) read from {kept['dir']})" if kept["hours_reused"] else ""
+    if kept["not_kept_because"]:
+        console.print(f"nothing kept in the state: {kept['not_kept_because']}")
     which = f"run {run}: " if run is not None else ""
     console.print(f"{which}{summary['exchanges_read']:,} exchanges analysed in {summary['seconds']} s{reused}; "
                   f"{len(summary['flagged_pairs'])} broker-pair window(s) flagged")
@@ -128,6 +131,10 @@ def _follow(console: Console, args: argparse.Namespace, analysis: Callable[..., 
         console.print(f"fetchlat analyze: run {n} failed: {why}; the report stays as the last run wrote it; "
                       "running again once the traces change")
 
+    def stop(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt  # a service manager's SIGTERM stops it as Ctrl-C does: Spark stopped, then exit
+
+    signal.signal(signal.SIGTERM, stop)
     try:
         follow.follow(spark, lambda s: run_with_progress(console, lambda progress: analysis(progress, s)),
                       lambda: follow.listing(spark, args.trace_dirs, since, until), every_s, done, failed,
