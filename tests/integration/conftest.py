@@ -31,10 +31,16 @@ def port_free(port: int) -> bool:
     return True
 
 
+EPHEMERAL_FROM = 32768  # where Linux's default ip_local_port_range starts
+
+
 def free_ports(*offsets: int) -> int:
-    """A base port P such that P + each offset is free."""
+    """A base port P such that P + each offset is free, all of them below the ephemeral range: a
+    port there can be taken between this check and the bind by any outbound connection or any
+    listener on port 0 (a fresh-clone run once lost a proxy's broker listener that way)."""
+    top = EPHEMERAL_FROM - max(offsets, default=0) - 1
     for _ in range(200):
-        base = random.randrange(20000, 40000)
+        base = random.randrange(20000, top)
         if all(port_free(base + o) for o in offsets):
             return base
     raise RuntimeError("no free port block found")

@@ -63,7 +63,9 @@ def cluster() -> Iterator[FakeCluster]:
 
 @pytest.fixture
 def routed(cluster: FakeCluster, tmp_path: Path) -> Iterator[ProxyProc]:
-    p = start_proxy(f"127.0.0.1:{cluster.ports[1]}", tmp_path)
+    # the proxy listens for broker N on base + 1 + N: every broker this cluster has or grows
+    listeners = [1 + n for n in (*cluster.node_ids, *cluster.later_node_ids)]
+    p = start_proxy(f"127.0.0.1:{cluster.ports[1]}", tmp_path, base=free_ports(0, *listeners, 1000))
     yield p
     stop_proxy(p)
 
