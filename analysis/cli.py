@@ -57,8 +57,6 @@ def parse_time_ns(text: str | None, what: str) -> int | None:
 
 
 def parse_duration_ms(text: str) -> float:
-    import re
-
     m = re.fullmatch(r"\s*([0-9.]+)\s*(ms|s|m|h)?\s*", text)
     if not m:
         raise SystemExit(f"fetchlat analyze: duration '{text}' should look like 500ms, 5s, 1m or 1h")
@@ -136,7 +134,7 @@ def _follow(console: Console, args: argparse.Namespace, analysis: Callable[..., 
 
     signal.signal(signal.SIGTERM, stop)
     try:
-        follow.follow(spark, lambda s: run_with_progress(console, lambda progress: analysis(progress, s)),
+        follow.follow(lambda: run_with_progress(console, lambda progress: analysis(progress, spark)),
                       lambda: follow.listing(spark, args.trace_dirs, since, until), every_s, done, failed,
                       runs=args.runs)
     except KeyboardInterrupt:

@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 
 from . import job, state
 
-Run = Callable[[SparkSession], dict[str, Any]]  # one analysis in the given session
+Run = Callable[[], dict[str, Any]]  # one analysis (its summary), in the session the caller keeps
 Said = Callable[[int, dict[str, Any]], None]  # (run number, its summary): what the caller shows
 Failed = Callable[[int, Exception], None]  # (run number, why it failed)
 
@@ -40,8 +40,8 @@ def listing(spark: SparkSession, dirs: list[str], since_ns: int | None, until_ns
     return hashlib.sha256("\n".join(sorted(files)).encode()).hexdigest()
 
 
-def follow(spark: SparkSession, run: Run, look: Callable[[], str], every_s: float, said: Said, failed: Failed,
-           runs: int | None = None, sleep: Callable[[float], None] = time.sleep) -> int:
+def follow(run: Run, look: Callable[[], str], every_s: float, said: Said, failed: Failed, runs: int | None = None,
+           sleep: Callable[[float], None] = time.sleep) -> int:
     """Run once now, then look every ``every_s`` seconds and run again when the listing has
     changed since the last run and is the same as at the previous look; stop after ``runs``
     runs (None: until interrupted). A run that fails (a file Spark cannot read, a full disk) is
@@ -55,7 +55,7 @@ def follow(spark: SparkSession, run: Run, look: Callable[[], str], every_s: floa
             done += 1
             last_run = now
             try:
-                summary = run(spark)
+                summary = run()
             except Exception as exc:  # one run's failure; the next change may be the fix
                 failed(done, exc)
             else:

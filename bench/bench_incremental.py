@@ -37,9 +37,13 @@ def analyze(trace_dir: Path, out: Path, extra: list[str]) -> dict[str, object]:
     t = time.monotonic()
     subprocess.run([sys.executable, "-m", "fetchlat.proxy", "analyze", str(trace_dir), "--out", str(out), *extra],
                    check=True, capture_output=True, text=True)
-    wall = time.monotonic() - t
+    return {"wall_s": round(time.monotonic() - t, 1), **what_was_read(out)}
+
+
+def what_was_read(out: Path) -> dict[str, object]:
+    """Of a run's summary.json: exchanges read, the state's use, hour directories read."""
     s = json.loads((out / "summary.json").read_text())
-    return {"wall_s": round(wall, 1), "exchanges_read": s["exchanges_read"], "state": s["state"],
+    return {"exchanges_read": s["exchanges_read"], "state": s["state"],
             "hour_directories_read": s["hour_directories"]["exchanges"]["read"]}
 
 
@@ -71,10 +75,9 @@ def follow(gen: Any, day: Path, fleet: Path, out: Path) -> dict[str, object]:
     proc.communicate(timeout=600)
     if proc.returncode:
         raise SystemExit(f"fetchlat analyze --every failed: {proc.returncode}")
-    s = json.loads((out / "summary.json").read_text())
-    return {"first_run_s": first["seconds"], "second_run_s": s["seconds"],
-            "arrival_to_report_s": round(arrival_to_report, 1), "exchanges_read": s["exchanges_read"],
-            "state": s["state"], "hour_directories_read": s["hour_directories"]["exchanges"]["read"]}
+    second = json.loads((out / "summary.json").read_text())
+    return {"first_run_s": first["seconds"], "second_run_s": second["seconds"],
+            "arrival_to_report_s": round(arrival_to_report, 1), **what_was_read(out)}
 
 
 def tables(out: Path) -> dict[str, object]:

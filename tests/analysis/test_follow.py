@@ -39,7 +39,7 @@ def test_a_run_starts_once_the_listing_has_changed_and_stayed_the_same_for_one_l
         return seen[-1]
 
     said: list[int] = []
-    done = follow.follow(None, lambda spark: ran.append(seen[-1]) or {}, look, 1.0,  # type: ignore[arg-type]
+    done = follow.follow(lambda: ran.append(seen[-1]) or {}, look, 1.0,
                          lambda n, summary: said.append(n), _no_failure, runs=3, sleep=lambda s: None)
     assert (done, ran, said) == (3, ["a", "b", "c"], [1, 2, 3])
     assert len(seen) == 7
@@ -57,8 +57,8 @@ def test_unchanged_traces_start_no_run() -> None:
         return "same"
 
     with pytest.raises(KeyboardInterrupt):
-        follow.follow(None, lambda spark: ran.append(1) or {}, look, 1.0,  # type: ignore[arg-type]
-                      lambda n, s: None, _no_failure, runs=2, sleep=lambda s: None)
+        follow.follow(lambda: ran.append(1) or {}, look, 1.0, lambda n, s: None, _no_failure, runs=2,
+                      sleep=lambda s: None)
     assert ran == [1]
 
 
@@ -66,12 +66,12 @@ def test_a_failed_run_is_told_and_the_next_change_runs_again() -> None:
     looks = iter(["a", "a", "a", "b", "b"])
     outcomes: list[str] = []
 
-    def run(spark: object) -> dict[str, object]:
+    def run() -> dict[str, object]:
         if not outcomes:
             raise OSError("file:/traces/x.parquet is not a Parquet file")
         return {}
 
-    done = follow.follow(None, run, lambda: next(looks), 1.0, lambda n, s: outcomes.append(f"{n} ok"),  # type: ignore[arg-type]
+    done = follow.follow(run, lambda: next(looks), 1.0, lambda n, s: outcomes.append(f"{n} ok"),
                          lambda n, exc: outcomes.append(f"{n} failed: {exc}"), runs=2, sleep=lambda s: None)
     assert done == 2
     assert outcomes == ["1 failed: file:/traces/x.parquet is not a Parquet file", "2 ok"]
