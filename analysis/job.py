@@ -20,16 +20,14 @@ import pyarrow.parquet as pq
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
-from . import report, state
+from . import finish, report, state
 from . import transforms as tf
 from .schema import SCHEMA_VERSION, spark_schema
 
 Progress = Callable[[float, str], None]  # (share of the run done, 0..1; what it is doing)
 # How a run's time splits, in percent (measured on 10 M generated rows, local[2]): what turns the
 # steps into a share done, and so into an estimate of the time left.
-WEIGHTS = {"start": 6, "read": 3, "pass": 40, "latency_by_window": 8, "summary": 15, "outcome_mix": 1,
-           "pair_latency": 2, "record_latency": 9, "produce_latency": 1, "replication_latency": 3,
-           "slowest_clients": 4, "slowest_partitions": 1, "timeline": 1, "broker_timeline": 1, "report": 5}
+WEIGHTS = {"start": 6, "read": 3, "pass": 40, "products": 38, "keep": 1, "tables": 6, "report": 6}
 JAVA_OPTIONS = "-XX:+UseParallelGC"  # local mode's driver JVM (FETCHLAT_SPARK_JAVA_OPTIONS overrides)
 
 
@@ -131,11 +129,9 @@ def _rows(table: pa.Table) -> list[dict[str, Any]]:
     return out
 
 
-def write_table(df: DataFrame, path: str, order: tuple[str, ...] = ()) -> pa.Table:
-    """One Spark job: the result comes to the driver as Arrow batches and is written, ordered by
-    ``order`` there (a Spark sort would be a pass of its own), as one Parquet file that replaces
-    the directory's old one whole."""
-    table = df.toArrow()
+def write_table(table: pa.Table, path: str, order: tuple[str, ...] = ()) -> pa.Table:
+    """A finished table, ordered by ``order``, as one Parquet file that replaces the directory's
+    old one whole."""
     if order:
         table = table.sort_by([(k, "ascending") for k in order])
     new, old = _beside(path, "new"), _beside(path, "old")
@@ -233,9 +229,10 @@ def run(dirs: list[str], out: str, *, master: str | None = None, since_ns: int |
         inputs = {t: table_inputs(spark, dirs, t, since_ns, until_ns) for t in TRACE_TABLES}
         plan = _plan(spark, dirs, inputs, state_dir, window, sla_ms, since_ns, until_ns)
         unread = set(plan.reused)  # hours whose products come from the state
+        to_read = {t: [p for p in inputs[t][0] if layout.hour_of_dir(p) not in unread] for t in TRACE_TABLES}
         seen: dict[str, Any] = {}
-        ex, parts, repl = (read_table(spark, dirs, t, seen=seen, since_ns=since_ns, until_ns=until_ns, inputs=(
-            [p for p in inputs[t][0] if layout.hour_of_dir(p) not in unread], inputs[t][1])) for t in TRACE_TABLES)
+        ex, parts, repl = (read_table(spark, dirs, t, seen=seen, since_ns=since_ns, until_ns=until_ns,
+                                      inputs=(to_read[t], inputs[t][1])) for t in TRACE_TABLES)
         hours = seen["exchanges"]
         reduce_tasks = shuffle_partitions(spark, seen)
         where = (f"{hours['read']} of {hours['in_all']} hour directories in range" if hours["in_all"]
@@ -244,32 +241,16 @@ def run(dirs: list[str], out: str, *, master: str | None = None, since_ns: int |
             where += f", {len(plan.reused)} hour(s) from the state"
         steps.step("pass", f"one pass over the exchanges ({where}, {reduce_tasks} reduce tasks): counts and "
                            "histograms per window x broker x kind x client")
-        fine = held(tf.fine(tf.with_window(tf.timed(ex), window)))
-        fine.count()  # the only pass over the exchanges; every latency table below merges its histograms
-        products, per_hour = _products(spark, plan, fine, parts, repl, ex, sla_ms, held)
-        products = {k: v.drop("hour") for k, v in products.items()}
-        hourly = held(products["hourly"])  # merged by summary and produce latency
-        rec = held(tf.record_latency(products["records"]))
-        tables: dict[str, DataFrame] = {
-            "latency_by_window": products["latency_by_window"],
-            "summary": tf.summary(hourly),
-            "outcome_mix": products["outcome_mix"],
-            "pair_latency": tf.flag_shifts(products["pair_latency"]),
-            "record_latency": rec,
-            "produce_latency": tf.produce_latency(hourly),
-            "replication_latency": tf.replication_latency(products["replication"]),
-            "slowest_clients": tf.slowest_clients(products["clients"], top_n),
-            "slowest_partitions": tf.slowest_partitions(rec, top_n),
-            "timeline": products["timeline"],
-            "broker_timeline": products["broker_timeline"],
-        }
+        traces = any(to_read.values()) or not plan.reused  # nothing to read and nothing kept: empty products
+        products, per_hour = _products(plan, (ex, parts, repl) if traces else None, window, sla_ms, held, steps)
+        steps.step("tables", "finishing the tables")
+        tables = finish.tables(products, top_n)
         collected: dict[str, list[dict[str, Any]]] = {}
-        for name, df in tables.items():
-            steps.step(name, f"computing {name.replace('_', ' ')}")
-            table = write_table(df, os.path.join(out, "tables", name), tf.ORDER.get(name, ()))
+        for name, table in tables.items():
+            table = write_table(table, os.path.join(out, "tables", name), tf.ORDER.get(name, ()))
             if name != "latency_by_window":  # the report reads the small ones
                 collected[name] = _rows(table)
-        rows_in = (ex.count() if per_hour is None else sum(per_hour.values())) + sum(
+        rows_in = (ex.count() if per_hour is None and traces else sum((per_hour or {}).values())) + sum(
             int(e.get("exchanges", 0)) for e in plan.reused.values())
         steps.step("report", "writing the report")
         summary = _summary(collected, dirs, window, sla_ms, rows_in, time.monotonic() - t0)
@@ -308,34 +289,32 @@ def _plan(spark: SparkSession, dirs: list[str], inputs: dict[str, tuple[list[str
     return state.plan(spark, state_dir, key, hour_dirs, flat, since_ns, until_ns, tf.window_us(window))
 
 
-def _products(spark: SparkSession, plan: state.Plan, fine: DataFrame, parts: DataFrame, repl: DataFrame,
-              ex: DataFrame, sla_ms: float, held: Callable[[DataFrame], DataFrame]
-              ) -> tuple[dict[str, DataFrame], dict[int, int] | None]:
-    """What the tables are finished from, each with its hour: computed from the traces read, kept
-    for the hours the plan keeps, and joined by the products of the hours it reuses. A window
-    lies in one hour (or nothing is kept), so the per-window tables are products as they are:
-    the hours a run reuses cost it a read, not a merge. With the products: the exchanges read per
-    hour, when they were counted (to keep them)."""
-    brokers = held(tf.without_clients(fine))  # the histograms merged over clients
-    per_window = {name: fn(brokers).withColumn("hour", tf.hour_of_window()) for name, fn in (
-        ("outcome_mix", tf.outcome_mix), ("pair_latency", tf.pair_latency), ("timeline", tf.timeline),
-        ("broker_timeline", tf.broker_timeline))}
-    products = {
-        "latency_by_window": tf.latency_by_window(fine).withColumn("hour", tf.hour_of_window()),
-        **per_window,
-        "hourly": tf.hourly_histograms(brokers),
-        "clients": tf.client_histogram(fine),
-        "records": tf.record_state(parts, sla_ms),
-        "replication": tf.replication_state(repl),
-    }
+def _products(plan: state.Plan, traces: tuple[DataFrame, DataFrame, DataFrame] | None, window: str, sla_ms: float,
+              held: Callable[[DataFrame], DataFrame], steps: _Steps
+              ) -> tuple[dict[str, pa.Table], dict[int, int] | None]:
+    """What the tables are finished from (``finish.py``), each with its hour, as one Arrow table
+    per product: computed by Spark from the traces read (the one pass over the exchanges, then a
+    job per product that brings it to the driver), kept for the hours the plan keeps, and joined
+    by the kept products of the hours it reuses (read by the driver: no Spark job). With them:
+    the exchanges read per hour, when they were counted (to keep them). ``traces``: the exchanges,
+    partitions and replication rows to read (None: every hour comes from the state)."""
+    computed: dict[str, pa.Table] = {}
     per_hour = None
-    if plan.keeps and plan.fresh:
-        products = {k: held(v) for k, v in products.items()}
-        per_hour = {int(r[0]): int(r[1]) for r in ex.groupBy(tf.hour_of_ts()).count().collect()}
-        state.keep(spark, plan, products, per_hour)
-    if plan.reused:
-        kept = state.read_products(spark, plan, products)
-        products = {k: v.unionByName(kept[k]) for k, v in products.items()}
+    if traces is not None:
+        ex, parts, repl = traces
+        fine = held(tf.fine(tf.with_window(tf.timed(ex), window)))
+        fine.count()  # the only pass over the exchanges; every latency product below merges its histograms
+        brokers = held(tf.without_clients(fine))  # the histograms merged over clients
+        frames = tf.products(fine, brokers, parts, repl, sla_ms)
+        steps.step("products", "computing the per-hour products")
+        computed = {name: df.toArrow() for name, df in frames.items()}
+        if plan.keeps and plan.fresh:
+            steps.step("keep", "keeping the new hours in the state")
+            per_hour = {int(r[0]): int(r[1]) for r in ex.groupBy(tf.hour_of_ts()).count().collect()}
+            state.keep(plan, computed, per_hour)
+    kept = state.read_products(plan) if plan.reused else {}
+    products = {name: finish.concat(([computed[name]] if name in computed else []) + kept.get(name, []))
+                for name in state.PRODUCTS}
     return products, per_hour
 
 

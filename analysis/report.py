@@ -20,6 +20,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import plotly.graph_objects as go
 from fetchlat.metrics.vocabulary import Outcome
 from plotly.offline import get_plotlyjs
@@ -116,6 +117,11 @@ def _empty(chart_id: str, title: str, why: str = "no data") -> str:
     return f'<section class="chart empty" data-chart="{chart_id}"><p>{_esc(title)}: {_esc(why)}</p></section>'
 
 
+def _floats(values: Sequence[float | None]) -> np.ndarray:
+    """Values as an array of doubles, a missing one NaN (drawn as a gap)."""
+    return np.array([math.nan if v is None else v for v in values], dtype=float)
+
+
 def broker_timeline(rows: Sequence[dict[str, Any]]) -> str:
     """True local fetch latency per broker over time, one panel per kind: one line per broker (a
     legend click hides that one line), p50 or p99 as a choice (the buttons), and the naive total
@@ -128,25 +134,28 @@ def broker_timeline(rows: Sequence[dict[str, Any]]) -> str:
                         subplot_titles=[f"{k} fetches: true local per broker (left), naive total (right, dashed)"
                                         for k in kinds])
     brokers = sorted({r["broker"] for r in rows}, key=natural)
-    ys: dict[str, list[list[float | None]]] = {"p50": [], "p99": []}
+    ys: dict[str, list[np.ndarray]] = {"p50": [], "p99": []}
     for row, kind in enumerate(kinds, start=1):
         mine = [r for r in rows if r["kind"] == kind]
         for i, broker in enumerate(brokers):
             pts = sorted((r for r in mine if r["broker"] == broker), key=lambda r: r["window_start"])
             if not pts:
                 continue
-            for q in ys:
-                ys[q].append([r[f"local_{q}"] for r in pts])
+            for q in ys:  # arrays: plotly copies and checks a list value by value (seconds for a day)
+                ys[q].append(_floats([r[f"local_{q}"] for r in pts]))
             fig.add_trace(go.Scatter(
                 x=[_utc(r["window_start"]) for r in pts], y=ys["p50"][-1], mode="lines+markers",
                 name=f"broker {broker} · {kind}", line={"color": PALETTE[i % len(PALETTE)], "width": 2},
                 marker={"size": 4},
                 hovertemplate=f"broker {broker} · {kind}<br>true local: %{{y:,.3f}} ms<br>%{{x}}<extra></extra>"),
                 row=row, col=1, secondary_y=False)
-        windows = sorted({r["window_start"] for r in mine})
+        by_window: dict[Any, list[dict[str, Any]]] = {}
+        for r in mine:  # grouped once: a day of 1-minute windows is 1 440 of them
+            by_window.setdefault(r["window_start"], []).append(r)
+        windows = sorted(by_window)
         for q in ys:
-            ys[q].append([_median([r[f"total_{q}"] for r in mine if r["window_start"] == w
-                                   and r[f"total_{q}"] is not None] or [math.nan]) for w in windows])
+            ys[q].append(_floats([_median([r[f"total_{q}"] for r in by_window[w] if r[f"total_{q}"] is not None]
+                                          or [math.nan]) for w in windows]))
         fig.add_trace(go.Scatter(
             x=[_utc(w) for w in windows], y=ys["p50"][-1], mode="lines", name=f"naive total · {kind}",
             line={"color": "#999999", "dash": "dash", "width": 1},
@@ -179,10 +188,14 @@ def pair_heatmap(cells: Sequence[dict[str, Any]]) -> str:
     # few percent apart still differ in shade (a linear scale washes them out to one colour)
     values = [v for row in z for v in row if v is not None and v > 0]
     axis = log_axis(values)
-    logz = [[math.log10(v) if v is not None and v > 0 else None for v in row] for row in z]
+    # as arrays (a missing cell NaN, drawn as a gap): plotly checks a list of lists value by value,
+    # seconds for a day of windows
+    zs = np.array([_floats(row) for row in z])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logz = np.where(zs > 0, np.log10(zs), math.nan)
     lo, hi = math.log10(min(values)), math.log10(max(values))
     fig = go.Figure(go.Heatmap(
-        x=windows, y=labels, z=logz, customdata=z, colorscale="YlOrRd", zmin=lo, zmax=max(hi, lo + 0.01),
+        x=windows, y=labels, z=logz, customdata=zs, colorscale="YlOrRd", zmin=lo, zmax=max(hi, lo + 0.01),
         colorbar={"title": {"text": "ms", "side": "top"}, "thickness": 12,
                   "tickvals": [math.log10(v) for v in axis.get("tickvals", [])], "ticktext": axis.get("ticktext", [])},
         name="median true local",

@@ -4,7 +4,8 @@
 A product is what the tables are finished from (``PRODUCTS``: the per-window tables as they are,
 the client-free histograms per hour, the per-client true-local histogram, the record-latency and
 replication states),
-with an ``hour`` column; it is written as Parquet partitioned by hour. ``manifest.json`` says,
+with an ``hour`` column; the driver writes each product's rows of an hour as one Parquet file
+(``<product>/hour=<h>/part-0.parquet``) and reads them back itself. ``manifest.json`` says,
 per hour, what the products were computed from (each input file's path, size and modification
 time, hashed), and for what (the state version, the trace schema, window and SLA). A run reuses
 an hour only when all of that is unchanged: a file added late to an old hour, or one rewritten,
@@ -14,21 +15,27 @@ An hour is kept only when it is whole in the run (inside --since/--until), when 
 divides an hour (so no window straddles two), and when no file of the layout before hour
 directories is read (those files name no hour). A full run and one that reuses hours finish
 every table from the same products by the same code, so their tables agree to the last bit.
-Reads and writes go through Hadoop's filesystem layer: local paths, hdfs://, s3a://.
+The trace files are listed through Hadoop's filesystem layer (local paths, hdfs://, s3a://: where
+Spark reads them); the state is the driver's alone, read and written through pyarrow's (a local
+path, s3://, gs://, hdfs://).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 import fetchlat.metrics.trace_layout as layout
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+from pyspark.sql import SparkSession
 
-STATE_VERSION = 2  # 2: the per-window tables kept as they are, the client-free histograms per hour
+STATE_VERSION = 3  # 2: the per-window tables kept as they are, the client-free histograms per hour; 3: written
+# by the driver, a file per product and hour
 PRODUCTS = ("latency_by_window", "outcome_mix", "pair_latency", "timeline", "broker_timeline", "hourly", "clients",
             "records", "replication")
 MANIFEST = "manifest.json"
@@ -75,33 +82,33 @@ def fingerprints(spark: SparkSession, hour_dirs: dict[int, list[str]]) -> dict[i
             for h, dirs in hour_dirs.items()}
 
 
-def read_manifest(spark: SparkSession, state_dir: str) -> dict[str, Any]:
-    path = f"{state_dir.rstrip('/')}/{MANIFEST}"
-    fs, Path = hadoop_fs(spark, path)
-    if not fs.exists(Path(path)):
-        return {}
-    stream = fs.open(Path(path))
+def _fs(state_dir: str) -> tuple[pafs.FileSystem, str]:
+    """The filesystem of the state and the state's path in it: the driver alone reads and writes
+    the state (a local path, or any URI pyarrow's filesystems take: s3://, gs://, hdfs://)."""
+    if "://" in state_dir:
+        fs, path = pafs.FileSystem.from_uri(state_dir)
+        return fs, path.rstrip("/")
+    return pafs.LocalFileSystem(), os.path.abspath(state_dir)
+
+
+def read_manifest(state_dir: str) -> dict[str, Any]:
+    fs, base = _fs(state_dir)
     try:
-        jvm = spark.sparkContext._jvm
-        assert jvm is not None
-        text = str(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
-    finally:
-        stream.close()
-    try:
-        doc: dict[str, Any] = json.loads(text)
-    except ValueError:
+        with fs.open_input_stream(f"{base}/{MANIFEST}") as fh:
+            doc: dict[str, Any] = json.loads(fh.read().decode())
+    except (FileNotFoundError, ValueError):
         return {}
     return doc
 
 
-def write_manifest(spark: SparkSession, state_dir: str, doc: dict[str, Any]) -> None:
-    path = f"{state_dir.rstrip('/')}/{MANIFEST}"
-    fs, Path = hadoop_fs(spark, path)
-    out = fs.create(Path(path), True)
-    try:
-        out.write(bytearray(json.dumps(doc, indent=1, sort_keys=True).encode()))
-    finally:
-        out.close()
+def write_manifest(state_dir: str, doc: dict[str, Any]) -> None:
+    """The manifest, replaced in one rename where the filesystem has one (a reader sees one whole manifest)."""
+    fs, base = _fs(state_dir)
+    fs.create_dir(base, recursive=True)
+    tmp = f"{base}/.{MANIFEST}-new"
+    with fs.open_output_stream(tmp) as fh:
+        fh.write(json.dumps(doc, indent=1, sort_keys=True).encode())
+    fs.move(tmp, f"{base}/{MANIFEST}")
 
 
 def plan(spark: SparkSession, state_dir: str | None, key: dict[str, Any], hour_dirs: dict[int, list[str]],
@@ -120,7 +127,7 @@ def plan(spark: SparkSession, state_dir: str | None, key: dict[str, Any], hour_d
     whole = [h for h in hour_dirs if (since_ns is None or since_ns <= h * layout.HOUR_NS)
              and (until_ns is None or until_ns >= (h + 1) * layout.HOUR_NS)]
     prints = fingerprints(spark, {h: hour_dirs[h] for h in whole})
-    manifest = read_manifest(spark, state_dir)
+    manifest = read_manifest(state_dir)
     kept = manifest.get("hours", {}) if manifest.get("key") == key else {}
     for h in whole:
         entry = kept.get(str(h))
@@ -131,38 +138,35 @@ def plan(spark: SparkSession, state_dir: str | None, key: dict[str, Any], hour_d
     return p
 
 
-def read_products(spark: SparkSession, p: Plan, like: dict[str, DataFrame]) -> dict[str, DataFrame]:
-    """The kept products of the reused hours, with the schemas of ``like`` (a product no hour had
-    a row of, e.g. replication on a single broker, was never written)."""
-    assert p.state_dir is not None
-    hours = list(p.reused)
-    out = {}
-    for name in PRODUCTS:
-        path = f"{p.state_dir.rstrip('/')}/{name}"
-        fs, Path = hadoop_fs(spark, path)
-        schema = like[name].schema
-        df = (spark.read.schema(schema).parquet(path) if fs.exists(Path(path))
-              else spark.createDataFrame([], schema))
-        out[name] = df.select(*like[name].columns).where(F.col("hour").isin(hours))
-    return out
+def _product_file(base: str, name: str, hour: int) -> str:
+    return f"{base}/{name}/hour={hour}/part-0.parquet"
 
 
-def keep(spark: SparkSession, p: Plan, products: dict[str, DataFrame], rows_per_hour: dict[int, int]) -> None:
-    """Write the fresh hours' products (replacing those hours only), then the manifest: an hour
-    is listed only once its products are whole."""
+def read_products(p: Plan) -> dict[str, list[pa.Table]]:
+    """The kept products of the reused hours, one table per product and hour (read by the driver)."""
     assert p.state_dir is not None
-    base = p.state_dir.rstrip("/")
-    manifest = read_manifest(spark, base)
+    fs, base = _fs(p.state_dir)
+    return {name: [pq.read_table(_product_file(base, name, h), filesystem=fs) for h in sorted(p.reused)]
+            for name in PRODUCTS}
+
+
+def keep(p: Plan, products: dict[str, pa.Table], rows_per_hour: dict[int, int]) -> None:
+    """Write the fresh hours' products (each product's rows of an hour in one file, replacing what
+    that hour held), then the manifest: an hour is listed only once its products are whole."""
+    assert p.state_dir is not None
+    fs, base = _fs(p.state_dir)
+    manifest = read_manifest(p.state_dir)
     hours = manifest.get("hours", {}) if manifest.get("key") == p.key else {}
     for h in p.fresh:
         hours.pop(str(h), None)
-    write_manifest(spark, base, {"key": p.key, "hours": hours})
-    fresh = list(p.fresh)
-    for name, df in products.items():
-        for h in fresh:  # an hour computed again replaces all it held (a product may now have no rows in it)
-            fs, Path = hadoop_fs(spark, f"{base}/{name}/hour={h}")
-            fs.delete(Path(f"{base}/{name}/hour={h}"), True)
-        df.where(F.col("hour").isin(fresh)).write.mode("append").partitionBy("hour").parquet(f"{base}/{name}")
+    write_manifest(p.state_dir, {"key": p.key, "hours": hours})
+    for name, table in products.items():
+        of_hour = table["hour"].to_numpy()
+        for h in p.fresh:
+            path = _product_file(base, name, h)
+            fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+            rows = table.filter(pa.array(of_hour == h)) if table.num_rows else table
+            pq.write_table(rows, path, filesystem=fs, compression="zstd")
     for h, fingerprint in p.fresh.items():
         hours[str(h)] = {"inputs": fingerprint, "exchanges": rows_per_hour.get(h, 0)}
-    write_manifest(spark, base, {"key": p.key, "hours": hours})
+    write_manifest(p.state_dir, {"key": p.key, "hours": hours})

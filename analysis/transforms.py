@@ -245,9 +245,6 @@ def _fetches(df: DataFrame) -> DataFrame:
     return df.where(F.col("api") == "Fetch")
 
 
-LATENCY_COLS = ["fetches", *[f"{p}_{q}" for p in PARTS for q in QNAMES]]
-
-
 def latency_by_window(fine_df: DataFrame) -> DataFrame:
     """Per window x broker x kind x client (and replica, for followers): count and
     p50/p90/p99/p99.9 of each duration."""
@@ -256,12 +253,6 @@ def latency_by_window(fine_df: DataFrame) -> DataFrame:
         "window_start", "broker", "kind", "client_id", "replica_id", F.col("requests").alias("fetches"),
         *[q.alias(f"{p}_{name}") for i, p in enumerate(PARTS)
           for name, q in list_quantiles_ms(F.col(f"{p}_b"), PART_OFFSET[i]).items()])
-
-
-def summary(fine_df: DataFrame) -> DataFrame:
-    """The headline: per broker x kind over the whole range."""
-    keys = ["broker", "kind"]
-    return _quantile_table(_fetches(_grouped(fine_df, "summary")), keys).select(*keys, *LATENCY_COLS)
 
 
 def outcome_mix(fine_df: DataFrame) -> DataFrame:
@@ -280,18 +271,6 @@ def pair_latency(fine_df: DataFrame) -> DataFrame:
     q = _quantile_table(f, ["window_start", "broker", "replica_id"], ("local",))
     return q.select("window_start", F.col("broker").alias("leader"), F.col("replica_id").alias("follower"),
                     "fetches", "local_p50", "local_p99")
-
-
-def flag_shifts(pairs: DataFrame, *, factor: float = 2.0, min_delta_ms: float = 5.0) -> DataFrame:
-    """Change detection per broker pair: a window is flagged when its median is more than
-    ``factor`` times the pair's baseline (the median of its window medians, which a few bad
-    windows cannot move) and at least ``min_delta_ms`` above it. ``shift_ms`` says by how much."""
-    w = Window.partitionBy("leader", "follower")
-    baseline = F.percentile_approx("local_p50", 0.5, 10_000).over(w)  # over a pair's windows: a few hundred values
-    return (pairs.withColumn("baseline_ms", baseline)
-            .withColumn("shift_ms", F.col("local_p50") - F.col("baseline_ms"))
-            .withColumn("flagged", (F.col("local_p50") > F.col("baseline_ms") * factor)
-                        & (F.col("shift_ms") >= min_delta_ms)))
 
 
 # Every per-hour product (``analysis/state.py``) carries its hour: epoch hours, UTC, in integers
@@ -317,22 +296,6 @@ def duration_state(rows: DataFrame, keys: list[str], ns: Column, sla_ns: float |
         F.min(ns).alias("min_ns"), F.sum(ns).alias("sum_ns"), *sla)
 
 
-def duration_table(state: DataFrame, keys: list[str]) -> DataFrame:
-    """Per ``keys``, over every hour of ``duration_state``: ``samples``, p50/p99 (ms, from the
-    buckets, kept within the group's min and max: a bucket's value may lie up to ALPHA beyond
-    them), ``max_ms``, ``avg_ms`` and, where the state counted them, ``sla_breaches``."""
-    sla = ["sla"] if "sla" in state.columns else []
-    g = sorted_lists(state.groupBy(*keys).agg(
-        F.sum("samples").alias("samples"), F.flatten(F.collect_list("_b")).alias("_b"),
-        (F.max("max_ns") / 1e6).alias("max_ms"), (F.min("min_ns") / 1e6).alias("_min_ms"),
-        F.sum("sum_ns").alias("_sum_ns"), *[F.sum(c).alias(c) for c in sla]), ["_b"])
-    q = {k: F.least(F.greatest(v, F.col("_min_ms")), F.col("max_ms"))
-         for k, v in list_quantiles_ms(F.col("_b")).items()}
-    return g.select(*keys, "samples", q["p50"].alias("p50_ms"), q["p99"].alias("p99_ms"), "max_ms",
-                    (F.col("_sum_ns") / F.col("samples") / 1e6).alias("avg_ms"),
-                    *[F.col(c).alias("sla_breaches") for c in sla])
-
-
 RECORD_KEYS = ["topic", "partition", "client_id"]
 REPLICATION_KEYS = ["broker", "follower"]
 
@@ -342,28 +305,8 @@ def record_state(partitions: DataFrame, sla_ms: float) -> DataFrame:
     return duration_state(p, RECORD_KEYS, F.col("record_latency_ns"), sla_ms * 1e6)
 
 
-def record_latency(partitions: DataFrame, sla_ms: float | None = None) -> DataFrame:
-    """KIP-489 record latency per topic x partition x client, with SLA breaches: of partition
-    rows (with ``sla_ms``), or of their ``record_state``."""
-    state = partitions if sla_ms is None else record_state(partitions, sla_ms)
-    return duration_table(state, RECORD_KEYS)
-
-
-def produce_latency(fine_df: DataFrame) -> DataFrame:
-    g = _grouped(fine_df, "produce_latency").where(F.col("api") == "Produce")
-    q = _quantile_table(g, ["broker", "acks"], ("total",))
-    return q.select("broker", "acks", F.col("fetches").alias("requests"), "records", F.col("total_p50").alias("p50_ms"),
-                    F.col("total_p99").alias("p99_ms"), F.col("total_max_ms").alias("max_ms"))
-
-
 def replication_state(replication: DataFrame) -> DataFrame:
     return duration_state(replication, REPLICATION_KEYS, F.col("latency_ns"))
-
-
-def replication_latency(replication: DataFrame) -> DataFrame:
-    """Per leader x follower: of replication rows, or of their ``replication_state``."""
-    state = replication if "_b" in replication.columns else replication_state(replication)
-    return duration_table(state, REPLICATION_KEYS).drop("avg_ms")
 
 
 def client_histogram(fine_df: DataFrame) -> DataFrame:
@@ -378,26 +321,6 @@ def client_histogram(fine_df: DataFrame) -> DataFrame:
     return fetches.unionByName(counts)
 
 
-def slowest_clients(clients: DataFrame, n: int) -> DataFrame:
-    """The ``n`` clients of the highest true local p99 over the range, from ``client_histogram``
-    (or from ``fine``)."""
-    if "local_b" in clients.columns:
-        clients = client_histogram(clients)
-    h = clients.groupBy("client_id", "kind", "bucket").agg(F.sum("n").alias("n"))
-    counted = F.col("bucket").isNotNull()
-    g = h.groupBy("client_id", "kind").agg(
-        F.sum(F.when(~counted, F.col("n"))).alias("fetches"), F.sum(F.when(counted, F.col("n"))).alias("_n"),
-        F.collect_list(F.when(counted, F.struct("bucket", "n"))).alias("_h"))  # nulls are left out
-    k, offset = quantile_buckets(F.col("_h"), F.col("_n")), PART_OFFSET[PARTS.index("local")]
-    return (g.select("client_id", "kind", "fetches", bucket_ms(k["k2"] - offset).alias("local_p99"),
-                     bucket_ms(k["k0"] - offset).alias("local_p50"))
-            .orderBy(F.col("local_p99").desc(), "client_id").limit(n))
-
-
-def slowest_partitions(record_lat: DataFrame, n: int) -> DataFrame:
-    return record_lat.orderBy(F.col("p99_ms").desc(), "topic", "partition").limit(n)
-
-
 def timeline(fine_df: DataFrame) -> DataFrame:
     """Per window x kind: median naive total, true local and wait."""
     q = _quantile_table(_fetches(_grouped(fine_df, "timeline")), ["window_start", "kind"], ("total", "local", "wait"))
@@ -410,3 +333,22 @@ def broker_timeline(fine_df: DataFrame) -> DataFrame:
     keys = ["window_start", "broker", "kind"]
     q = _quantile_table(_fetches(_grouped(fine_df, "window_broker")), keys, ("total", "local", "wait"))
     return q.select(*keys, "fetches", *[f"{p}_{n}" for p in ("total", "local", "wait") for n in ("p50", "p99")])
+
+
+def products(fine_df: DataFrame, brokers: DataFrame, partitions: DataFrame, replication: DataFrame,
+             sla_ms: float) -> dict[str, DataFrame]:
+    """What the tables are finished from (``finish.py``), each with its hour: the per-window
+    tables as they are (a window lies in one hour), the client-free histograms per hour
+    (``brokers``: ``without_clients(fine_df)``), the per-client true-local histograms, and the
+    record-latency and replication states."""
+    per_window = {name: fn(brokers).withColumn("hour", hour_of_window()) for name, fn in (
+        ("outcome_mix", outcome_mix), ("pair_latency", pair_latency), ("timeline", timeline),
+        ("broker_timeline", broker_timeline))}
+    return {
+        "latency_by_window": latency_by_window(fine_df).withColumn("hour", hour_of_window()),
+        **per_window,
+        "hourly": hourly_histograms(brokers),
+        "clients": client_histogram(fine_df),
+        "records": record_state(partitions, sla_ms),
+        "replication": replication_state(replication),
+    }

@@ -25,18 +25,22 @@ CHARTS = ("broker-timeline", "pair-heatmap", "decomposition", "outcome-mix", "re
 
 # Where on the page a chart's first drawn point is (a heatmap: its first non-empty cell), from
 # plotly's own axes, and every value drawn at that x (what a hover there may rightly show).
+# Values come as arrays or typed arrays (numpy arrays reach plotly.js so); a gap is null or NaN.
+DRAWN_JS = """const drawn = v => v !== null && v !== undefined && !Number.isNaN(v);
+  const grid = z => Array.from(z, row => Array.from(row));"""
 TARGET_JS = """id => {
+  """ + DRAWN_JS + """
   const gd = document.getElementById(id), fl = gd._fullLayout, r = gd.getBoundingClientRect();
   for (const tr of gd._fullData) {
     if (tr.visible !== true) continue;
     const ax = fl[tr.xaxis.replace('x', 'xaxis')], ay = fl[tr.yaxis.replace('y', 'yaxis')];
     let x = null, y = null, value = null;
     if (tr.type === 'heatmap') {
-      const v = tr.customdata || tr.z;  // a heatmap coloured on a log scale carries its values here
+      const v = grid(tr.customdata || tr.z);  // a heatmap coloured on a log scale carries its values here
       outer: for (let i = 0; i < v.length; i++) for (let j = 0; j < v[i].length; j++)
-        if (v[i][j] !== null) { x = tr.x[j]; y = tr.y[i]; value = v[i][j]; break outer; }
+        if (drawn(v[i][j])) { x = tr.x[j]; y = tr.y[i]; value = v[i][j]; break outer; }
     } else {
-      const k = tr.y.findIndex(v => v !== null);
+      const k = Array.from(tr.y).findIndex(drawn);
       if (k < 0) continue;
       x = tr.x[k]; y = tr.y[k]; value = y;
       if (tr.type === 'bar') y = y / 2;  // the middle of the bar (stacked or not, inside it)
@@ -46,7 +50,7 @@ TARGET_JS = """id => {
     const px = r.left + ax._offset + ax.l2p(ax.d2l(x)), py = r.top + ay._offset + ay.l2p(ay.d2l(y));
     const same = [];
     for (const t of gd._fullData) {
-      if (t.type === 'heatmap') (t.customdata || t.z).forEach(row => row.forEach(v => v !== null && same.push(v)));
+      if (t.type === 'heatmap') grid(t.customdata || t.z).forEach(row => row.forEach(v => drawn(v) && same.push(v)));
       else (t.x || []).forEach((xv, k) => { if (String(xv) === String(x)) same.push(t.y[k]); });
     }
     return {x: px, y: py, value, type: tr.type, same};
@@ -103,10 +107,11 @@ def test_the_page_makes_no_network_request(page: tuple[Any, list[str]], report: 
 def test_every_chart_renders_with_data(page: tuple[Any, list[str]], chart: str) -> None:
     pg, _ = page
     drawn = pg.evaluate("""id => {
+      """ + DRAWN_JS + """
       const gd = document.getElementById(id);
       if (!gd || !gd._fullData) return null;
       const points = gd._fullData.reduce((n, t) => n + (t.type === 'heatmap'
-          ? t.z.flat().filter(v => v !== null).length : (t.y || []).filter(v => v !== null).length), 0);
+          ? grid(t.z).flat().filter(drawn).length : Array.from(t.y || []).filter(drawn).length), 0);
       return {traces: gd._fullData.length, points,
               marks: gd.querySelectorAll('.point, .bars path, .heatmaplayer image, .scatterlayer path.js-line').length};
     }""", chart)
@@ -173,7 +178,7 @@ def test_a_legend_click_hides_one_line_and_the_buttons_choose_the_percentile(pag
     before = pg.evaluate(visible)
     pg.locator("#broker-timeline .legend .traces").first.click()
     pg.wait_for_function(f"() => ({visible})() === {before - 1}", timeout=10_000)
-    y0 = "() => document.getElementById('broker-timeline').data[0].y.slice(0, 3).join(',')"
+    y0 = "() => Array.from(document.getElementById('broker-timeline')._fullData[0].y).slice(0, 3).join(',')"
     p50 = pg.evaluate(y0)
     pg.locator("#broker-timeline .updatemenu-button").nth(1).click()  # p99
     pg.wait_for_function(f"() => ({y0})() !== {p50!r}", timeout=10_000)

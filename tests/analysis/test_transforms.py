@@ -6,6 +6,7 @@ import datetime as dt
 from typing import Any
 
 import pytest
+from fetchlat.analysis import finish
 from fetchlat.analysis import transforms as tf
 from fetchlat.analysis.schema import spark_schema
 from fetchlat.metrics.trace_schema import TABLES
@@ -29,6 +30,28 @@ def fetch(ts_s: float, total: float, wait: float, *, broker: str = "1", kind: st
             "total_ns": int(total * MS), "wait_ns": int(wait * MS), "local_ns": int((total - wait) * MS),
             "e2e_ns": int((total - wait) * MS) + 100_000, "outcome": outcome, "records": records,
             "replica_id": replica}
+
+
+def brokers(df: DataFrame) -> DataFrame:
+    """The one pass and the merge over clients, as the job makes them."""
+    return tf.without_clients(tf.fine(tf.with_window(tf.timed(df), "1m")))
+
+
+def hourly(df: DataFrame) -> Any:
+    """The hourly histograms the driver finishes summary and produce latency from (Arrow)."""
+    return tf.hourly_histograms(brokers(df)).toArrow()
+
+
+def record_latency(spark: SparkSession, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    state = tf.record_state(spark.createDataFrame(rows, spark_schema("partitions")), sla_ms=5000).toArrow()
+    out: list[dict[str, Any]] = finish.record_latency(state).to_pylist()
+    return out
+
+
+def pairs_of(spark: SparkSession, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    pairs = tf.pair_latency(brokers(exchanges(spark, rows))).toArrow()
+    out: list[dict[str, Any]] = finish.flag_shifts(pairs).to_pylist()
+    return out
 
 
 def test_schema_matches_the_writer(spark: SparkSession) -> None:
@@ -79,16 +102,32 @@ def test_grey_failure_on_one_pair_is_flagged_with_its_size(spark: SparkSession) 
                 local = 25.0  # the grey failure: 3 -> 1 slows by ~21 ms for one minute
             for k in range(3):
                 rows.append(fetch(minute * 60 + k, local + 500, 500, kind="follower", replica=follower))
-    pairs = tf.flag_shifts(tf.pair_latency(tf.fine(tf.with_window(tf.timed(exchanges(spark, rows)), "1m"))))
-    flagged = pairs.where("flagged").select("leader", "follower", "local_p50", "baseline_ms", "shift_ms")
-    expected = spark.createDataFrame([("1", 3, 25.0, 4.0, 21.0)], flagged.schema)
-    assertDataFrameEqual(flagged, expected, rtol=tf.ALPHA * (25 + 4) / 21)  # the shift carries both ends' error
+    flagged = [r for r in pairs_of(spark, rows) if r["flagged"]]
+    assert [(r["leader"], r["follower"]) for r in flagged] == [("1", 3)]
+    for col, v in (("local_p50", 25.0), ("baseline_ms", 4.0), ("shift_ms", 21.0)):
+        assert flagged[0][col] == pytest.approx(v, rel=tf.ALPHA * (25 + 4) / 21)  # the shift carries both ends' error
 
 
 def test_a_clean_run_flags_nothing(spark: SparkSession) -> None:
     rows = [fetch(m * 60 + k, 500 + 3 + (k % 2), 500, kind="follower", replica=2) for m in range(6) for k in range(4)]
-    pairs = tf.flag_shifts(tf.pair_latency(tf.fine(tf.with_window(tf.timed(exchanges(spark, rows)), "1m"))))
-    assert pairs.where("flagged").count() == 0 and pairs.count() == 6
+    pairs = pairs_of(spark, rows)
+    assert not any(r["flagged"] for r in pairs) and len(pairs) == 6
+
+
+def test_a_pairs_baseline_is_what_sparks_percentile_approx_gives(spark: SparkSession) -> None:
+    """The baseline, the lower median of a pair's window medians, computed in the driver, is the
+    value Spark's own ``percentile_approx(local_p50, 0.5, 10000)`` gives (the job computed it so
+    before the tables were finished in the driver): odd and even counts, ties, a null median."""
+    import random
+    rnd = random.Random(5)
+    rows = [("1", f, float(rnd.choice([1.5, 2.0, 2.5, 3.25, 40.0, rnd.random() * 9])) if (f + w) % 17 else None)
+            for f in range(2, 9) for w in range(f * 7 + 3)]
+    df = spark.createDataFrame(rows, "leader string, follower int, local_p50 double")
+    spark_says = {(r["leader"], r["follower"]): r["b"] for r in df.groupBy("leader", "follower").agg(
+        F.percentile_approx("local_p50", 0.5, 10_000).alias("b")).collect()}
+    ours = finish.flag_shifts(df.toArrow()).to_pylist()
+    assert {(r["leader"], r["follower"]): r["baseline_ms"] for r in ours} == spark_says
+    assert len(spark_says) == 7
 
 
 def test_record_latency_with_sla_breaches(spark: SparkSession) -> None:
@@ -96,9 +135,11 @@ def test_record_latency_with_sla_breaches(spark: SparkSession) -> None:
     rows = [{**base, "ts_ns": T0, "api": "Fetch", "topic": "t", "partition": 0, "client_id": "c",
              "record_latency_ns": v * MS} for v in (100, 200, 7000)]
     rows.append({**base, "ts_ns": T0, "api": "Produce", "topic": "t", "partition": 0, "client_id": "p"})
-    got = tf.record_latency(spark.createDataFrame(rows, spark_schema("partitions")), sla_ms=5000)
-    expected = spark.createDataFrame([("t", 0, "c", 3, 200.0, 7000.0, 7000.0, 7300.0 / 3, 1)], got.schema)
-    assertDataFrameEqual(got, expected, rtol=tf.ALPHA)  # quantiles within ALPHA; max and avg exact
+    got = record_latency(spark, rows)
+    assert [(r["topic"], r["partition"], r["client_id"], r["samples"], r["sla_breaches"]) for r in got] == [
+        ("t", 0, "c", 3, 1)]
+    assert got[0]["p50_ms"] == pytest.approx(200.0, rel=tf.ALPHA) and got[0]["p99_ms"] == 7000.0  # clamped to the max
+    assert (got[0]["max_ms"], got[0]["avg_ms"]) == (7000.0, 7300.0 / 3)  # max and avg exact
 
 
 def test_in_range(spark: SparkSession) -> None:
@@ -113,17 +154,18 @@ def test_per_broker_tables_merge_the_per_client_histograms(spark: SparkSession) 
         [("a", 1), ("a", 2), ("a", 9), ("b", 3), ("b", 4), ("b", 5)])]
     rows += [{"ts_ns": T0 + k, "api": "Produce", "broker": "1", "kind": "producer", "client_id": f"p{k}",
               "total_ns": (k + 1) * MS, "acks": -1, "records": 10} for k in range(4)]
-    fine = tf.fine(tf.with_window(tf.timed(exchanges(spark, rows)), "1m"))
+    df = exchanges(spark, rows)
+    fine = tf.fine(tf.with_window(tf.timed(df), "1m"))
     assert fine.where("api = 'Fetch'").count() == 2  # one row per client
-    brokers = tf.without_clients(fine)
-    got = tf.summary(brokers).select("broker", "kind", "fetches", "local_p50", "local_p90", "local_p999", "wait_p50")
-    expected = spark.createDataFrame([("1", "consumer", 6, 3.0, 9.0, 9.0, 500.0)], got.schema)
-    assertDataFrameEqual(got, expected, rtol=tf.ALPHA)
-    timeline = tf.timeline(brokers).select("fetches", "local_p50", "total_p50")
+    h = hourly(df)
+    got = finish.summary(h).select(["broker", "kind", "fetches", "local_p50", "local_p90", "local_p999", "wait_p50"])
+    assert [tuple(r.values())[:3] for r in got.to_pylist()] == [("1", "consumer", 6)]
+    assert list(got.to_pylist()[0].values())[3:] == pytest.approx([3.0, 9.0, 9.0, 500.0], rel=tf.ALPHA)
+    timeline = tf.timeline(brokers(df)).select("fetches", "local_p50", "total_p50")
     assertDataFrameEqual(timeline, spark.createDataFrame([(6, 3.0, 503.0)], timeline.schema), rtol=tf.ALPHA)
-    produce = tf.produce_latency(brokers)
-    assertDataFrameEqual(produce, spark.createDataFrame([("1", -1, 4, 40, 2.0, 4.0, 4.0)], produce.schema),
-                         rtol=tf.ALPHA)
+    produce = finish.produce_latency(h).to_pylist()
+    assert [tuple(r.values())[:4] for r in produce] == [("1", -1, 4, 40)]
+    assert list(produce[0].values())[4:] == pytest.approx([2.0, 4.0, 4.0], rel=tf.ALPHA)
 
 
 def test_merging_over_clients_counts_what_a_plain_count_of_the_rows_does(spark: SparkSession) -> None:
@@ -157,15 +199,14 @@ def test_a_share_fetch_is_a_fetch_of_its_own_kind(spark: SparkSession) -> None:
     rows = [fetch(1, 501, 500), fetch(2, 503, 500),
             {**fetch(3, 92, 90, client="s", outcome="woken", records=1), "api": "ShareFetch", "kind": "share"},
             {**fetch(4, 94, 90, client="s", outcome="woken", records=1), "api": "ShareFetch", "kind": "share"}]
-    fine = tf.fine(tf.with_window(tf.timed(exchanges(spark, rows)), "1m"))
-    got = tf.summary(tf.without_clients(fine)).select("broker", "kind", "fetches", "local_p50")
-    expected = spark.createDataFrame([("1", "consumer", 2, 1.0), ("1", "share", 2, 2.0)], got.schema)
-    assertDataFrameEqual(got, expected, rtol=tf.ALPHA)
+    got = finish.summary(hourly(exchanges(spark, rows))).select(["broker", "kind", "fetches", "local_p50"])
+    got = got.sort_by([("kind", "ascending")]).to_pylist()
+    assert [(r["broker"], r["kind"], r["fetches"]) for r in got] == [("1", "consumer", 2), ("1", "share", 2)]
+    assert [r["local_p50"] for r in got] == pytest.approx([1.0, 2.0], rel=tf.ALPHA)
     base = dict.fromkeys(TABLES["partitions"].names)
     parts = [{**base, "ts_ns": T0, "api": "ShareFetch", "kind": "share", "topic": "q", "partition": 0,
               "client_id": "s", "record_latency_ns": 40 * MS}]
-    rec = tf.record_latency(spark.createDataFrame(parts, spark_schema("partitions")), sla_ms=5000)
-    assert [(r["topic"], r["client_id"]) for r in rec.collect()] == [("q", "s")]
+    assert [(r["topic"], r["client_id"]) for r in record_latency(spark, parts)] == [("q", "s")]
 
 
 def test_no_percentile_lies_beyond_its_groups_min_or_max(spark: SparkSession) -> None:
@@ -174,8 +215,8 @@ def test_no_percentile_lies_beyond_its_groups_min_or_max(spark: SparkSession) ->
     base = dict.fromkeys(TABLES["partitions"].names)
     rows = [{**base, "ts_ns": T0, "api": "Fetch", "topic": "t", "partition": 0, "client_id": "c",
              "record_latency_ns": v} for v in (7_548_900_000, 7_548_900_000, 7_548_900_000)]
-    got = tf.record_latency(spark.createDataFrame(rows, spark_schema("partitions")), sla_ms=5000).collect()[0]
+    got = record_latency(spark, rows)[0]
     assert got["p50_ms"] == got["p99_ms"] == got["max_ms"] == 7548.9
     df = exchanges(spark, [fetch(1, 7548.9, 500), fetch(2, 7548.9, 500)])
-    s = tf.summary(tf.fine(tf.with_window(tf.timed(df), "1m"))).collect()[0]
+    s = finish.summary(hourly(df)).to_pylist()[0]
     assert s["total_p50"] <= 7548.9 and s["total_p99"] <= 7548.9

@@ -1,0 +1,283 @@
+"""The tables finished in the driver from the per-hour products (pure: pyarrow and numpy, no
+session, no paths).
+
+Spark makes the products, per hour, from the traces (``transforms.py``); each comes to the driver
+as one Arrow table (``job.py``) or is read back from the state (``state.py``). What is left to do
+with them is small (a few hundred thousand rows for a day of a fleet): concatenating the hours,
+merging histograms and bucket lists over them, reading quantiles and ordering. Done here, it
+costs no Spark job: a run that reuses kept hours is not a dozen jobs over Parquet files it could
+read in a second. Every run, with or without kept hours, on ``local[*]`` or a cluster, finishes
+its tables by this code from the same products, so their tables agree to the last bit.
+
+Quantiles follow ``transforms.py``'s histogram rule: the bucket of the nearest-rank value (rank
+ceil(q n), in integers), stated in ms by what the bucket stands for."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from . import transforms as tf
+
+HOUR = "hour"
+
+
+def concat(tables: Sequence[pa.Table]) -> pa.Table:
+    """The hours' products as one table (the first one's schema; kept ones are cast to it)."""
+    first = tables[0]
+    return pa.concat_tables([first, *[t.select(first.column_names).cast(first.schema) for t in tables[1:]]])
+
+
+def per_window(product: pa.Table) -> pa.Table:
+    """A per-window table from its products: a window lies in one hour, so the hours' rows are the table's."""
+    return product.drop_columns([HOUR]) if HOUR in product.column_names else product
+
+
+# -- grouping ------------------------------------------------------------------------------------
+
+
+def _codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, int]:
+    """Equal values (nulls equal to each other) get equal small numbers; and how many there are."""
+    enc = pc.dictionary_encode(col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col)
+    codes = pc.fill_null(enc.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64) + 1
+    return codes, len(enc.dictionary) + 1
+
+
+def groups(t: pa.Table, keys: Sequence[str]) -> tuple[np.ndarray, int, np.ndarray]:
+    """Per row, the number of its group of ``keys`` (0..n-1); how many groups; and a row of each group."""
+    gid = np.zeros(t.num_rows, np.int64)
+    n = 1
+    for k in keys:
+        codes, card = _codes(t[k])
+        _, gid = np.unique(gid * card + codes, return_inverse=True)  # kept dense: never overflows
+        gid = gid.reshape(-1).astype(np.int64)
+    n = int(gid.max()) + 1 if t.num_rows else 0
+    first = np.zeros(n, np.int64)
+    first[gid[::-1]] = np.arange(t.num_rows, dtype=np.int64)[::-1]  # the group's first row
+    return gid, n, first
+
+
+def _sum(gid: np.ndarray, n: int, values: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """Per group, the exact (integer) sum of ``values`` (nulls count nothing)."""
+    v = pc.fill_null(values, 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    out = np.zeros(n, np.int64)
+    np.add.at(out, gid, v)
+    return out
+
+
+def _max(gid: np.ndarray, n: int, values: pa.ChunkedArray | pa.Array, *, lowest: bool = False) -> pa.Array:
+    """Per group, the max (or min) of ``values``, null where the group has none."""
+    valid = pc.is_valid(values).to_numpy(zero_copy_only=False)
+    v = pc.fill_null(values, 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    fill = np.iinfo(np.int64).max if lowest else np.iinfo(np.int64).min
+    out = np.full(n, fill, np.int64)
+    (np.minimum if lowest else np.maximum).at(out, gid[valid], v[valid])
+    return pa.array(out, mask=out == fill)
+
+
+def keys_of(t: pa.Table, keys: Sequence[str], first: np.ndarray) -> dict[str, pa.Array]:
+    return {k: t[k].take(pa.array(first)).combine_chunks() for k in keys}
+
+
+# -- quantiles -------------------------------------------------------------------------------------
+
+
+def rank(n: np.ndarray, per_mille: int) -> np.ndarray:
+    """The nearest rank, ceil(n q), in integers."""
+    return np.maximum(1, (n.astype(np.int64) * per_mille + 999) // 1000)
+
+
+def bucket_ms(k: np.ndarray) -> np.ndarray:
+    """What bucket ``k`` stands for, in ms (as ``transforms.bucket_ms``)."""
+    k = k.astype(np.float64)
+    v = 2 * np.power(tf.GAMMA, np.abs(k) - 1) / (tf.GAMMA + 1) / 1e6
+    return np.where(k == 0, 0.0, np.sign(k) * v)
+
+
+def hist_quantiles(gid: np.ndarray, n_groups: int, bucket: np.ndarray, count: np.ndarray | None,
+                   per_mille: Sequence[int] = tf.PER_MILLE) -> tuple[list[np.ndarray], np.ndarray]:
+    """Per group, the buckets of the nearest-rank values at ``per_mille`` of a histogram given as
+    rows (group, bucket, count; a bucket may repeat; ``count`` None: one each, a list of values),
+    and a mask of the groups that had none."""
+    g, b, c = _by_group_then_bucket(gid, n_groups, bucket, count)
+    cum = np.cumsum(c)
+    total = np.zeros(n_groups, np.int64)
+    np.add.at(total, g, c)
+    before = np.concatenate(([0], np.cumsum(total)))[:-1]  # every row of a group is counted in ``total``
+    empty = total == 0
+    out = []
+    for q in per_mille:
+        target = before + rank(total, q)
+        idx = np.minimum(np.searchsorted(cum, target, side="left"), max(len(b) - 1, 0))
+        out.append(b[idx] if len(b) else np.zeros(n_groups, np.int64))
+    return out, empty
+
+
+def _by_group_then_bucket(gid: np.ndarray, n_groups: int, bucket: np.ndarray, count: np.ndarray | None
+                          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Group, bucket and count of the rows, ordered by group, then bucket: one sort of one number,
+    group x span + bucket (buckets lie a few thousand apart at most, so it fits a long), of the
+    numbers alone where there are no counts to carry along (``count`` None: one each)."""
+    ones = np.ones(len(bucket), np.int64)
+    if not len(bucket):
+        return gid, bucket, ones
+    low, span = int(bucket.min()), int(bucket.max()) - int(bucket.min()) + 1
+    if n_groups * span >= 2**62:  # never for buckets of durations; kept correct anyway
+        order = np.lexsort((bucket, gid))
+    else:
+        key = gid * span + (bucket - low)
+        if count is None:
+            key.sort()
+            return key // span, key % span + low, ones
+        order = np.argsort(key)
+    return gid[order], bucket[order], ones if count is None else count[order].astype(np.int64)
+
+
+def _ms(buckets: np.ndarray, empty: np.ndarray, offset: int = 0) -> pa.Array:
+    return pa.array(bucket_ms(buckets - offset), mask=empty)
+
+
+# -- the tables that merge over hours --------------------------------------------------------------
+
+
+def _quantile_table(hist: pa.Table, keys: Sequence[str], parts: Sequence[str]) -> pa.Table:
+    """Per ``keys``, from histogram rows (``hourly``: keys, part, bucket, n, and a STATS_PART row
+    of sums per group): the sums of STATS, ``total_max_ms`` and ``{part}_{q}`` in ms for
+    ``parts`` (the total's clamped to the group's max: a bucket's value may lie above it)."""
+    gid, n, first = groups(hist, keys)  # every group has its STATS_PART row; other rows' sums are null
+    cols: dict[str, pa.Array] = keys_of(hist, keys, first)
+    for c in tf.STATS:
+        cols["fetches" if c == "requests" else c] = pa.array(_sum(gid, n, hist[c]))
+    max_ms = pc.divide(pc.cast(_max(gid, n, hist["total_max_ns"]), pa.float64()), 1e6)
+    cols["total_max_ms"] = max_ms
+    part = hist["part"].to_numpy()
+    bucket = pc.fill_null(hist["bucket"], 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    count = pc.fill_null(hist["n"], 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    for p in parts:
+        sel = part == tf.PARTS.index(p)
+        ks, empty = hist_quantiles(gid[sel], n, bucket[sel], count[sel])
+        for k, name in zip(ks, tf.QNAMES, strict=True):
+            v = _ms(k, empty)
+            cols[f"{p}_{name}"] = pc.min_element_wise(v, max_ms) if p == "total" else v
+    return pa.table(cols)
+
+
+def _fetch_rows(hourly: pa.Table, api: str) -> pa.Table:
+    return hourly.filter(pc.equal(hourly["api"], api))
+
+
+LATENCY_COLS = ["fetches", *[f"{p}_{q}" for p in tf.PARTS for q in tf.QNAMES]]
+
+
+def summary(hourly: pa.Table) -> pa.Table:
+    """The headline: per broker x kind over the whole range, from the hourly histograms."""
+    keys = ["broker", "kind"]
+    return _quantile_table(_fetch_rows(hourly, "Fetch"), keys, tf.PARTS).select([*keys, *LATENCY_COLS])
+
+
+def produce_latency(hourly: pa.Table) -> pa.Table:
+    q = _quantile_table(_fetch_rows(hourly, "Produce"), ["broker", "acks"], ("total",))
+    return pa.table({"broker": q["broker"], "acks": q["acks"], "requests": q["fetches"], "records": q["records"],
+                     "p50_ms": q["total_p50"], "p99_ms": q["total_p99"], "max_ms": q["total_max_ms"]})
+
+
+def duration_table(state: pa.Table, keys: Sequence[str]) -> pa.Table:
+    """Per ``keys``, over every hour of a duration state (``transforms.duration_state``): ``samples``,
+    p50/p99 in ms (from the buckets, kept within the group's min and max), ``max_ms``, ``avg_ms``
+    and, where the state counted them, ``sla_breaches``."""
+    gid, n, first = groups(state, keys)
+    cols: dict[str, pa.Array] = keys_of(state, keys, first)
+    samples = _sum(gid, n, state["samples"])
+    cols["samples"] = pa.array(samples)
+    lists = state["_b"].combine_chunks()
+    values = pc.list_flatten(lists).to_numpy(zero_copy_only=False).astype(np.int64)
+    owner = gid[pc.list_parent_indices(lists).to_numpy(zero_copy_only=False)]
+    ks, empty = hist_quantiles(owner, n, values, None, (500, 990))
+    max_ns, min_ns = _max(gid, n, state["max_ns"]), _max(gid, n, state["min_ns"], lowest=True)
+    max_ms = pc.divide(pc.cast(max_ns, pa.float64()), 1e6)
+    min_ms = pc.divide(pc.cast(min_ns, pa.float64()), 1e6)
+    for k, name in zip(ks, ("p50_ms", "p99_ms"), strict=True):
+        cols[name] = pc.min_element_wise(pc.max_element_wise(_ms(k, empty), min_ms), max_ms)
+    cols["max_ms"] = max_ms
+    cols["avg_ms"] = pa.array(_sum(gid, n, state["sum_ns"]).astype(np.float64) / samples / 1e6)
+    if "sla" in state.column_names:
+        cols["sla_breaches"] = pa.array(_sum(gid, n, state["sla"]))
+    return pa.table(cols)
+
+
+def record_latency(records: pa.Table) -> pa.Table:
+    """KIP-489 record latency per topic x partition x client, with SLA breaches."""
+    return duration_table(records, tf.RECORD_KEYS)
+
+
+def replication_latency(replication: pa.Table) -> pa.Table:
+    """Per leader x follower."""
+    return duration_table(replication, tf.REPLICATION_KEYS).drop_columns(["avg_ms"])
+
+
+def slowest_clients(clients: pa.Table, top: int) -> pa.Table:
+    """The ``top`` clients of the highest true local p99 over the range, from the per-client
+    true-local histograms (a null bucket's row carries the client's fetches)."""
+    keys = ["client_id", "kind"]
+    gid, n, first = groups(clients, keys)
+    cols: dict[str, pa.Array] = keys_of(clients, keys, first)
+    counted = pc.is_valid(clients["bucket"]).to_numpy(zero_copy_only=False)
+    count = pc.fill_null(clients["n"], 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    fetches = np.zeros(n, np.int64)
+    np.add.at(fetches, gid[~counted], count[~counted])
+    cols["fetches"] = pa.array(fetches)
+    bucket = pc.fill_null(clients["bucket"], 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    (p50, p99), empty = hist_quantiles(gid[counted], n, bucket[counted], count[counted], (500, 990))
+    offset = tf.PART_OFFSET[tf.PARTS.index("local")]
+    cols["local_p99"], cols["local_p50"] = _ms(p99, empty, offset), _ms(p50, empty, offset)
+    t = pa.table(cols)
+    return t.sort_by([("local_p99", "descending"), ("client_id", "ascending"), ("kind", "ascending")]).slice(0, top)
+
+
+def slowest_partitions(record_lat: pa.Table, top: int) -> pa.Table:
+    order = [("p99_ms", "descending"), ("topic", "ascending"), ("partition", "ascending"), ("client_id", "ascending")]
+    return record_lat.sort_by(order).slice(0, top)
+
+
+def flag_shifts(pairs: pa.Table, *, factor: float = 2.0, min_delta_ms: float = 5.0) -> pa.Table:
+    """Change detection per broker pair: a window is flagged when its median is more than
+    ``factor`` times the pair's baseline and at least ``min_delta_ms`` above it. The baseline is
+    the median of the pair's window medians (the lower one, rank ceil(n / 2): what Spark's
+    percentile_approx gives for fewer than 5 000 windows), which a few bad windows cannot move."""
+    gid, n, _ = groups(pairs, ["leader", "follower"])
+    p50 = pairs["local_p50"]
+    valid = pc.is_valid(p50).to_numpy(zero_copy_only=False)
+    v = pc.fill_null(p50, 0.0).to_numpy(zero_copy_only=False).astype(np.float64)
+    g, vv = gid[valid], v[valid]
+    order = np.lexsort((vv, g))
+    g, vv = g[order], vv[order]
+    total = np.bincount(g, minlength=n).astype(np.int64)
+    start = np.concatenate(([0], np.cumsum(total)))[:-1]
+    idx = np.minimum(start + rank(total, 500) - 1, max(len(vv) - 1, 0))
+    base = vv[idx] if len(vv) else np.zeros(n)
+    baseline = pa.array(base[gid], mask=(total == 0)[gid])
+    shift = pc.subtract(p50, baseline)
+    flagged = pc.and_(pc.greater(p50, pc.multiply(baseline, factor)), pc.greater_equal(shift, min_delta_ms))
+    return pairs.append_column("baseline_ms", baseline).append_column("shift_ms", shift).append_column(
+        "flagged", flagged)
+
+
+def tables(products: dict[str, pa.Table], top: int) -> dict[str, pa.Table]:
+    """Every table, from the products of every hour (each product one table, hours concatenated)."""
+    rec = record_latency(products["records"])
+    return {
+        "latency_by_window": per_window(products["latency_by_window"]),
+        "summary": summary(products["hourly"]),
+        "outcome_mix": per_window(products["outcome_mix"]),
+        "pair_latency": flag_shifts(per_window(products["pair_latency"])),
+        "record_latency": rec,
+        "produce_latency": produce_latency(products["hourly"]),
+        "replication_latency": replication_latency(products["replication"]),
+        "slowest_clients": slowest_clients(products["clients"], top),
+        "slowest_partitions": slowest_partitions(rec, top),
+        "timeline": per_window(products["timeline"]),
+        "broker_timeline": per_window(products["broker_timeline"]),
+    }
