@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from fetchlat.metrics.vocabulary import Kind
 
 from . import transforms as tf
 
@@ -29,6 +30,17 @@ def concat(tables: Sequence[pa.Table]) -> pa.Table:
     """The hours' products as one table (the first one's schema; kept ones are cast to it)."""
     first = tables[0]
     return pa.concat_tables([first, *[t.select(first.column_names).cast(first.schema) for t in tables[1:]]])
+
+
+def latency_by_window(product: pa.Table) -> pa.Table:
+    """Latency by window from its products: the quantiles, kept as buckets, stated in ms."""
+    t = per_window(product)
+    for i, name in enumerate(t.column_names):
+        if name.split("_")[0] in tf.PARTS and name.rsplit("_", 1)[-1] in tf.QNAMES:
+            k = t[name].combine_chunks()
+            values = pc.fill_null(k, 0).to_numpy(zero_copy_only=False)
+            t = t.set_column(i, name, pa.array(bucket_ms(values), mask=pc.is_null(k).to_numpy(zero_copy_only=False)))
+    return t
 
 
 def per_window(product: pa.Table) -> pa.Table:
@@ -172,6 +184,59 @@ def _fetch_rows(hourly: pa.Table, api: str) -> pa.Table:
 LATENCY_COLS = ["fetches", *[f"{p}_{q}" for p in tf.PARTS for q in tf.QNAMES]]
 
 
+# -- the per-hour products made from the histograms merged over clients ---------------------------
+
+
+def from_brokers(brokers: pa.Table) -> dict[str, pa.Table]:
+    """The per-window products (the tables as they are: a window lies in one hour) and the hourly
+    histograms, from the histograms merged over clients (``transforms.without_clients`` with its
+    hour: keys, part, bucket, n, and a STATS_PART row of sums per group). One hour at a time or
+    several: every key carries its hour."""
+    fetches = _fetch_rows(brokers, "Fetch")
+    broker_keys = ["window_start", "broker", "kind", HOUR]
+    per_broker = _quantile_table(fetches, broker_keys, ("total", "local", "wait"))
+    mix = per_broker.select([*broker_keys[:3], "fetches", *tf.OUTCOMES, "with_records"])
+    requests = per_broker["fetches"].to_numpy(zero_copy_only=False).astype(np.float64)
+    wait, total = (per_broker[c].to_numpy(zero_copy_only=False).astype(np.float64)
+                   for c in ("wait_sum_ns", "total_sum_ns"))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mix = mix.append_column("data_efficiency", pa.array(
+            per_broker["with_records"].to_numpy(zero_copy_only=False) / requests)).append_column(
+            "wait_share", pa.array(wait / total, mask=~(total > 0)))
+    followers = fetches.filter(pc.equal(fetches["kind"], Kind.FOLLOWER.value))
+    pairs = _quantile_table(followers, ["window_start", "broker", "replica_id", HOUR], ("local",))
+    timeline = _quantile_table(fetches, ["window_start", "kind", HOUR], ("total", "local", "wait"))
+    return {
+        "outcome_mix": mix.append_column(HOUR, per_broker[HOUR]),
+        "pair_latency": pa.table({"window_start": pairs["window_start"], "leader": pairs["broker"],
+                                  "follower": pairs["replica_id"], "fetches": pairs["fetches"],
+                                  "local_p50": pairs["local_p50"], "local_p99": pairs["local_p99"],
+                                  HOUR: pairs[HOUR]}),
+        "timeline": timeline.select(["window_start", "kind", "total_p50", "local_p50", "wait_p50", "fetches", HOUR]),
+        "broker_timeline": per_broker.select([*broker_keys[:3], "fetches", *[f"{p}_{n}" for p in (
+            "total", "local", "wait") for n in ("p50", "p99")], HOUR]),
+        "hourly": hourly(brokers),
+    }
+
+
+HOURLY_KEYS = ["api", "broker", "kind", "acks", HOUR]  # what summary (api, broker, kind) and produce latency group
+
+
+def hourly(brokers: pa.Table) -> pa.Table:
+    """The histograms per hour instead of per window (window and replica dropped): what summary
+    and produce latency merge over hours, 60 times fewer rows than the per-window ones at 1m."""
+    keys = [*HOURLY_KEYS, "part", "bucket"]
+    gid, n, first = groups(brokers, keys)
+    cols: dict[str, pa.Array] = keys_of(brokers, keys, first)
+    stats_row = pc.equal(cols["part"], tf.STATS_PART)
+    cols["n"] = pa.array(_sum(gid, n, brokers["n"]), mask=stats_row.to_numpy(zero_copy_only=False))
+    counts_row = pc.invert(stats_row).to_numpy(zero_copy_only=False)
+    for c in tf.STATS:
+        cols[c] = pa.array(_sum(gid, n, brokers[c]), mask=counts_row)
+    cols["total_max_ns"] = _max(gid, n, brokers["total_max_ns"])
+    return pa.table(cols)
+
+
 def summary(hourly: pa.Table) -> pa.Table:
     """The headline: per broker x kind over the whole range, from the hourly histograms."""
     keys = ["broker", "kind"]
@@ -269,7 +334,7 @@ def tables(products: dict[str, pa.Table], top: int) -> dict[str, pa.Table]:
     """Every table, from the products of every hour (each product one table, hours concatenated)."""
     rec = record_latency(products["records"])
     return {
-        "latency_by_window": per_window(products["latency_by_window"]),
+        "latency_by_window": latency_by_window(products["latency_by_window"]),
         "summary": summary(products["hourly"]),
         "outcome_mix": per_window(products["outcome_mix"]),
         "pair_latency": flag_shifts(per_window(products["pair_latency"])),

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from . import finish, report, state
 from . import transforms as tf
@@ -27,7 +28,7 @@ from .schema import SCHEMA_VERSION, spark_schema
 Progress = Callable[[float, str], None]  # (share of the run done, 0..1; what it is doing)
 # How a run's time splits, in percent (measured on 10 M generated rows, local[2]): what turns the
 # steps into a share done, and so into an estimate of the time left.
-WEIGHTS = {"start": 6, "read": 3, "pass": 40, "products": 38, "keep": 1, "tables": 6, "report": 6}
+WEIGHTS = {"start": 4, "read": 4, "pass": 40, "products": 42, "keep": 2, "tables": 5, "report": 3}
 JAVA_OPTIONS = "-XX:+UseParallelGC"  # local mode's driver JVM (FETCHLAT_SPARK_JAVA_OPTIONS overrides)
 
 
@@ -307,7 +308,8 @@ def _products(plan: state.Plan, traces: tuple[DataFrame, DataFrame, DataFrame] |
         brokers = held(tf.without_clients(fine))  # the histograms merged over clients
         frames = tf.products(fine, brokers, parts, repl, sla_ms)
         steps.step("products", "computing the per-hour products")
-        computed = {name: df.toArrow() for name, df in frames.items()}
+        computed = {name: df.toArrow() for name, df in frames.items() if name != "brokers"}
+        computed.update(_from_brokers(frames["brokers"]))
         if plan.keeps and plan.fresh:
             steps.step("keep", "keeping the new hours in the state")
             per_hour = {int(r[0]): int(r[1]) for r in ex.groupBy(tf.hour_of_ts()).count().collect()}
@@ -316,6 +318,28 @@ def _products(plan: state.Plan, traces: tuple[DataFrame, DataFrame, DataFrame] |
     products = {name: finish.concat(([computed[name]] if name in computed else []) + kept.get(name, []))
                 for name in state.PRODUCTS}
     return products, per_hour
+
+
+ROWS_TO_THE_DRIVER = 2_000_000  # histogram rows brought to the driver at a time (~100 MB as Arrow)
+
+
+def _from_brokers(brokers: DataFrame) -> dict[str, pa.Table]:
+    """The products the driver makes from the histograms merged over clients (``finish.from_brokers``),
+    brought over a few hours at a time: a day of a fleet's histograms would not fit in the driver at
+    once, and the products of one hour never need another's."""
+    sizes = sorted((int(r[0]), int(r[1])) for r in brokers.groupBy("hour").count().collect())
+    chunks: list[list[int]] = []
+    rows = 0
+    for hour, n in sizes:
+        if not chunks or rows + n > ROWS_TO_THE_DRIVER:
+            chunks.append([])
+            rows = 0
+        chunks[-1].append(hour)
+        rows += n
+    if not chunks:
+        return finish.from_brokers(brokers.toArrow())
+    parts = [finish.from_brokers(brokers.where(F.col("hour").isin(c)).toArrow()) for c in chunks]
+    return {name: finish.concat([p[name] for p in parts]) for name in parts[0]}
 
 
 def _summary(c: dict[str, list[dict[str, Any]]], dirs: list[str], window: str, sla_ms: float, rows: int,

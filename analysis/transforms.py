@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import re
 
-from fetchlat.metrics.vocabulary import Kind, Outcome
+from fetchlat.metrics.vocabulary import Outcome
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
@@ -79,27 +79,6 @@ def bucket(ns: Column) -> Column:
     return F.when(ns > 0, k).when(ns < 0, -k).when(ns == 0, 0).cast("int")
 
 
-def bucket_ms(k: Column) -> Column:
-    """What bucket ``k`` stands for, in ms."""
-    v = 2 * F.pow(F.lit(GAMMA), F.abs(k) - 1) / (GAMMA + 1) / 1e6
-    return F.when(k == 0, 0.0).otherwise(F.signum(k) * v)
-
-
-def quantile_buckets(hist: Column, n: Column) -> Column:
-    """Walk a histogram (array of (bucket, n), any order, a bucket may repeat) once: the buckets
-    of the nearest-rank values at PER_MILLE, as a struct k0..k3 (null for an empty histogram)."""
-    ranks = [_rank(n, q) for q in PER_MILLE]
-    init = F.struct(F.lit(0).cast("long").alias("c"),
-                    *[F.lit(None).cast("int").alias(f"k{i}") for i in range(len(ranks))])
-
-    def step(acc: Column, x: Column) -> Column:
-        c = acc["c"] + x["n"]
-        return F.struct(c.alias("c"), *[F.coalesce(acc[f"k{i}"], F.when(c >= r, x["bucket"])).alias(f"k{i}")
-                                        for i, r in enumerate(ranks)])
-
-    return F.aggregate(F.sort_array(hist), init, step)
-
-
 def _rank(n: Column, per_mille: int) -> Column:
     """The nearest rank, ceil(n q), in integers (a double q n can land just above a whole number)."""
     return F.greatest(F.lit(1), F.floor((n.cast("long") * per_mille + 999) / 1000))  # long: a fleet's n > 2^31
@@ -113,16 +92,18 @@ def sorted_lists(df: DataFrame, cols: list[str]) -> DataFrame:
     return df.select(*[F.sort_array(c).alias(c) if c in cols else c for c in df.columns])
 
 
-def list_quantiles_ms(s: Column, offset: int = 0) -> dict[str, Column]:
-    """The PER_MILLE quantiles (ms) of a sorted array of buckets (each stored as bucket +
-    ``offset``), one per value (null when empty), by QNAMES."""
-    return {name: bucket_ms(F.try_element_at(s, _rank(F.size(s), q).cast("int")) - offset)
+def list_quantile_buckets(s: Column, offset: int = 0) -> dict[str, Column]:
+    """The buckets of the PER_MILLE quantiles of a sorted array of buckets (each stored as bucket +
+    ``offset``), one per value (null when empty), by QNAMES. What a bucket stands for in ms is the
+    driver's to say (``finish.bucket_ms``): one rule for every table, where Spark's ``pow`` and
+    numpy's differ in the last bit for one bucket in ten."""
+    return {name: (F.try_element_at(s, _rank(F.size(s), q).cast("int")) - offset).cast("short")
             for q, name in zip(PER_MILLE, QNAMES, strict=True)}
 
 
 STAT_COLS = (*STATS, "total_max_ns")
 # In the per-client lists a bucket is stored with its part in the bits above it: bucket +
-# PART_OFFSET[part]. A part's sorted list reads as sorted buckets (``list_quantiles_ms`` takes
+# PART_OFFSET[part]. A part's sorted list reads as sorted buckets (``list_quantile_buckets`` takes
 # the offset off), and the four lists concatenated and exploded name their part without a
 # lambda per element (Spark evaluates a lambda per element, uncompiled: seconds at 10 M rows).
 # |bucket| <= 2 186 for any duration a long holds.
@@ -161,11 +142,6 @@ def fine(timed_df: DataFrame) -> DataFrame:
 STATS_PART = -1  # a histogram table's row of part -1 carries its group's STAT_COLS (bucket, n null)
 
 
-def _merged() -> list[Column]:
-    """The aggregations that merge histogram rows into coarser ones (grouped by keys, part, bucket)."""
-    return [F.sum("n").alias("n"), *[F.sum(c).alias(c) for c in STATS], F.max("total_max_ns").alias("total_max_ns")]
-
-
 def without_clients(fine_df: DataFrame) -> DataFrame:
     """``fine`` as histograms merged over clients: per window x broker x api x kind x replica x
     acks x part x bucket the count ``n``, and per window x ... x acks a STATS_PART row of sums.
@@ -192,85 +168,18 @@ def without_clients(fine_df: DataFrame) -> DataFrame:
     return stats.select(*keys, F.lit(STATS_PART).alias("part"), *nulls, *STAT_COLS).unionByName(counts)
 
 
-# The per-broker tables, each a grouping of ``without_clients`` (a few histogram rows per group:
-# each table's own aggregation costs about a second at 10 M rows; one grouping-sets aggregation
-# for all of them cost more than all of them).
-COARSE_SETS = {
-    "summary": ("api", "broker", "kind"),
-    "window_broker": ("api", "window_start", "broker", "kind"),  # outcome_mix, broker_timeline
-    "pair_latency": ("api", "window_start", "broker", "kind", "replica_id"),
-    "produce_latency": ("api", "broker", "acks"),
-    "timeline": ("api", "window_start", "kind"),
-}
-WHOLE_RANGE = ("summary", "produce_latency")  # the groupings without a window: they merge ``hourly_histograms``
-
-
-def hourly_histograms(brokers: DataFrame) -> DataFrame:
-    """``without_clients`` per hour instead of per window, keyed by what the WHOLE_RANGE tables
-    group: what they merge, 60 times fewer rows at 1m windows."""
-    keys = dict.fromkeys(k for t in WHOLE_RANGE for k in COARSE_SETS[t])
-    return brokers.groupBy(*keys, hour_of_window().alias("hour"), "part", "bucket").agg(*_merged())
-
-
-def _grouped(df: DataFrame, table: str) -> DataFrame:
-    """The histogram rows of one grouping, from ``without_clients`` or, for the WHOLE_RANGE
-    tables, from ``hourly_histograms`` (or from ``fine``, merged over clients here)."""
-    if "part" not in df.columns:  # per-client rows (``fine``)
-        df = without_clients(df)
-    return df.groupBy(*COARSE_SETS[table], "part", "bucket").agg(*_merged())
-
-
-def _quantile_table(hist: DataFrame, keys: list[str], parts: tuple[str, ...] = PARTS) -> DataFrame:
-    """Per ``keys``: the sums of STATS (``fetches`` = requests), ``total_max_ms``, and
-    ``{part}_{p50,p90,p99,p999}`` in ms for ``parts``, from histogram rows (keys, part, bucket, n)."""
-    wanted = [STATS_PART, *[PARTS.index(p) for p in parts]]
-    per_part = (hist.where(F.col("part").isin(wanted))
-                .groupBy(*keys, "part").agg(F.collect_list(F.struct("bucket", "n")).alias("_h"),
-                                            F.sum("n").alias("_n"), *[F.sum(c).alias(c) for c in STATS],
-                                            F.max("total_max_ns").alias("total_max_ns")))
-    per_part = per_part.select(*keys, "part", *STATS, "total_max_ns",
-                               quantile_buckets(F.col("_h"), F.col("_n")).alias("_k"))
-    out = per_part.groupBy(*keys).agg(
-        *[F.sum(c).alias(c) for c in STATS], (F.max("total_max_ns") / 1e6).alias("total_max_ms"),
-        *[F.max(F.when(F.col("part") == PARTS.index(p), bucket_ms(F.col("_k")[f"k{i}"]))).alias(f"{p}_{name}")
-          for p in parts for i, name in enumerate(QNAMES)]
-    ).withColumnRenamed("requests", "fetches")
-    if "total" in parts:  # a bucket's value may lie up to ALPHA above the group's largest total
-        out = out.select(*[F.least(F.col(c), F.col("total_max_ms")).alias(c) if c.startswith("total_p") else c
-                           for c in out.columns])
-    return out
-
-
 def _fetches(df: DataFrame) -> DataFrame:
     return df.where(F.col("api") == "Fetch")
 
 
 def latency_by_window(fine_df: DataFrame) -> DataFrame:
-    """Per window x broker x kind x client (and replica, for followers): count and
-    p50/p90/p99/p99.9 of each duration."""
+    """Per window x broker x kind x client (and replica, for followers): count and the buckets of
+    p50/p90/p99/p99.9 of each duration (``finish.latency_by_window`` states them in ms)."""
     lists = [f"{p}_b" for p in PARTS]
     return sorted_lists(_fetches(fine_df), lists).select(
         "window_start", "broker", "kind", "client_id", "replica_id", F.col("requests").alias("fetches"),
         *[q.alias(f"{p}_{name}") for i, p in enumerate(PARTS)
-          for name, q in list_quantiles_ms(F.col(f"{p}_b"), PART_OFFSET[i]).items()])
-
-
-def outcome_mix(fine_df: DataFrame) -> DataFrame:
-    """Per window x broker x kind: fetches by outcome, and long-poll efficiency (the share of
-    fetches that brought records back, and the share of fetch time spent parked)."""
-    g = _fetches(_grouped(fine_df, "window_broker")).where(F.col("part") == STATS_PART)
-    g = g.groupBy("window_start", "broker", "kind").agg(*[F.sum(c).alias(c) for c in STATS])
-    return g.select("window_start", "broker", "kind", F.col("requests").alias("fetches"), *OUTCOMES, "with_records",
-                    (F.col("with_records") / F.col("requests")).alias("data_efficiency"),
-                    F.when(F.col("total_sum_ns") > 0, F.col("wait_sum_ns") / F.col("total_sum_ns")).alias("wait_share"))
-
-
-def pair_latency(fine_df: DataFrame) -> DataFrame:
-    """Follower -> leader: per window, the median and p99 true local fetch latency."""
-    f = _fetches(_grouped(fine_df, "pair_latency")).where(F.col("kind") == Kind.FOLLOWER.value)
-    q = _quantile_table(f, ["window_start", "broker", "replica_id"], ("local",))
-    return q.select("window_start", F.col("broker").alias("leader"), F.col("replica_id").alias("follower"),
-                    "fetches", "local_p50", "local_p99")
+          for name, q in list_quantile_buckets(F.col(f"{p}_b"), PART_OFFSET[i]).items()])
 
 
 # Every per-hour product (``analysis/state.py``) carries its hour: epoch hours, UTC, in integers
@@ -321,33 +230,15 @@ def client_histogram(fine_df: DataFrame) -> DataFrame:
     return fetches.unionByName(counts)
 
 
-def timeline(fine_df: DataFrame) -> DataFrame:
-    """Per window x kind: median naive total, true local and wait."""
-    q = _quantile_table(_fetches(_grouped(fine_df, "timeline")), ["window_start", "kind"], ("total", "local", "wait"))
-    return q.select("window_start", "kind", "total_p50", "local_p50", "wait_p50", "fetches")
-
-
-def broker_timeline(fine_df: DataFrame) -> DataFrame:
-    """Per window x broker x kind: p50 and p99 of naive total, true local and wait (the report's
-    per-broker chart)."""
-    keys = ["window_start", "broker", "kind"]
-    q = _quantile_table(_fetches(_grouped(fine_df, "window_broker")), keys, ("total", "local", "wait"))
-    return q.select(*keys, "fetches", *[f"{p}_{n}" for p in ("total", "local", "wait") for n in ("p50", "p99")])
-
-
 def products(fine_df: DataFrame, brokers: DataFrame, partitions: DataFrame, replication: DataFrame,
              sla_ms: float) -> dict[str, DataFrame]:
-    """What the tables are finished from (``finish.py``), each with its hour: the per-window
-    tables as they are (a window lies in one hour), the client-free histograms per hour
-    (``brokers``: ``without_clients(fine_df)``), the per-client true-local histograms, and the
-    record-latency and replication states."""
-    per_window = {name: fn(brokers).withColumn("hour", hour_of_window()) for name, fn in (
-        ("outcome_mix", outcome_mix), ("pair_latency", pair_latency), ("timeline", timeline),
-        ("broker_timeline", broker_timeline))}
+    """What Spark hands the driver, each with its hour: latency by window as it is (a window lies in
+    one hour), the histograms merged over clients (``brokers``: ``without_clients(fine_df)``, which
+    the driver turns into the other per-window tables and the hourly histograms: ``finish.py``),
+    the per-client true-local histograms, and the record-latency and replication states."""
     return {
         "latency_by_window": latency_by_window(fine_df).withColumn("hour", hour_of_window()),
-        **per_window,
-        "hourly": hourly_histograms(brokers),
+        "brokers": brokers.withColumn("hour", hour_of_window()),
         "clients": client_histogram(fine_df),
         "records": record_state(partitions, sla_ms),
         "replication": replication_state(replication),

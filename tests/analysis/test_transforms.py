@@ -37,9 +37,15 @@ def brokers(df: DataFrame) -> DataFrame:
     return tf.without_clients(tf.fine(tf.with_window(tf.timed(df), "1m")))
 
 
+def products(df: DataFrame) -> dict[str, Any]:
+    """The per-window products and hourly histograms the driver makes of the merged histograms."""
+    out: dict[str, Any] = finish.from_brokers(brokers(df).withColumn("hour", tf.hour_of_window()).toArrow())
+    return out
+
+
 def hourly(df: DataFrame) -> Any:
     """The hourly histograms the driver finishes summary and produce latency from (Arrow)."""
-    return tf.hourly_histograms(brokers(df)).toArrow()
+    return products(df)["hourly"]
 
 
 def record_latency(spark: SparkSession, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -49,7 +55,7 @@ def record_latency(spark: SparkSession, rows: list[dict[str, Any]]) -> list[dict
 
 
 def pairs_of(spark: SparkSession, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    pairs = tf.pair_latency(brokers(exchanges(spark, rows))).toArrow()
+    pairs = finish.per_window(products(exchanges(spark, rows))["pair_latency"])
     out: list[dict[str, Any]] = finish.flag_shifts(pairs).to_pylist()
     return out
 
@@ -74,24 +80,25 @@ def test_window_length_rejects_nonsense(text: str) -> None:
 def test_percentiles_per_window_broker_kind_client(spark: SparkSession) -> None:
     df = exchanges(spark, [fetch(1, 501, 500), fetch(2, 503, 500), fetch(3, 502, 500), fetch(70, 510, 500),
                            {"ts_ns": T0, "api": "Produce", "total_ns": 3 * MS}])
-    got = tf.latency_by_window(tf.fine(tf.with_window(tf.timed(df), "1m"))).select(
-        "window_start", "broker", "kind", "client_id", "fetches", "total_p50", "wait_p50", "local_p50", "local_p99")
-    w0 = dt.datetime.fromtimestamp(T0 / 1e9, UTC).replace(tzinfo=None)
+    product = tf.latency_by_window(tf.fine(tf.with_window(tf.timed(df), "1m"))).toArrow()
+    cols = ["window_start", "broker", "kind", "client_id", "fetches", "total_p50", "wait_p50", "local_p50", "local_p99"]
+    got = sorted(tuple(r.values()) for r in finish.latency_by_window(product).select(cols).to_pylist())
+    w0 = dt.datetime.fromtimestamp(T0 / 1e9, UTC)
     w1 = w0 + dt.timedelta(minutes=1)
-    expected = spark.createDataFrame(
-        [(w0, "1", "consumer", "c", 3, 502.0, 500.0, 2.0, 3.0),
-         (w1, "1", "consumer", "c", 1, 510.0, 500.0, 10.0, 10.0)],
-        got.schema)
-    assertDataFrameEqual(got, expected, rtol=tf.ALPHA)
+    expected = [(w0, "1", "consumer", "c", 3, 502.0, 500.0, 2.0, 3.0),
+                (w1, "1", "consumer", "c", 1, 510.0, 500.0, 10.0, 10.0)]
+    assert [g[:5] for g in got] == [e[:5] for e in expected]
+    for g, e in zip(got, expected, strict=True):
+        assert g[5:] == pytest.approx(e[5:], rel=tf.ALPHA)
 
 
 def test_outcome_mix_and_long_poll_efficiency(spark: SparkSession) -> None:
     df = exchanges(spark, [fetch(1, 501, 500), fetch(2, 40, 30, outcome="woken", records=5),
                            fetch(3, 2, 0, outcome="immediate", records=9), fetch(4, 501, 500)])
-    got = tf.outcome_mix(tf.fine(tf.with_window(tf.timed(df), "1m"))).select(
-        "fetches", "immediate", "woken", "expired", "error", "unknown", "with_records", "data_efficiency", "wait_share")
-    expected = spark.createDataFrame([(4, 1, 1, 2, 0, 0, 2, 0.5, 1030.0 / 1044.0)], got.schema)
-    assertDataFrameEqual(got, expected)
+    cols = ["fetches", "immediate", "woken", "expired", "error", "unknown", "with_records", "data_efficiency",
+            "wait_share"]
+    got = products(df)["outcome_mix"].select(cols)
+    assert [tuple(r.values()) for r in got.to_pylist()] == [(4, 1, 1, 2, 0, 0, 2, 0.5, 1030.0 / 1044.0)]
 
 
 def test_grey_failure_on_one_pair_is_flagged_with_its_size(spark: SparkSession) -> None:
@@ -161,8 +168,9 @@ def test_per_broker_tables_merge_the_per_client_histograms(spark: SparkSession) 
     got = finish.summary(h).select(["broker", "kind", "fetches", "local_p50", "local_p90", "local_p999", "wait_p50"])
     assert [tuple(r.values())[:3] for r in got.to_pylist()] == [("1", "consumer", 6)]
     assert list(got.to_pylist()[0].values())[3:] == pytest.approx([3.0, 9.0, 9.0, 500.0], rel=tf.ALPHA)
-    timeline = tf.timeline(brokers(df)).select("fetches", "local_p50", "total_p50")
-    assertDataFrameEqual(timeline, spark.createDataFrame([(6, 3.0, 503.0)], timeline.schema), rtol=tf.ALPHA)
+    timeline = products(df)["timeline"].select(["fetches", "local_p50", "total_p50"]).to_pylist()
+    assert [r["fetches"] for r in timeline] == [6]
+    assert [timeline[0]["local_p50"], timeline[0]["total_p50"]] == pytest.approx([3.0, 503.0], rel=tf.ALPHA)
     produce = finish.produce_latency(h).to_pylist()
     assert [tuple(r.values())[:4] for r in produce] == [("1", -1, 4, 40)]
     assert list(produce[0].values())[4:] == pytest.approx([2.0, 4.0, 4.0], rel=tf.ALPHA)
