@@ -29,8 +29,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--window", default="1m", help="time window for per-window tables (30s, 1m, 5m, 1h; default 1m)")
     p.add_argument("--record-latency-sla", dest="sla", default="5s", help="record latency SLA (e.g. 500ms, 5s)")
     p.add_argument("--top", type=int, default=10, help="how many slowest clients/partitions to list")
-    p.add_argument("--state", help="keep per-hour results here (e.g. OUT/state; any path Spark writes: hdfs://, "
-                                   "s3a://) and reuse them in later runs over the same hours")
+    p.add_argument("--state", help="keep per-hour results here (e.g. OUT/state; the driver writes them: a local "
+                                   "path, s3://, gs://, hdfs://) and reuse them in later runs over the same hours")
     p.add_argument("--every", help="keep running: look at the traces every EVERY (e.g. 30s, 5m, 1h) and analyse "
                                    "again, in the same Spark session, once they have changed (keeps per-hour "
                                    "state in --state, by default OUT/state)")

@@ -1,16 +1,19 @@
 """The tables finished in the driver from the per-hour products (pure: pyarrow and numpy, no
 session, no paths).
 
-Spark makes the products, per hour, from the traces (``transforms.py``); each comes to the driver
-as one Arrow table (``job.py``) or is read back from the state (``state.py``). What is left to do
-with them is small (a few hundred thousand rows for a day of a fleet): concatenating the hours,
-merging histograms and bucket lists over them, reading quantiles and ordering. Done here, it
-costs no Spark job: a run that reuses kept hours is not a dozen jobs over Parquet files it could
-read in a second. Every run, with or without kept hours, on ``local[*]`` or a cluster, finishes
-its tables by this code from the same products, so their tables agree to the last bit.
+Spark counts: the one pass, the histograms merged over clients, the per-client lists and the
+record-latency and replication states (``transforms.py``), each brought to the driver as Arrow
+(``job.py``) or read back from the state (``state.py``). The driver reads the quantiles: it makes
+the per-window tables and the hourly histograms from the client-free histograms
+(``from_brokers``), merges histograms and bucket lists over hours, reads nearest-rank quantiles,
+flags pairs and picks the top N. A walk of a histogram is a sort and a search here, where in Spark
+it was a lambda interpreted element by element; and a run that reuses kept hours needs no Spark
+job to finish its tables. Every run, with or without kept hours, on ``local[*]`` or a cluster,
+finishes its tables by this code from the same products, so their tables agree to the last bit.
 
 Quantiles follow ``transforms.py``'s histogram rule: the bucket of the nearest-rank value (rank
-ceil(q n), in integers), stated in ms by what the bucket stands for."""
+ceil(q n), in integers), stated in ms by what the bucket stands for (``bucket_ms``: the one
+place that says it)."""
 
 from __future__ import annotations
 
@@ -61,7 +64,6 @@ def _codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, int]:
 def groups(t: pa.Table, keys: Sequence[str]) -> tuple[np.ndarray, int, np.ndarray]:
     """Per row, the number of its group of ``keys`` (0..n-1); how many groups; and a row of each group."""
     gid = np.zeros(t.num_rows, np.int64)
-    n = 1
     for k in keys:
         codes, card = _codes(t[k])
         _, gid = np.unique(gid * card + codes, return_inverse=True)  # kept dense: never overflows

@@ -65,15 +65,43 @@ def hadoop_fs(spark: SparkSession, path: str) -> tuple[Any, Any]:
 
 
 def files(spark: SparkSession, hour_dir: str) -> list[str]:
-    """The trace files of an hour directory, each as path|size|modification time."""
+    """The trace files of an hour directory, each as path|size|modification time (ms), as Hadoop's
+    filesystem layer states them. A local directory is listed by the OS directly: the same entries
+    (``tests/analysis/test_state.py`` compares the two), without a round trip to the JVM per file
+    and field (2.7 s for the 5 400 files of a day of six sidecars, against 0.1 s)."""
+    local = _local(hour_dir)
+    if local is None:
+        return hadoop_files(spark, hour_dir)
+    out = []
+    with os.scandir(local) as entries:
+        for e in entries:
+            if _is_trace(e.name) and e.is_file():
+                st = e.stat()
+                out.append(f"{hour_dir.rstrip('/')}/{e.name}|{st.st_size}|{st.st_mtime_ns // 1_000_000}")
+    return out
+
+
+def hadoop_files(spark: SparkSession, hour_dir: str) -> list[str]:
+    """``files`` through Hadoop's filesystem layer (hdfs://, s3a://, ...)."""
     fs, Path = hadoop_fs(spark, hour_dir)
     out = []
     for st in fs.listStatus(Path(hour_dir)) or []:  # each call a round trip to the JVM: as few as will do
         path = str(st.getPath().toString())
-        name = path.rsplit("/", 1)[-1]
-        if name.endswith(".parquet") and not name.startswith((".", "_")) and st.isFile():
+        if _is_trace(path.rsplit("/", 1)[-1]) and st.isFile():
             out.append(f"{path}|{st.getLen()}|{st.getModificationTime()}")
     return out
+
+
+def _is_trace(name: str) -> bool:
+    return name.endswith(".parquet") and not name.startswith((".", "_"))  # .tmp-*: still being written
+
+
+def _local(path: str) -> str | None:
+    """The OS path of a Hadoop ``file:`` path (as Hadoop's listings name local files), else None."""
+    if path.startswith("file:"):
+        rest = path[len("file:"):]
+        return "/" + rest.lstrip("/") if rest.startswith("/") else None
+    return None
 
 
 def fingerprints(spark: SparkSession, hour_dirs: dict[int, list[str]]) -> dict[int, str]:
