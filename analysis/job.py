@@ -183,7 +183,8 @@ class _Steps:
         self._poller = threading.Thread(target=self._poll, name="fetchlat-progress", daemon=True)
 
     def step(self, key: str, what: str) -> None:
-        self.done += WEIGHTS.get(self.key, 0)
+        """Start step ``key`` (WEIGHTS; "" the end: 100 %, whichever steps a run skipped)."""
+        self.done = self.done + WEIGHTS.get(self.key, 0) if key else 100
         self.key, self.what = key, what
         self.report(self.done / 100, what)
 
