@@ -105,7 +105,8 @@ def rank(n: np.ndarray, per_mille: int) -> np.ndarray:
 
 
 def bucket_ms(k: np.ndarray) -> np.ndarray:
-    """What bucket ``k`` stands for, in ms (as ``transforms.bucket_ms``)."""
+    """What bucket ``k`` stands for, in ms: 2 GAMMA^(|k|-1) / (GAMMA + 1), signed (``transforms.bucket``'s
+    inverse; the only place a table's ms are said)."""
     k = k.astype(np.float64)
     v = 2 * np.power(tf.GAMMA, np.abs(k) - 1) / (tf.GAMMA + 1) / 1e6
     return np.where(k == 0, 0.0, np.sign(k) * v)

@@ -34,7 +34,7 @@ def listing(spark: SparkSession, dirs: list[str], since_ns: int | None, until_ns
             if p.endswith(".parquet"):  # a file of the layout before hour directories
                 fs, Path = state.hadoop_fs(spark, p)
                 st = fs.getFileStatus(Path(p))
-                files.append(f"{p}|{st.getLen()}|{st.getModificationTime()}")
+                files.append(state.entry(p, st.getLen(), st.getModificationTime()))
             else:
                 files.extend(state.files(spark, p))
     return hashlib.sha256("\n".join(sorted(files)).encode()).hexdigest()

@@ -77,7 +77,7 @@ def files(spark: SparkSession, hour_dir: str) -> list[str]:
         for e in entries:
             if _is_trace(e.name) and e.is_file():
                 st = e.stat()
-                out.append(f"{hour_dir.rstrip('/')}/{e.name}|{st.st_size}|{st.st_mtime_ns // 1_000_000}")
+                out.append(entry(f"{hour_dir.rstrip('/')}/{e.name}", st.st_size, st.st_mtime_ns // 1_000_000))
     return out
 
 
@@ -88,8 +88,13 @@ def hadoop_files(spark: SparkSession, hour_dir: str) -> list[str]:
     for st in fs.listStatus(Path(hour_dir)) or []:  # each call a round trip to the JVM: as few as will do
         path = str(st.getPath().toString())
         if _is_trace(path.rsplit("/", 1)[-1]) and st.isFile():
-            out.append(f"{path}|{st.getLen()}|{st.getModificationTime()}")
+            out.append(entry(path, st.getLen(), st.getModificationTime()))
     return out
+
+
+def entry(path: str, size: int, mtime_ms: int) -> str:
+    """One input file as a fingerprint names it: path|size|modification time (ms)."""
+    return f"{path}|{size}|{mtime_ms}"
 
 
 def _is_trace(name: str) -> bool:
