@@ -15,9 +15,10 @@ An hour is kept only when it is whole in the run (inside --since/--until), when 
 divides an hour (so no window straddles two), and when no file of the layout before hour
 directories is read (those files name no hour). A full run and one that reuses hours finish
 every table from the same products by the same code, so their tables agree to the last bit.
-The trace files are listed through Hadoop's filesystem layer (local paths, hdfs://, s3a://: where
-Spark reads them); the state is the driver's alone, read and written through pyarrow's (a local
-path, s3://, gs://, hdfs://).
+The trace files are listed where Spark reads them: a local directory by the OS, any other
+(hdfs://, s3a://) through Hadoop's filesystem layer, with the same entries; the state is the
+driver's alone, read and written through pyarrow's filesystems (a local path, s3://, gs://,
+hdfs://).
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def hadoop_fs(spark: SparkSession, path: str) -> tuple[Any, Any]:
 def files(spark: SparkSession, hour_dir: str) -> list[str]:
     """The trace files of an hour directory, each as path|size|modification time (ms), as Hadoop's
     filesystem layer states them. A local directory is listed by the OS directly: the same entries
-    (``tests/analysis/test_state.py`` compares the two), without a round trip to the JVM per file
+    (``tests/analysis/test_follow.py`` compares the two), without a round trip to the JVM per file
     and field (2.7 s for the 5 400 files of a day of six sidecars, against 0.1 s)."""
     local = _local(hour_dir)
     if local is None:
