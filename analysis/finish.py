@@ -1,14 +1,16 @@
-"""The tables finished in the driver from the per-hour products (pure: pyarrow and numpy, no
-session, no paths).
+"""The per-hour products and the tables, made in the driver (pure: pyarrow and numpy, no session,
+no paths).
 
-Spark counts: the one pass, the histograms merged over clients, the per-client lists and the
-record-latency and replication states (``transforms.py``), each brought to the driver as Arrow
-(``job.py``) or read back from the state (``state.py``). The driver reads the quantiles: it makes
-the per-window tables and the hourly histograms from the client-free histograms
-(``from_brokers``), merges histograms and bucket lists over hours, reads nearest-rank quantiles,
-flags pairs and picks the top N. A walk of a histogram is a sort and a search here, where in Spark
-it was a lambda interpreted element by element; and a run that reuses kept hours needs no Spark
-job to finish its tables. Every run, with or without kept hours, on ``local[*]`` or a cluster,
+Spark groups: the one pass (per client x window, the sums and the list of the rows' buckets) and
+the record-latency and replication states (``transforms.py``), brought to the driver as Arrow
+(``job.py``). The driver reads the lists (``from_fine``): each fetch row's quantiles (latency by
+window), the histograms merged over clients and from them the per-window tables and the hourly
+histograms (``from_brokers``), and the per-client true-local histograms. Those are the products
+kept per hour (``state.py``). From the products of every hour it merges histograms and bucket
+lists, reads nearest-rank quantiles, flags pairs and picks the top N. A quantile is a sort and a
+pick here, where Spark needed an object per list element or a lambda interpreted element by
+element (three times the time at 10 M rows); and a run that reuses kept hours needs no Spark job
+to finish its tables. Every run, with or without kept hours, on ``local[*]`` or a cluster,
 finishes its tables by this code from the same products, so their tables agree to the last bit.
 
 Quantiles follow ``transforms.py``'s histogram rule: the bucket of the nearest-rank value (rank
@@ -17,7 +19,7 @@ place that says it)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -62,12 +64,21 @@ def _codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, int]:
 
 
 def groups(t: pa.Table, keys: Sequence[str]) -> tuple[np.ndarray, int, np.ndarray]:
-    """Per row, the number of its group of ``keys`` (0..n-1); how many groups; and a row of each group."""
-    gid = np.zeros(t.num_rows, np.int64)
+    """Per row, the number of its group of ``keys`` (0..n-1); how many groups; and a row of each group.
+    The keys' codes make one number per row (a key's code times the cardinalities after it), made
+    dense only when the next key would overflow it: one sort for all the keys, not one per key."""
+    key = np.zeros(t.num_rows, np.int64)
+    span = 1
     for k in keys:
         codes, card = _codes(t[k])
-        _, gid = np.unique(gid * card + codes, return_inverse=True)  # kept dense: never overflows
-        gid = gid.reshape(-1).astype(np.int64)
+        if span * card >= 2**62:
+            _, key = np.unique(key, return_inverse=True)  # kept dense: never overflows
+            key = key.reshape(-1).astype(np.int64)
+            span = int(key.max()) + 1 if t.num_rows else 1
+        key = key * card + codes
+        span *= card
+    _, gid = np.unique(key, return_inverse=True)
+    gid = gid.reshape(-1).astype(np.int64)
     n = int(gid.max()) + 1 if t.num_rows else 0
     first = np.zeros(n, np.int64)
     first[gid[::-1]] = np.arange(t.num_rows, dtype=np.int64)[::-1]  # the group's first row
@@ -116,43 +127,48 @@ def hist_quantiles(gid: np.ndarray, n_groups: int, bucket: np.ndarray, count: np
                    per_mille: Sequence[int] = tf.PER_MILLE) -> tuple[list[np.ndarray], np.ndarray]:
     """Per group, the buckets of the nearest-rank values at ``per_mille`` of a histogram given as
     rows (group, bucket, count; a bucket may repeat; ``count`` None: one each, a list of values),
-    and a mask of the groups that had none."""
-    g, b, c = _by_group_then_bucket(gid, n_groups, bucket, count)
-    cum = np.cumsum(c)
-    total = np.zeros(n_groups, np.int64)
-    np.add.at(total, g, c)
-    before = np.concatenate(([0], np.cumsum(total)))[:-1]  # every row of a group is counted in ``total``
+    and a mask of the groups that had none. The rows are put in order of group, then bucket; a
+    list's value of rank r is then simply the group's r-th, a histogram's the row where the
+    running count reaches r."""
+    weights = None if count is None else count.astype(np.float64)  # exact: counts stay far below 2^53
+    total = np.bincount(gid, weights=weights, minlength=n_groups).astype(np.int64)
+    before = np.concatenate(([0], np.cumsum(total)))[:-1]
     empty = total == 0
-    out = []
-    for q in per_mille:
-        target = before + rank(total, q)
-        idx = np.minimum(np.searchsorted(cum, target, side="left"), max(len(b) - 1, 0))
-        out.append(b[idx] if len(b) else np.zeros(n_groups, np.int64))
-    return out, empty
+    if not len(bucket):
+        return [np.zeros(n_groups, np.int64) for _ in per_mille], empty
+    last = len(bucket) - 1
+    ordered = _by_group_then_bucket(gid, n_groups, bucket, count)
+    if count is None:
+        value_at, _ = ordered
+        return [value_at(np.minimum(before + rank(total, q) - 1, last)) for q in per_mille], empty
+    value_at, c = ordered
+    cum = np.cumsum(c)
+    return [value_at(np.minimum(np.searchsorted(cum, before + rank(total, q), side="left"), last))
+            for q in per_mille], empty
 
 
 def _by_group_then_bucket(gid: np.ndarray, n_groups: int, bucket: np.ndarray, count: np.ndarray | None
-                          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Group, bucket and count of the rows, ordered by group, then bucket: one sort of one number,
-    group x span + bucket (buckets lie a few thousand apart at most, so it fits a long), of the
-    numbers alone where there are no counts to carry along (``count`` None: one each)."""
-    ones = np.ones(len(bucket), np.int64)
-    if not len(bucket):
-        return gid, bucket, ones
+                          ) -> tuple[Callable[[np.ndarray], np.ndarray], np.ndarray]:
+    """The rows ordered by group, then bucket: what gives the bucket at given positions, and the
+    counts in that order (``count`` None: not needed). One sort of one number, group x span + bucket
+    (buckets lie a few thousand apart at most, so it fits a long), of the numbers alone where there
+    are no counts to carry along; the bucket is read back only where a quantile picks it."""
     low, span = int(bucket.min()), int(bucket.max()) - int(bucket.min()) + 1
     if n_groups * span >= 2**62:  # never for buckets of durations; kept correct anyway
         order = np.lexsort((bucket, gid))
-    else:
-        key = gid * span + (bucket - low)
-        if count is None:
-            key.sort()
-            return key // span, key % span + low, ones
-        order = np.argsort(key)
-    return gid[order], bucket[order], ones if count is None else count[order].astype(np.int64)
+        by = bucket[order]
+        return (lambda at: by[at]), (np.empty(0) if count is None else count[order])
+    key = gid * span + (bucket - low)
+    if count is None:
+        key.sort()
+        return (lambda at: key[at] % span + low), np.empty(0)
+    order = np.argsort(key)
+    b = bucket[order]
+    return (lambda at: b[at]), count[order].astype(np.int64)
 
 
-def _ms(buckets: np.ndarray, empty: np.ndarray, offset: int = 0) -> pa.Array:
-    return pa.array(bucket_ms(buckets - offset), mask=empty)
+def _ms(buckets: np.ndarray, empty: np.ndarray) -> pa.Array:
+    return pa.array(bucket_ms(buckets), mask=empty)
 
 
 # -- the tables that merge over hours --------------------------------------------------------------
@@ -187,14 +203,131 @@ def _fetch_rows(hourly: pa.Table, api: str) -> pa.Table:
 LATENCY_COLS = ["fetches", *[f"{p}_{q}" for p in tf.PARTS for q in tf.QNAMES]]
 
 
+# -- what the driver makes of Spark's per-client lists ------------------------------------------
+
+HOUR_US = tf.HOUR_NS // 1000
+FETCH_KEYS = ["window_start", "broker", "kind", "client_id", "replica_id"]
+
+
+def unpack(values: np.ndarray, part: int) -> tuple[np.ndarray, np.ndarray]:
+    """Part ``part``'s buckets of packed list values (``transforms.packed_buckets``), and a mask of
+    the values that have one."""
+    stored = (values >> (tf.BUCKET_BITS * part)) & tf.BUCKET_MASK
+    has = stored != 0
+    return stored - tf.STORED, has
+
+
+def counts(gid: np.ndarray, n_groups: int, bucket: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A histogram of (group, bucket) pairs: each distinct pair's group, bucket and count."""
+    if not len(bucket):
+        return gid, bucket, np.zeros(0, np.int64)
+    low = int(bucket.min())
+    span = int(bucket.max()) - low + 1
+    key = gid * span + (bucket - low)
+    if n_groups * span <= max(4 * len(key), 1 << 20):  # dense enough to count in place: no sort
+        c = np.bincount(key, minlength=n_groups * span)
+        key = np.flatnonzero(c)
+        c = c[key]
+    else:
+        key, c = np.unique(key, return_counts=True)
+    return key // span, key % span + low, c.astype(np.int64)
+
+
+def hours_of(windows: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """Epoch hours (UTC) of window starts, in integers."""
+    us = pc.cast(windows, pa.timestamp("us", "UTC")).cast(pa.int64())
+    return pc.divide(us, HOUR_US)  # integer division of non-negative integers
+
+
+def from_fine(fine: pa.Table) -> dict[str, pa.Table]:
+    """The per-hour products (``state.PRODUCTS`` but the record-latency and replication states) from
+    Spark's one pass (``transforms.fine``: a row per window x broker x api x kind x client x replica
+    x acks, with its rows' buckets packed in ``_v``), for any set of whole windows:
+    latency by window (each fetch row's quantiles, as buckets), the per-window tables and the hourly
+    histograms (``from_brokers``, from the histograms merged over clients), and the per-client
+    true-local histograms. Each list is read once: a part is a shift and a mask, a group's
+    quantiles one sort of (row, bucket) numbers, a merged histogram a count of them."""
+    fine = fine.append_column(HOUR, hours_of(fine["window_start"]))
+    n = fine.num_rows
+    lists = fine["_v"].combine_chunks()
+    values = pc.list_flatten(lists).to_numpy(zero_copy_only=False).astype(np.int64)
+    owner = pc.list_parent_indices(lists).to_numpy(zero_copy_only=False).astype(np.int64)
+    fetch = pc.equal(fine["api"], "Fetch").to_numpy(zero_copy_only=False)
+    coarse, n_coarse, coarse_first = groups(fine, [*tf.COARSE_KEYS, HOUR])
+    client_keys = ["client_id", "kind", HOUR]
+    fetches = fine.filter(pa.array(fetch))
+    client, n_clients, client_first = groups(fetches, client_keys)
+    client_of = np.full(n, -1, np.int64)
+    client_of[fetch] = client
+    by_window: dict[str, pa.Array] = {c: fetches[c] for c in FETCH_KEYS}
+    by_window["fetches"] = fetches["requests"]
+    hist: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
+    client_hist = (np.zeros(0, np.int64),) * 3
+    for i, p in enumerate(tf.PARTS):
+        bucket, has = unpack(values, i)
+        row, bucket = owner[has], bucket[has]
+        ks, empty = hist_quantiles(row, n, bucket, None)
+        for k, name in zip(ks, tf.QNAMES, strict=True):
+            by_window[f"{p}_{name}"] = pa.array(k[fetch].astype(np.int16), mask=empty[fetch])
+        hist.append((i, *counts(coarse[row], n_coarse, bucket)))
+        if p == "local":
+            of_fetch = fetch[row]
+            client_hist = counts(client_of[row[of_fetch]], n_clients, bucket[of_fetch])
+    by_window[HOUR] = fetches[HOUR]
+    lbw = pa.table(by_window)
+    lbw = lbw.cast(lbw.schema.set(5, lbw.schema.field("fetches").with_nullable(False)))  # a count, as Spark's
+    return {"latency_by_window": lbw,
+            **from_brokers(_brokers(fine, coarse, n_coarse, coarse_first, hist)),
+            "clients": _clients(fetches, client, n_clients, client_first, client_hist)}
+
+
+def _brokers(fine: pa.Table, coarse: np.ndarray, n_coarse: int, first: np.ndarray,
+             hist: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]) -> pa.Table:
+    """The histograms merged over clients (what ``from_brokers`` reads): per COARSE_KEYS x hour x
+    part x bucket the count ``n``, and per COARSE_KEYS x hour a STATS_PART row of sums."""
+    keys = [*tf.COARSE_KEYS, HOUR]
+    stats = {k: v for k, v in keys_of(fine, keys, first).items()}
+    stats["part"] = pa.array(np.full(n_coarse, tf.STATS_PART, np.int32))
+    stats["bucket"] = pa.nulls(n_coarse, pa.int32())
+    stats["n"] = pa.nulls(n_coarse, pa.int64())
+    for c in tf.STATS:
+        stats[c] = pa.array(_sum(coarse, n_coarse, fine[c]))
+    stats["total_max_ns"] = _max(coarse, n_coarse, fine["total_max_ns"])
+    tables = [pa.table(stats)]
+    for part, gid, bucket, count in hist:
+        cols = keys_of(fine, keys, first[gid])
+        cols["part"] = pa.array(np.full(len(gid), part, np.int32))
+        cols["bucket"] = pa.array(bucket.astype(np.int32))
+        cols["n"] = pa.array(count)
+        for c in tf.STAT_COLS:
+            cols[c] = pa.nulls(len(gid), pa.int64())
+        tables.append(pa.table(cols).cast(tables[0].schema))
+    return pa.concat_tables(tables)
+
+
+def _clients(fetches: pa.Table, client: np.ndarray, n_clients: int, first: np.ndarray,
+             hist: tuple[np.ndarray, np.ndarray, np.ndarray]) -> pa.Table:
+    """Per client x kind x hour: the count ``n`` of each true-local bucket, and a row with a null
+    bucket whose ``n`` is the client's fetches. Hours merge by summing."""
+    keys = ["client_id", "kind", HOUR]
+    gid, bucket, count = hist
+    totals = keys_of(fetches, keys, first)
+    totals["bucket"] = pa.nulls(n_clients, pa.int32())
+    totals["n"] = pa.array(_sum(client, n_clients, fetches["requests"]))
+    cols = keys_of(fetches, keys, first[gid])
+    cols["bucket"] = pa.array(bucket.astype(np.int32))
+    cols["n"] = pa.array(count)
+    return pa.concat_tables([pa.table(totals), pa.table(cols)])
+
+
 # -- the per-hour products made from the histograms merged over clients ---------------------------
 
 
 def from_brokers(brokers: pa.Table) -> dict[str, pa.Table]:
     """The per-window products (the tables as they are: a window lies in one hour) and the hourly
-    histograms, from the histograms merged over clients (``transforms.without_clients`` with its
-    hour: keys, part, bucket, n, and a STATS_PART row of sums per group). One hour at a time or
-    several: every key carries its hour."""
+    histograms, from the histograms merged over clients (``_brokers``: keys, hour, part, bucket, n,
+    and a STATS_PART row of sums per group). Whole windows, of one hour or several: every key
+    carries its hour."""
     fetches = _fetch_rows(brokers, "Fetch")
     broker_keys = ["window_start", "broker", "kind", HOUR]
     per_broker = _quantile_table(fetches, broker_keys, ("total", "local", "wait"))
@@ -299,8 +432,7 @@ def slowest_clients(clients: pa.Table, top: int) -> pa.Table:
     cols["fetches"] = pa.array(fetches)
     bucket = pc.fill_null(clients["bucket"], 0).to_numpy(zero_copy_only=False).astype(np.int64)
     (p50, p99), empty = hist_quantiles(gid[counted], n, bucket[counted], count[counted], (500, 990))
-    offset = tf.PART_OFFSET[tf.PARTS.index("local")]
-    cols["local_p99"], cols["local_p50"] = _ms(p99, empty, offset), _ms(p50, empty, offset)
+    cols["local_p99"], cols["local_p50"] = _ms(p99, empty), _ms(p50, empty)
     t = pa.table(cols)
     return t.sort_by([("local_p99", "descending"), ("client_id", "ascending"), ("kind", "ascending")]).slice(0, top)
 

@@ -11,7 +11,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import fetchlat.metrics.trace_layout as layout
@@ -29,7 +29,7 @@ from .schema import SCHEMA_VERSION, spark_schema
 Progress = Callable[[float, str], None]  # (share of the run done, 0..1; what it is doing)
 # How a run's time splits, in percent (measured on 25 hours, 12.5 M generated rows, local[*]): what turns the
 # steps into a share done, and so into an estimate of the time left.
-WEIGHTS = {"start": 4, "read": 4, "pass": 40, "products": 42, "keep": 2, "tables": 5, "report": 3}
+WEIGHTS = {"start": 4, "read": 4, "pass": 48, "products": 34, "keep": 2, "tables": 5, "report": 3}
 JAVA_OPTIONS = "-XX:+UseParallelGC"  # local mode's driver JVM (FETCHLAT_SPARK_JAVA_OPTIONS overrides)
 
 
@@ -303,22 +303,23 @@ def _products(plan: state.Plan, traces: tuple[DataFrame, DataFrame, DataFrame] |
               held: Callable[[DataFrame], DataFrame], steps: _Steps
               ) -> tuple[dict[str, pa.Table], dict[int, int] | None]:
     """What the tables are finished from (``finish.py``), each with its hour, as one Arrow table
-    per product: computed by Spark from the traces read (the one pass over the exchanges, then a
-    job per product that brings it to the driver), kept for the hours the plan keeps, and joined
-    by the kept products of the hours it reuses (read by the driver: no Spark job). With them:
-    the exchanges read per hour, when they were counted (to keep them). ``traces``: the exchanges,
-    partitions and replication rows to read (None: every hour comes from the state)."""
+    per product: made from the traces read (Spark's one pass over the exchanges, its lists read by
+    the driver a few windows at a time, then the record-latency and replication states), kept for
+    the hours the plan keeps, and joined by the kept products of the hours it reuses (read by the
+    driver: no Spark job). With them: the exchanges read per hour, when they were counted (to keep
+    them). ``traces``: the exchanges, partitions and replication rows to read (None: every hour
+    comes from the state)."""
     computed: dict[str, pa.Table] = {}
     per_hour = None
     if traces is not None:
         ex, parts, repl = traces
         fine = held(tf.fine(tf.with_window(tf.timed(ex), window)))
-        fine.count()  # the only pass over the exchanges; every latency product below merges its histograms
-        brokers = held(tf.without_clients(fine))  # the histograms merged over clients
-        frames = tf.products(fine, brokers, parts, repl, sla_ms)
+        sizes = _window_sizes(fine)  # the one pass over the exchanges; the driver reads its lists
         steps.step("products", "computing the per-hour products")
-        computed = {name: df.toArrow() for name, df in frames.items() if name != "brokers"}
-        computed.update(_from_brokers(frames["brokers"]))
+        made = [finish.from_fine(chunk) for chunk in _fine_chunks(fine, sizes)]
+        computed = {name: finish.concat([m[name] for m in made]) for name in made[0]}
+        computed["records"] = tf.record_state(parts, sla_ms).toArrow()
+        computed["replication"] = tf.replication_state(repl).toArrow()
         if plan.keeps and plan.fresh:
             steps.step("keep", "keeping the new hours in the state")
             per_hour = {int(r[0]): int(r[1]) for r in ex.groupBy(tf.hour_of_ts()).count().collect()}
@@ -329,26 +330,35 @@ def _products(plan: state.Plan, traces: tuple[DataFrame, DataFrame, DataFrame] |
     return products, per_hour
 
 
-ROWS_TO_THE_DRIVER = 2_000_000  # histogram rows brought to the driver at a time (~100 MB as Arrow)
+ROWS_TO_THE_DRIVER = 20_000_000  # list values (the exchanges' rows) brought to the driver at a time (~160 MB)
 
 
-def _from_brokers(brokers: DataFrame) -> dict[str, pa.Table]:
-    """The products the driver makes from the histograms merged over clients (``finish.from_brokers``),
-    brought over a few hours at a time: a day of a fleet's histograms would not fit in the driver at
-    once, and the products of one hour never need another's."""
-    sizes = sorted((int(r[0]), int(r[1])) for r in brokers.groupBy("hour").count().collect())
+def _window_sizes(fine: DataFrame) -> list[tuple[int, int]]:
+    """Per window (its start in epoch µs), the rows its lists hold (its exchanges), in window order."""
+    rows = fine.groupBy(F.unix_micros("window_start")).agg(F.sum("requests")).collect()
+    return sorted((int(r[0]), int(r[1])) for r in rows)
+
+
+def _fine_chunks(fine: DataFrame, sizes: list[tuple[int, int]]) -> Iterator[pa.Table]:
+    """The one pass's rows brought to the driver a few windows at a time (whole windows, at most
+    ROWS_TO_THE_DRIVER list values each unless one window holds more), for ``finish.from_fine``: a
+    day of a fleet's rows would not fit in the driver at once, and the products of one window never
+    need another's (the per-client histograms of an hour brought in two pieces are two rows per
+    bucket, which merge by summing). Always at least one table, empty when there are no rows."""
     chunks: list[list[int]] = []
     rows = 0
-    for hour, n in sizes:
+    for window, n in sizes:
         if not chunks or rows + n > ROWS_TO_THE_DRIVER:
             chunks.append([])
             rows = 0
-        chunks[-1].append(hour)
+        chunks[-1].append(window)
         rows += n
-    if not chunks:
-        return finish.from_brokers(brokers.toArrow())
-    parts = [finish.from_brokers(brokers.where(F.col("hour").isin(c)).toArrow()) for c in chunks]
-    return {name: finish.concat([p[name] for p in parts]) for name in parts[0]}
+    if len(chunks) <= 1:
+        yield fine.toArrow()
+        return
+    w = F.col("window_start")
+    for c in chunks:  # consecutive windows: a range, which a cached batch's bounds can skip
+        yield fine.where((w >= F.timestamp_micros(F.lit(c[0]))) & (w <= F.timestamp_micros(F.lit(c[-1])))).toArrow()
 
 
 def _summary(c: dict[str, list[dict[str, Any]]], dirs: list[str], window: str, sla_ms: float, rows: int,

@@ -9,7 +9,7 @@ import math
 import re
 
 from fetchlat.metrics.vocabulary import Outcome
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 PER_MILLE = (500, 900, 990, 999)
@@ -84,40 +84,34 @@ def _rank(n: Column, per_mille: int) -> Column:
     return F.greatest(F.lit(1), F.floor((n.cast("long") * per_mille + 999) / 1000))  # long: a fleet's n > 2^31
 
 
-def sorted_lists(df: DataFrame, cols: list[str]) -> DataFrame:
-    """``df`` with each of ``cols`` (arrays of buckets) sorted, once: a later select that reads
-    a sorted list several times must not sort it again each time (Spark keeps a projection
-    apart when inlining it would repeat an expensive expression). ``sort_array``, not
-    ``array_sort``: the latter compares through a lambda, uncompiled, 5x slower."""
-    return df.select(*[F.sort_array(c).alias(c) if c in cols else c for c in df.columns])
+# A row's four buckets travel in the per-client lists as one long: part i's bucket + STORED in bits
+# [BUCKET_BITS i, BUCKET_BITS (i + 1)), 0 where the row has no value of that part (|bucket| <= 2 186
+# for any duration a long holds, so a stored bucket is never 0). One list per group instead of one
+# per part: Spark's collect_list keeps an object per element, and four lists made the pass 1.8x as
+# long at 10 M rows (26.9 s against 18.9 s with one).
+BUCKET_BITS = 15
+STORED = 1 << (BUCKET_BITS - 1)
+BUCKET_MASK = (1 << BUCKET_BITS) - 1
 
 
-def list_quantile_buckets(s: Column, offset: int = 0) -> dict[str, Column]:
-    """The buckets of the PER_MILLE quantiles of a sorted array of buckets (each stored as bucket +
-    ``offset``), one per value (null when empty), by QNAMES. What a bucket stands for in ms is the
-    driver's to say (``finish.bucket_ms``): one rule for every table, where Spark's ``pow`` and
-    numpy's differ in the last bit for one bucket in ten."""
-    return {name: (F.try_element_at(s, _rank(F.size(s), q).cast("int")) - offset).cast("short")
-            for q, name in zip(PER_MILLE, QNAMES, strict=True)}
+def packed_buckets() -> Column:
+    """A row's buckets of PARTS as one long (``finish.unpack`` reads a part back)."""
+    out = F.lit(0).cast("long")
+    for i, p in enumerate(PARTS):
+        stored = F.coalesce((bucket(F.col(f"{p}_ns")) + STORED).cast("long"), F.lit(0).cast("long"))
+        out = out + F.shiftleft(stored, BUCKET_BITS * i)
+    return out
 
 
 STAT_COLS = (*STATS, "total_max_ns")
-# In the per-client lists a bucket is stored with its part in the bits above it: bucket +
-# PART_OFFSET[part]. A part's sorted list reads as sorted buckets (``list_quantile_buckets`` takes
-# the offset off), and the four lists concatenated and exploded name their part without a
-# lambda per element (Spark evaluates a lambda per element, uncompiled: seconds at 10 M rows).
-# |bucket| <= 2 186 for any duration a long holds.
-BUCKET_BITS = 15
-PART_OFFSET = tuple((1 << (BUCKET_BITS - 1)) + (i << BUCKET_BITS) for i in range(len(PARTS)))
-BUCKET_MASK = (1 << BUCKET_BITS) - 1
 
 
 def fine(timed_df: DataFrame) -> DataFrame:
     """The one pass over the rows: per window x broker x api x kind x client x replica x acks,
-    the counts, outcome counts and sums (STATS, ``total_max_ns``) and, per duration, the list of
-    its buckets (``{part}_b``, stored + PART_OFFSET: a group holds a client's fetches of one
-    window, a few hundred). Produces are kept per broker x acks only (no client key: nothing
-    reports them per client).
+    the counts, outcome counts and sums (STATS, ``total_max_ns``) and the list of the rows'
+    buckets (``_v``, each row's four as one long: ``packed_buckets``; a group holds a client's
+    fetches of one window, a few hundred). Produces are kept per broker x acks only (no client
+    key: nothing reports them per client). The driver reads the lists (``finish.from_fine``).
 
     ``api`` goes in as a boolean and ``outcome`` as a small number: the strings copied and
     hashed per row are only the ones that have to be (broker, kind, client)."""
@@ -125,61 +119,19 @@ def fine(timed_df: DataFrame) -> DataFrame:
     outcome = F.coalesce(*[F.when(F.col("outcome") == o, F.lit(i)) for i, o in enumerate(OUTCOMES)]).cast("byte")
     rows = timed_df.select("window_start", "broker", is_fetch.alias("_fetch"), "kind",
                            F.when(is_fetch, F.col("client_id")).alias("client_id"), "replica_id", "acks", "records",
-                           outcome.alias("_outcome"), "wait_ns", "total_ns",
-                           *[(bucket(F.col(f"{p}_ns")) + PART_OFFSET[i]).alias(f"{p}_b") for i, p in enumerate(PARTS)])
+                           outcome.alias("_outcome"), "wait_ns", "total_ns", packed_buckets().alias("_v"))
     g = rows.groupBy("window_start", "broker", "_fetch", "kind", "client_id", "replica_id", "acks").agg(
         F.count(F.lit(1)).alias("requests"), F.sum("records").alias("records"),
         *[F.sum(F.when(F.col("_outcome") == i, 1).otherwise(0)).alias(o) for i, o in enumerate(OUTCOMES)],
         F.sum(F.when(F.col("records") > 0, 1).otherwise(0)).alias("with_records"),
         F.sum("wait_ns").alias("wait_sum_ns"), F.sum("total_ns").alias("total_sum_ns"),
-        F.max("total_ns").alias("total_max_ns"),
-        *[F.collect_list(f"{p}_b").alias(f"{p}_b") for p in PARTS])  # nulls count nowhere
+        F.max("total_ns").alias("total_max_ns"), F.collect_list("_v").alias("_v"))
     api = F.when(F.col("_fetch"), F.lit("Fetch")).otherwise(F.lit("Produce")).alias("api")
     rest = [c for c in g.columns if c not in ("window_start", "broker", "_fetch")]
     return g.select("window_start", "broker", api, *rest)
 
 
 STATS_PART = -1  # a histogram table's row of part -1 carries its group's STAT_COLS (bucket, n null)
-
-
-def without_clients(fine_df: DataFrame) -> DataFrame:
-    """``fine`` as histograms merged over clients: per window x broker x api x kind x replica x
-    acks x part x bucket the count ``n``, and per window x ... x acks a STATS_PART row of sums.
-    What every per-broker table reads instead of the per-client rows.
-
-    The count runs on one long per (group, part, bucket): each group of COARSE_KEYS gets a
-    number (``row_number`` in the keys' order: the same on any partitioning), so the tens of
-    millions of (part, bucket) items are counted by a hash of one long, not of the group's
-    strings; the keys come back by the number."""
-    keys = list(COARSE_KEYS)
-    stats = fine_df.groupBy(*keys).agg(*[F.sum(c).alias(c) for c in STATS], F.max("total_max_ns").alias("total_max_ns"))
-    ids = stats.select(*keys, F.row_number().over(Window.orderBy(*keys)).cast("long").alias("_gid"))
-    tagged = fine_df.join(F.broadcast(ids), [fine_df[k].eqNullSafe(ids[k]) for k in keys])
-    items = tagged.select("_gid", F.explode(F.concat(*[f"{p}_b" for p in PARTS])).alias("_v"))
-    shift = BUCKET_BITS + 2  # a key is gid | part (2 bits) | stored bucket (BUCKET_BITS)
-    counts = (items.select((F.shiftleft("_gid", shift) + F.col("_v")).alias("_k"))
-              .groupBy("_k").agg(F.count(F.lit(1)).alias("n")))
-    counts = counts.select(F.shiftright("_k", shift).alias("_gid"),
-                           F.shiftright("_k", BUCKET_BITS).bitwiseAND(3).cast("int").alias("part"),
-                           (F.col("_k").bitwiseAND(BUCKET_MASK) - PART_OFFSET[0]).cast("int").alias("bucket"), "n")
-    counts = counts.join(F.broadcast(ids), "_gid").select(
-        *keys, "part", "bucket", "n", *[F.lit(None).cast("long").alias(c) for c in STAT_COLS])
-    nulls = [F.lit(None).cast("int").alias("bucket"), F.lit(None).cast("long").alias("n")]
-    return stats.select(*keys, F.lit(STATS_PART).alias("part"), *nulls, *STAT_COLS).unionByName(counts)
-
-
-def _fetches(df: DataFrame) -> DataFrame:
-    return df.where(F.col("api") == "Fetch")
-
-
-def latency_by_window(fine_df: DataFrame) -> DataFrame:
-    """Per window x broker x kind x client (and replica, for followers): count and the buckets of
-    p50/p90/p99/p99.9 of each duration (``finish.latency_by_window`` states them in ms)."""
-    lists = [f"{p}_b" for p in PARTS]
-    return sorted_lists(_fetches(fine_df), lists).select(
-        "window_start", "broker", "kind", "client_id", "replica_id", F.col("requests").alias("fetches"),
-        *[q.alias(f"{p}_{name}") for i, p in enumerate(PARTS)
-          for name, q in list_quantile_buckets(F.col(f"{p}_b"), PART_OFFSET[i]).items()])
 
 
 # Every per-hour product (``analysis/state.py``) carries its hour: epoch hours, UTC, in integers
@@ -189,10 +141,6 @@ HOUR_NS = 3_600_000_000_000
 
 def hour_of_ts() -> Column:
     return F.expr(f"ts_ns div {HOUR_NS}")
-
-
-def hour_of_window() -> Column:
-    return F.expr(f"unix_micros(window_start) div {HOUR_NS // 1000}")
 
 
 def duration_state(rows: DataFrame, keys: list[str], ns: Column, sla_ns: float | None = None) -> DataFrame:
@@ -216,30 +164,3 @@ def record_state(partitions: DataFrame, sla_ms: float) -> DataFrame:
 
 def replication_state(replication: DataFrame) -> DataFrame:
     return duration_state(replication, REPLICATION_KEYS, F.col("latency_ns"))
-
-
-def client_histogram(fine_df: DataFrame) -> DataFrame:
-    """Per client x kind x hour: the count ``n`` of each stored true-local bucket (``bucket``),
-    and a row with a null bucket whose ``n`` is the client's fetches. Hours merge by summing."""
-    f = _fetches(fine_df).select("client_id", "kind", hour_of_window().alias("hour"), "requests", "local_b")
-    keys = ["client_id", "kind", "hour"]
-    counts = (f.select(*keys, F.explode("local_b").alias("bucket"))
-              .groupBy(*keys, "bucket").agg(F.count(F.lit(1)).alias("n")))
-    fetches = f.groupBy(*keys).agg(F.sum("requests").alias("n")).select(*keys, F.lit(None).cast("int").alias("bucket"),
-                                                                          "n")
-    return fetches.unionByName(counts)
-
-
-def products(fine_df: DataFrame, brokers: DataFrame, partitions: DataFrame, replication: DataFrame,
-             sla_ms: float) -> dict[str, DataFrame]:
-    """What Spark hands the driver, each with its hour: latency by window as it is (a window lies in
-    one hour), the histograms merged over clients (``brokers``: ``without_clients(fine_df)``, which
-    the driver turns into the other per-window tables and the hourly histograms: ``finish.py``),
-    the per-client true-local histograms, and the record-latency and replication states."""
-    return {
-        "latency_by_window": latency_by_window(fine_df).withColumn("hour", hour_of_window()),
-        "brokers": brokers.withColumn("hour", hour_of_window()),
-        "clients": client_histogram(fine_df),
-        "records": record_state(partitions, sla_ms),
-        "replication": replication_state(replication),
-    }

@@ -50,7 +50,7 @@ def test_a_later_run_reads_only_new_or_changed_hours_and_agrees_with_a_full_run(
     assert full["state"]["hours_reused"] == 0
     assert second["exchanges_read"] == full["exchanges_read"] > 24_000
     assert tables(tmp_path / "r2") == tables(tmp_path / "full")
-    # the client-free histograms brought to the driver one hour at a time give the same tables
+    # the one pass's lists brought to the driver a window at a time give the same tables
     monkeypatch.setattr(job, "ROWS_TO_THE_DRIVER", 1)
     job.run([str(fleet)], str(tmp_path / "hourly"), spark=spark)
     assert tables(tmp_path / "hourly") == tables(tmp_path / "full")

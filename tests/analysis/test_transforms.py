@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+import pyarrow.compute as pc
 import pytest
 from fetchlat.analysis import finish
 from fetchlat.analysis import transforms as tf
@@ -12,7 +13,6 @@ from fetchlat.analysis.schema import spark_schema
 from fetchlat.metrics.trace_schema import TABLES
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.testing import assertDataFrameEqual
 
 MS = 1_000_000
 T0 = 1_795_000_020 * 1_000_000_000  # an exact minute boundary (29_916_667 minutes), epoch ns
@@ -32,14 +32,9 @@ def fetch(ts_s: float, total: float, wait: float, *, broker: str = "1", kind: st
             "replica_id": replica}
 
 
-def brokers(df: DataFrame) -> DataFrame:
-    """The one pass and the merge over clients, as the job makes them."""
-    return tf.without_clients(tf.fine(tf.with_window(tf.timed(df), "1m")))
-
-
 def products(df: DataFrame) -> dict[str, Any]:
-    """The per-window products and hourly histograms the driver makes of the merged histograms."""
-    out: dict[str, Any] = finish.from_brokers(brokers(df).withColumn("hour", tf.hour_of_window()).toArrow())
+    """The one pass, and the products the driver makes of its lists, as the job makes them."""
+    out: dict[str, Any] = finish.from_fine(tf.fine(tf.with_window(tf.timed(df), "1m")).toArrow())
     return out
 
 
@@ -80,7 +75,7 @@ def test_window_length_rejects_nonsense(text: str) -> None:
 def test_percentiles_per_window_broker_kind_client(spark: SparkSession) -> None:
     df = exchanges(spark, [fetch(1, 501, 500), fetch(2, 503, 500), fetch(3, 502, 500), fetch(70, 510, 500),
                            {"ts_ns": T0, "api": "Produce", "total_ns": 3 * MS}])
-    product = tf.latency_by_window(tf.fine(tf.with_window(tf.timed(df), "1m"))).toArrow()
+    product = products(df)["latency_by_window"]
     cols = ["window_start", "broker", "kind", "client_id", "fetches", "total_p50", "wait_p50", "local_p50", "local_p99"]
     got = sorted(tuple(r.values()) for r in finish.latency_by_window(product).select(cols).to_pylist())
     w0 = dt.datetime.fromtimestamp(T0 / 1e9, UTC)
@@ -177,9 +172,10 @@ def test_per_broker_tables_merge_the_per_client_histograms(spark: SparkSession) 
 
 
 def test_merging_over_clients_counts_what_a_plain_count_of_the_rows_does(spark: SparkSession) -> None:
-    """``without_clients`` counts (group, part, bucket) items by a number per group: it gives the
-    very histogram a plain count of each row's buckets by its keys gives, null keys (a fetch's
-    acks, a consumer's replica) and null durations included, and the sums of STATS."""
+    """The driver reads each row's buckets out of the one pass's packed lists and merges them over
+    clients: the hourly histograms are the very counts a plain Spark count of each row's buckets
+    by their keys gives, null keys (a fetch's acks, a consumer's replica) and null durations
+    included, and the sums of STATS."""
     rows = [fetch(s * 7.0, 500 + (s % 9), 500, broker=str(1 + s % 2), client=f"c{s % 3}", outcome=o, records=s % 4)
             for s, o in zip(range(40), ["expired", "immediate", "woken", "error", "unknown"] * 8, strict=True)]
     rows += [fetch(s * 11.0, 3 + s % 5, 0, broker="2", kind="follower", client="broker-1", replica=1,
@@ -187,20 +183,22 @@ def test_merging_over_clients_counts_what_a_plain_count_of_the_rows_does(spark: 
     rows += [{"ts_ns": T0 + k * 10**9, "api": "Produce", "broker": str(1 + k % 2), "kind": "producer",
               "client_id": "p", "total_ns": (k + 1) * MS, "acks": k % 2, "records": 10} for k in range(8)]
     rows.append(fetch(99.0, 3, 5, client="c9"))  # a negative local latency has a bucket of its own
+    rows.append({**fetch(120.0, 3, 1, client="c9"), "e2e_ns": None})  # a part without a value counts nowhere
     timed = tf.with_window(tf.timed(exchanges(spark, rows)), "1m")
-    got = tf.without_clients(tf.fine(timed))
+    got = products(timed)["hourly"]
+    keys = ["api", "broker", "kind", "acks", "hour", "part", "bucket"]
     api = F.when(F.col("api") == "Produce", "Produce").otherwise("Fetch").alias("api")
-    keys = [c for c in tf.COARSE_KEYS if c != "api"]
     each = F.explode(F.array(*[F.struct(F.lit(i).alias("part"), tf.bucket(F.col(f"{p}_ns")).alias("bucket"))
                                for i, p in enumerate(tf.PARTS)]))
-    plain = (timed.select(*keys, api, each.alias("e")).select(*keys, "api", "e.part", "e.bucket")
-             .where(F.col("bucket").isNotNull()).groupBy(*tf.COARSE_KEYS, "part", "bucket").count())
-    assert plain.count() > 20
-    assertDataFrameEqual(got.where(F.col("part") != tf.STATS_PART).select(*tf.COARSE_KEYS, "part", "bucket", "n"),
-                         plain.withColumnRenamed("count", "n"))
-    stats = got.where(F.col("part") == tf.STATS_PART).groupBy().agg(*[F.sum(c).alias(c) for c in tf.STATS]).first()
-    assert stats is not None and (stats["requests"], stats["records"]) == (69, 60 + 100 + 80)
-    assert sum(stats[o] for o in tf.OUTCOMES) == 61  # the produces have no outcome
+    plain = (timed.select("broker", "kind", "acks", tf.hour_of_ts().alias("hour"), api, each.alias("e"))
+             .select(*keys[:5], "e.part", "e.bucket").where(F.col("bucket").isNotNull())
+             .groupBy(*keys).count().collect())
+    counted = got.filter(pc.not_equal(got["part"], tf.STATS_PART)).select([*keys, "n"]).to_pylist()
+    assert len(plain) > 20
+    assert sorted(tuple(r.values()) for r in counted) == sorted(tuple(r) for r in plain)
+    stats = got.filter(pc.equal(got["part"], tf.STATS_PART))
+    assert (pc.sum(stats["requests"]).as_py(), pc.sum(stats["records"]).as_py()) == (70, 60 + 100 + 80)
+    assert sum(pc.sum(stats[o]).as_py() for o in tf.OUTCOMES) == 62  # the produces have no outcome
 
 
 def test_a_share_fetch_is_a_fetch_of_its_own_kind(spark: SparkSession) -> None:
