@@ -6,6 +6,7 @@ self-contained ``report.html``."""
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
 import os
 import shutil
@@ -15,6 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import fetchlat.metrics.trace_layout as layout
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -257,7 +259,8 @@ def run(dirs: list[str], out: str, *, master: str | None = None, since_ns: int |
         tables = finish.tables(products, top_n)
         collected: dict[str, list[dict[str, Any]]] = {}
         for name, table in tables.items():
-            table = write_table(table, os.path.join(out, "tables", name), tf.ORDER.get(name, ()))
+            order = () if name == IN_ORDER else tf.ORDER.get(name, ())
+            table = write_table(table, os.path.join(out, "tables", name), order)
             if name != "latency_by_window":  # the report reads the small ones
                 collected[name] = _rows(table)
         rows_in = (ex.count() if per_hour is None and traces else sum((per_hour or {}).values())) + sum(
@@ -318,6 +321,7 @@ def _products(plan: state.Plan, traces: tuple[DataFrame, DataFrame, DataFrame] |
         steps.step("products", "computing the per-hour products")
         made = [finish.from_fine(chunk) for chunk in _fine_chunks(fine, sizes)]
         computed = {name: finish.concat([m[name] for m in made]) for name in made[0]}
+        computed[IN_ORDER] = computed[IN_ORDER].sort_by([(k, "ascending") for k in tf.ORDER[IN_ORDER]])
         computed["records"] = tf.record_state(parts, sla_ms).toArrow()
         computed["replication"] = tf.replication_state(repl).toArrow()
         if plan.keeps and plan.fresh:
@@ -325,9 +329,30 @@ def _products(plan: state.Plan, traces: tuple[DataFrame, DataFrame, DataFrame] |
             per_hour = {int(r[0]): int(r[1]) for r in ex.groupBy(tf.hour_of_ts()).count().collect()}
             state.keep(plan, computed, per_hour)
     kept = state.read_products(plan) if plan.reused else {}
-    products = {name: finish.concat(([computed[name]] if name in computed else []) + kept.get(name, []))
-                for name in state.PRODUCTS}
+    pieces = {name: ([computed[name]] if name in computed else []) + kept.get(name, []) for name in state.PRODUCTS}
+    if IN_ORDER in computed:  # each hour a piece of its own: the hours computed now may lie between kept ones
+        pieces[IN_ORDER] = _hours_apart(computed[IN_ORDER]) + kept.get(IN_ORDER, [])
+    pieces[IN_ORDER].sort(key=_first_hour)
+    products = {name: finish.concat(p) for name, p in pieces.items()}
     return products, per_hour
+
+
+# Latency by window, the one large table, is put in its order once, when its hours are made, and kept
+# so: its pieces (the hours read from the traces, and each kept hour) joined in hour order are in
+# order, and a run that reuses 24 hours does not sort 1.8 M rows again (1.5 s of a 10 s re-run).
+IN_ORDER = "latency_by_window"
+
+
+def _hours_apart(ordered: pa.Table) -> list[pa.Table]:
+    """A table in its order (window first: its hours in a row each) as one slice per hour."""
+    hours = ordered[finish.HOUR].to_numpy()
+    cuts = [0, *(np.flatnonzero(np.diff(hours)) + 1).tolist(), ordered.num_rows]
+    return [ordered.slice(a, b - a) for a, b in itertools.pairwise(cuts) if b > a] or [ordered]
+
+
+def _first_hour(piece: pa.Table) -> int:
+    low = pc.min(piece[finish.HOUR]).as_py() if piece.num_rows else None
+    return -1 if low is None else int(low)
 
 
 ROWS_TO_THE_DRIVER = 20_000_000  # list values (the exchanges' rows) brought to the driver at a time (~160 MB)

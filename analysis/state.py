@@ -35,9 +35,9 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
-STATE_VERSION = 5  # 2: the per-window tables kept as they are, the client-free histograms per hour; 3: written
+STATE_VERSION = 6  # 2: the per-window tables kept as they are, the client-free histograms per hour; 3: written
 # by the driver, a file per product and hour; 4: latency by window's quantiles kept as buckets; 5: the
-# per-client histograms' buckets kept as buckets (no part offset)
+# per-client histograms' buckets kept as buckets (no part offset); 6: latency by window kept in its table order
 PRODUCTS = ("latency_by_window", "outcome_mix", "pair_latency", "timeline", "broker_timeline", "hourly", "clients",
             "records", "replication")
 MANIFEST = "manifest.json"
