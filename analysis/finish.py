@@ -275,7 +275,8 @@ def from_fine(fine: pa.Table) -> dict[str, pa.Table]:
             client_hist = counts(client_of[row[of_fetch]], n_clients, bucket[of_fetch])
     by_window[HOUR] = fetches[HOUR]
     lbw = pa.table(by_window)
-    lbw = lbw.cast(lbw.schema.set(5, lbw.schema.field("fetches").with_nullable(False)))  # a count, as Spark's
+    at = lbw.schema.get_field_index("fetches")
+    lbw = lbw.cast(lbw.schema.set(at, lbw.schema.field(at).with_nullable(False)))  # a count, as Spark's
     return {"latency_by_window": lbw,
             **from_brokers(_brokers(fine, coarse, n_coarse, coarse_first, hist)),
             "clients": _clients(fetches, client, n_clients, client_first, client_hist)}
@@ -286,7 +287,7 @@ def _brokers(fine: pa.Table, coarse: np.ndarray, n_coarse: int, first: np.ndarra
     """The histograms merged over clients (what ``from_brokers`` reads): per COARSE_KEYS x hour x
     part x bucket the count ``n``, and per COARSE_KEYS x hour a STATS_PART row of sums."""
     keys = [*tf.COARSE_KEYS, HOUR]
-    stats = {k: v for k, v in keys_of(fine, keys, first).items()}
+    stats = keys_of(fine, keys, first)
     stats["part"] = pa.array(np.full(n_coarse, tf.STATS_PART, np.int32))
     stats["bucket"] = pa.nulls(n_coarse, pa.int32())
     stats["n"] = pa.nulls(n_coarse, pa.int64())

@@ -339,7 +339,8 @@ def _products(plan: state.Plan, traces: tuple[DataFrame, DataFrame, DataFrame] |
 
 # Latency by window, the one large table, is put in its order once, when its hours are made, and kept
 # so: its pieces (the hours read from the traces, and each kept hour) joined in hour order are in
-# order, and a run that reuses 24 hours does not sort 1.8 M rows again (1.5 s of a 10 s re-run).
+# order, and a run that reuses 24 hours does not sort 1.8 M rows again (writing them took 1.9 s of a
+# 10 s re-run, now 0.9 s).
 IN_ORDER = "latency_by_window"
 
 
@@ -382,7 +383,7 @@ def _fine_chunks(fine: DataFrame, sizes: list[tuple[int, int]]) -> Iterator[pa.T
         yield fine.toArrow()
         return
     w = F.col("window_start")
-    for c in chunks:  # consecutive windows: a range, which a cached batch's bounds can skip
+    for c in chunks:  # consecutive windows: one range to filter (each piece still scans the kept pass)
         yield fine.where((w >= F.timestamp_micros(F.lit(c[0]))) & (w <= F.timestamp_micros(F.lit(c[-1])))).toArrow()
 
 

@@ -123,7 +123,8 @@ def plotly_js() -> str:
     figures for, else the full bundle plotly.py ships (figures and plotly.js must agree)."""
     if get_plotlyjs_version() == CARTESIAN_VERSION and CARTESIAN.is_file():
         return CARTESIAN.read_text()
-    return get_plotlyjs()
+    full: str = get_plotlyjs()
+    return full
 
 
 @functools.cache
