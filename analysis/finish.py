@@ -153,18 +153,29 @@ def _by_group_then_bucket(gid: np.ndarray, n_groups: int, bucket: np.ndarray, co
     counts in that order (``count`` None: not needed). One sort of one number, group x span + bucket
     (buckets lie a few thousand apart at most, so it fits a long), of the numbers alone where there
     are no counts to carry along; the bucket is read back only where a quantile picks it."""
-    low, span = int(bucket.min()), int(bucket.max()) - int(bucket.min()) + 1
-    if n_groups * span >= 2**62:  # never for buckets of durations; kept correct anyway
+    keyed = _group_bucket_key(gid, n_groups, bucket)
+    if keyed is None:
         order = np.lexsort((bucket, gid))
         by = bucket[order]
         return (lambda at: by[at]), (np.empty(0) if count is None else count[order])
-    key = gid * span + (bucket - low)
+    key, low, span = keyed
     if count is None:
         key.sort()
         return (lambda at: key[at] % span + low), np.empty(0)
     order = np.argsort(key)
     b = bucket[order]
     return (lambda at: b[at]), count[order].astype(np.int64)
+
+
+def _group_bucket_key(gid: np.ndarray, n_groups: int, bucket: np.ndarray) -> tuple[np.ndarray, int, int] | None:
+    """One number per (group, bucket) row, group x span + (bucket - low), in the order of group, then
+    bucket; with low and span. None where it would not fit a long: never for buckets of durations
+    (they lie a few thousand apart at most), but the callers stay correct anyway."""
+    low = int(bucket.min())
+    span = int(bucket.max()) - low + 1
+    if n_groups * span >= 2**62:
+        return None
+    return gid * span + (bucket - low), low, span
 
 
 def _ms(buckets: np.ndarray, empty: np.ndarray) -> pa.Array:
@@ -221,9 +232,11 @@ def counts(gid: np.ndarray, n_groups: int, bucket: np.ndarray) -> tuple[np.ndarr
     """A histogram of (group, bucket) pairs: each distinct pair's group, bucket and count."""
     if not len(bucket):
         return gid, bucket, np.zeros(0, np.int64)
-    low = int(bucket.min())
-    span = int(bucket.max()) - low + 1
-    key = gid * span + (bucket - low)
+    keyed = _group_bucket_key(gid, n_groups, bucket)
+    if keyed is None:
+        pairs, c = np.unique(np.stack((gid, bucket), axis=1), axis=0, return_counts=True)
+        return pairs[:, 0], pairs[:, 1], c.astype(np.int64)
+    key, low, span = keyed
     if n_groups * span <= max(4 * len(key), 1 << 20):  # dense enough to count in place: no sort
         c = np.bincount(key, minlength=n_groups * span)
         key = np.flatnonzero(c)

@@ -79,11 +79,6 @@ def bucket(ns: Column) -> Column:
     return F.when(ns > 0, k).when(ns < 0, -k).when(ns == 0, 0).cast("int")
 
 
-def _rank(n: Column, per_mille: int) -> Column:
-    """The nearest rank, ceil(n q), in integers (a double q n can land just above a whole number)."""
-    return F.greatest(F.lit(1), F.floor((n.cast("long") * per_mille + 999) / 1000))  # long: a fleet's n > 2^31
-
-
 # A row's four buckets travel in the per-client lists as one long: part i's bucket + STORED in bits
 # [BUCKET_BITS i, BUCKET_BITS (i + 1)), 0 where the row has no value of that part (|bucket| <= 2 186
 # for any duration a long holds, so a stored bucket is never 0). One list per group instead of one
