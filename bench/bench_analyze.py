@@ -72,6 +72,19 @@ def jvm_cpu(spark: SparkSession) -> dict[str, float]:
     return use
 
 
+def bare_scan(spark: SparkSession, trace_dir: Path) -> float:
+    """Seconds to read every table the job reads, every column it reads, summed or counted."""
+    from fetchlat.analysis import job
+    from pyspark.sql import functions as F
+
+    t = time.monotonic()
+    for table, cols in SCANNED.items():
+        df = job.read_table(spark, [str(trace_dir)], table)
+        types = dict(df.dtypes)
+        df.agg(*[F.count(c) if types[c] == "string" else F.sum(F.col(c).cast("double")) for c in cols]).collect()
+    return time.monotonic() - t
+
+
 def _spent(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     return {k: round(after[k] - before[k], 1) for k in after}
 
@@ -96,7 +109,6 @@ def main() -> None:
     size = sum(f.stat().st_size for f in trace_dir.rglob("*.parquet"))
 
     from fetchlat.analysis import job
-    from pyspark.sql import functions as F
 
     spark = job.build_session(args.master)
     results: dict[str, object] = {"rows": args.rows, "layout": args.layout, "bytes_on_disk": size,
@@ -105,12 +117,7 @@ def main() -> None:
     job.read_table(spark, [str(trace_dir)], "exchanges").limit(1).collect()
 
     cpu0 = jvm_cpu(spark)
-    t = time.monotonic()  # every table the job reads, every column it reads, summed
-    for table, cols in SCANNED.items():
-        df = job.read_table(spark, [str(trace_dir)], table)
-        types = dict(df.dtypes)
-        df.agg(*[F.count(c) if types[c] == "string" else F.sum(F.col(c).cast("double")) for c in cols]).collect()
-    scan_s = time.monotonic() - t
+    scan_s = bare_scan(spark, trace_dir)
     results["bare_scan_s"] = round(scan_s, 2)
     cpu1 = jvm_cpu(spark)
 

@@ -8,7 +8,9 @@ DuckDB on the same files as the single-machine reference.
 For each Spark run (a fresh driver process each): wall time, rows/s, the time of each step of
 the job (its own progress steps), Spark's stages (run time, input and shuffle bytes, from the
 driver's REST API), and the peak resident memory of the driver JVM and of every executor JVM
-(Linux VmHWM, polled). Then DuckDB's time for the headline percentiles, and how far the
+(Linux VmHWM, polled); the cluster's wall time over ``local[*]``'s. Then the bare Spark scan of
+``bench_analyze.py`` on ``local[*]`` (every table and column the job reads; a fresh driver) and the
+local job's time over it. Then DuckDB's time for the headline percentiles, and how far the
 cluster's and local's headline figures are from each other (they must be equal) and from
 DuckDB's exact ones. Prints one JSON document; docs/analysis.md keeps the latest.
 """
@@ -137,6 +139,19 @@ def driver(args: argparse.Namespace) -> None:
                       "flagged": len(summary["flagged_pairs"])}))
 
 
+def scan(args: argparse.Namespace) -> None:
+    """In a fresh driver process on ``local[*]``: the bare scan of ``bench_analyze.py`` (every table
+    and column the job reads), after the same warm-up, so the job's time has a yardstick."""
+    from fetchlat.analysis import job
+
+    from bench.bench_analyze import bare_scan
+
+    spark = job.build_session("local[*]")
+    job.read_table(spark, [args.dir], "exchanges").limit(1).collect()
+    print(json.dumps({"bare_scan_s": round(bare_scan(spark, Path(args.dir)), 1)}))
+    spark.stop()
+
+
 def duckdb_headline(trace_dir: Path) -> tuple[float, dict[str, list[float]]]:
     import duckdb
 
@@ -155,11 +170,15 @@ def main() -> None:
     ap.add_argument("--worker-memory", default="5g", help="each of the two workers' memory (executor: 1g less)")
     ap.add_argument("--skip-cluster", action="store_true")
     ap.add_argument("--driver", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--scan", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--master", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.driver:
         driver(args)
+        return
+    if args.scan:
+        scan(args)
         return
     trace_dir = Path(args.dir) / f"{args.rows}-proxy"
     results: dict[str, Any] = {"rows": args.rows, "cores": os.cpu_count()}
@@ -186,6 +205,11 @@ def main() -> None:
                     "PYSPARK_SUBMIT_ARGS": f"--conf spark.executor.memory={executor_mb}m pyspark-shell"}
             results["cluster"] = run_job(trace_dir, cluster.master_url, out / "cluster", cenv)
         results["cluster_equals_local"] = results["cluster"]["headline"] == local["headline"]
+        results["cluster_over_local"] = round(results["cluster"]["wall_s"] / local["wall_s"], 2)
+    done = subprocess.run([sys.executable, __file__, "--scan", "--dir", str(trace_dir)], capture_output=True, text=True,
+                          env=env, check=True)
+    results["bare_scan_s"] = json.loads(done.stdout[done.stdout.index("{"):])["bare_scan_s"]
+    results["local_over_bare_scan"] = round(local["job_s"] / results["bare_scan_s"], 2)
     duck_s, duck = duckdb_headline(trace_dir)
     results["duckdb_headline_s"] = round(duck_s, 1)
     diffs = [abs(local["headline"][k][name] - duck[k][i]) / duck[k][i]
