@@ -27,7 +27,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,7 +35,7 @@ from typing import TYPE_CHECKING
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.procs import thread_cpu_s
+from bench.procs import json_of_run, thread_cpu_s
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -158,8 +157,7 @@ def repeat(args: argparse.Namespace) -> None:
     for i in range(args.repeat):
         cmd = [sys.executable, __file__, "--rows", str(args.rows), "--dir", args.dir, "--master", args.master,
                "--layout", args.layout]
-        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-        run = json.loads(out[out.index("{"):])
+        run = json_of_run(cmd, f"run {i + 1}")
         cpu = run["jvm_cpu_s"]["job"]
         print(f"run {i + 1}: scan {run['bare_scan_s']} s, job {run['job_s']} s, job/scan {run['job_over_scan']}, "
               f"flagged {len(run['flagged'])}, job JVM CPU s {cpu}", flush=True)

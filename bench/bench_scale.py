@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import threading
@@ -30,6 +29,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from bench.procs import json_of_run  # noqa: E402  (after the path)
 
 
 def _vm_hwm_mb(pid: int) -> float:
@@ -90,11 +91,8 @@ def run_job(trace_dir: Path, master: str, out: Path, env: dict[str, str]) -> dic
         markers.pop("executors")
     with PeakMemory(markers) as mem:
         t = time.monotonic()
-        done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+        result = json_of_run(cmd, f"the job on {master}", env)
         wall = time.monotonic() - t
-    if done.returncode != 0:
-        raise SystemExit(f"the job failed on {master}:\n{done.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(done.stdout[done.stdout.index("{"):])
     result["wall_s"] = round(wall, 1)
     result["peak_rss_mb"] = mem.summary()
     return result
@@ -206,9 +204,8 @@ def main() -> None:
             results["cluster"] = run_job(trace_dir, cluster.master_url, out / "cluster", cenv)
         results["cluster_equals_local"] = results["cluster"]["headline"] == local["headline"]
         results["cluster_over_local"] = round(results["cluster"]["wall_s"] / local["wall_s"], 2)
-    done = subprocess.run([sys.executable, __file__, "--scan", "--dir", str(trace_dir)], capture_output=True, text=True,
-                          env=env, check=True)
-    results["bare_scan_s"] = json.loads(done.stdout[done.stdout.index("{"):])["bare_scan_s"]
+    results["bare_scan_s"] = json_of_run([sys.executable, __file__, "--scan", "--dir", str(trace_dir)], "the bare scan",
+                                         env)["bare_scan_s"]
     results["local_over_bare_scan"] = round(local["job_s"] / results["bare_scan_s"], 2)
     duck_s, duck = duckdb_headline(trace_dir)
     results["duckdb_headline_s"] = round(duck_s, 1)

@@ -5,6 +5,7 @@ measure about the proxy process (RSS, CPU) and its Prometheus histograms."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from fetchlat.proxy.demo import connects, free_port_block, wait_until
 from prometheus_client.parser import text_string_to_metric_families
@@ -115,6 +117,16 @@ def cpu_s(pid: int) -> float:
     if total > 0:
         return total / 1e9
     return _stat(Path(f"/proc/{pid}/stat"))[1]
+
+
+def json_of_run(cmd: list[str], what: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Runs ``cmd`` (a benchmark's own driver process) and returns the JSON document it prints on
+    stdout after whatever Spark printed first; a failure ends the benchmark with the end of its stderr."""
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"{what} failed:\n{done.stderr[-3000:]}")
+    doc: dict[str, Any] = json.loads(done.stdout[done.stdout.index("{"):])
+    return doc
 
 
 def thread_cpu_s(pid: int) -> list[tuple[str, float]]:
