@@ -4,10 +4,16 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 COMPILED := $(VENV)/.compiled
+# the folders pyproject maps into the fetchlat package (docs/architecture.md draws them)
+PACKAGES := protocol metrics proxy capture analysis verify perf embedded app
 HOT_SOURCES := setup.py $(wildcard protocol/*.py metrics/*.py proxy/*.py)
 DEB_PACKAGES := kcat haproxy prometheus chromium tcpdump tshark
+# Commands the build and the tests run, each with the Debian package that brings it when it is
+# missing: Java 17 with its compiler (Spark, Apache Kafka, the Java client's scenarios run as
+# source files), Maven (Kafka's jars), Node.js and npm (the KafkaJS tests)
+TOOLS := javac:openjdk-17-jdk-headless mvn:maven node:nodejs npm:npm
 
-.PHONY: test test-long test-pure demo lint typecheck unit integration deps clean bench-observe bench-analyze load soak fuzz bench-proxy \
+.PHONY: debs test test-long test-pure demo lint typecheck unit integration deps clean bench-observe bench-analyze load soak fuzz bench-proxy \
 	bench-memory bench-codec profile-proxy bench-core bench-rate bench-accuracy profile-api bench-pcap bench-scale bench-prune bench-incremental
 
 $(BIN)/python:
@@ -27,27 +33,37 @@ $(COMPILED): $(STAMP) $(HOT_SOURCES)
 
 # Apache Kafka's jars (embedded/kafka-pom.xml names the version), fetched through Maven once
 KAFKA_JARS := $(or $(FETCHLAT_KAFKA_CACHE),$(HOME)/.cache/fetchlat)/kafka-$(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' embedded/kafka-pom.xml)/libs/.complete
-$(KAFKA_JARS): embedded/kafka-pom.xml | $(STAMP)
+$(KAFKA_JARS): embedded/kafka-pom.xml | $(STAMP) debs
 	$(BIN)/python -c "from fetchlat.embedded import kafka; print('Apache Kafka', kafka.VERSION, 'in', kafka.ensure_jars())"
 
 # KafkaJS for the client tests (tests/integration/clients/package-lock.json pins it), from npm
 NODE_CLIENTS := tests/integration/clients/node_modules/.package-lock.json
-$(NODE_CLIENTS): tests/integration/clients/package.json tests/integration/clients/package-lock.json
+$(NODE_CLIENTS): tests/integration/clients/package.json tests/integration/clients/package-lock.json | debs
 	cd tests/integration/clients && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-deps: $(COMPILED) $(KAFKA_JARS) $(NODE_CLIENTS)
+# The Debian packages and the commands above, installed when missing (root; tests/test_makefile.py
+# runs this recipe on a machine made to lack them)
+debs:
 	@missing=""; for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	for t in $(TOOLS); do command -v $${t%%:*} >/dev/null 2>&1 || missing="$$missing $${t#*:}"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-lint: $(STAMP)
-	$(BIN)/ruff check protocol proxy metrics tests bench analysis deploy perf capture embedded setup.py
+deps: debs $(COMPILED) $(KAFKA_JARS) $(NODE_CLIENTS)
+	@for t in $(TOOLS); do printf '%s: %s\n' $${t%%:*} "$$(command -v $${t%%:*})"; done
 
+lint: $(STAMP)
+	$(BIN)/ruff check $(PACKAGES) tests testkit bench deploy setup.py
+
+# mypy reads the packages as fetchlat.* (a tree of links under build/typecheck), so the types
+# of every import between them are checked, as the installed package resolves them
 typecheck: $(STAMP)
-	$(BIN)/mypy protocol metrics proxy analysis perf capture embedded
+	rm -rf build/typecheck && mkdir -p build/typecheck/fetchlat
+	for p in $(PACKAGES); do ln -s ../../../$$p build/typecheck/fetchlat/$$p; done
+	cd build/typecheck && $(abspath $(BIN))/mypy --config-file ../../pyproject.toml $(addprefix -p fetchlat.,$(PACKAGES))
 
 unit: $(STAMP)
 	$(BIN)/pytest -q -m "not integration"

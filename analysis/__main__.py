@@ -4,7 +4,7 @@ TRACE_DIR ... --out REPORT_DIR`` (same arguments as ``fetchlat analyze``)."""
 import argparse
 import sys
 
-from fetchlat.analysis import cli
+from . import cli
 
 parser = argparse.ArgumentParser(prog="fetchlat analyze")
 cli.add_parser(parser.add_subparsers(dest="command", required=True))

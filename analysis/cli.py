@@ -65,7 +65,7 @@ def parse_duration_ms(text: str) -> float:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        from fetchlat.analysis import job
+        from . import job
     except ImportError as exc:
         print(f"fetchlat analyze needs PySpark and plotly ({exc}); install them with: pip install 'fetchlat[analysis]'",
               file=sys.stderr)
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     console = Console(stderr=True) if sys.stderr.isatty() else Console(stderr=True, width=140)
     since, until = parse_time_ns(args.since, "--since"), parse_time_ns(args.until, "--until")
     try:
-        from fetchlat.analysis.transforms import window_us
+        from .transforms import window_us
 
         window_us(args.window)
     except ValueError as exc:
@@ -111,7 +111,7 @@ def said(console: Console, out: str, summary: dict[str, Any], run: int | None = 
 def _follow(console: Console, args: argparse.Namespace, analysis: Callable[..., dict[str, Any]], since: int | None,
             until: int | None) -> int:
     """``--every``: one Spark session, a run now and again whenever the traces have changed."""
-    from fetchlat.analysis import follow, job
+    from . import follow, job
 
     every_s = parse_duration_ms(args.every) / 1000
     if every_s <= 0 or (args.runs is not None and args.runs < 1):

@@ -1,5 +1,5 @@
 """The per-hour products and the tables, made in the driver (pure: pyarrow and numpy, no session,
-no paths).
+no paths, no Spark: it imports without pyspark).
 
 Spark groups: the one pass (per client x window, the sums and the list of the rows' buckets) and
 the record-latency and replication states (``transforms.py``), brought to the driver as Arrow
@@ -13,7 +13,7 @@ element (three times the time at 10 M rows); and a run that reuses kept hours ne
 to finish its tables. Every run, with or without kept hours, on ``local[*]`` or a cluster,
 finishes its tables by this code from the same products, so their tables agree to the last bit.
 
-Quantiles follow ``transforms.py``'s histogram rule: the bucket of the nearest-rank value (rank
+Quantiles follow the histogram rule of ``tables.py``: the bucket of the nearest-rank value (rank
 ceil(q n), in integers), stated in ms by what the bucket stands for (``bucket_ms``: the one
 place that says it)."""
 
@@ -24,9 +24,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from fetchlat.metrics.vocabulary import Kind
 
-from . import transforms as tf
+from ..metrics.vocabulary import Kind
+from . import tables as tb
 
 HOUR = "hour"
 
@@ -41,7 +41,7 @@ def latency_by_window(product: pa.Table) -> pa.Table:
     """Latency by window from its products: the quantiles, kept as buckets, stated in ms."""
     t = per_window(product)
     for i, name in enumerate(t.column_names):
-        if name.split("_")[0] in tf.PARTS and name.rsplit("_", 1)[-1] in tf.QNAMES:
+        if name.split("_")[0] in tb.PARTS and name.rsplit("_", 1)[-1] in tb.QNAMES:
             k = t[name].combine_chunks()
             values = pc.fill_null(k, 0).to_numpy(zero_copy_only=False)
             t = t.set_column(i, name, pa.array(bucket_ms(values), mask=pc.is_null(k).to_numpy(zero_copy_only=False)))
@@ -119,12 +119,12 @@ def bucket_ms(k: np.ndarray) -> np.ndarray:
     """What bucket ``k`` stands for, in ms: 2 GAMMA^(|k|-1) / (GAMMA + 1), signed (``transforms.bucket``'s
     inverse; the only place a table's ms are said)."""
     k = k.astype(np.float64)
-    v = 2 * np.power(tf.GAMMA, np.abs(k) - 1) / (tf.GAMMA + 1) / 1e6
+    v = 2 * np.power(tb.GAMMA, np.abs(k) - 1) / (tb.GAMMA + 1) / 1e6
     return np.where(k == 0, 0.0, np.sign(k) * v)
 
 
 def hist_quantiles(gid: np.ndarray, n_groups: int, bucket: np.ndarray, count: np.ndarray | None,
-                   per_mille: Sequence[int] = tf.PER_MILLE) -> tuple[list[np.ndarray], np.ndarray]:
+                   per_mille: Sequence[int] = tb.PER_MILLE) -> tuple[list[np.ndarray], np.ndarray]:
     """Per group, the buckets of the nearest-rank values at ``per_mille`` of a histogram given as
     rows (group, bucket, count; a bucket may repeat; ``count`` None: one each, a list of values),
     and a mask of the groups that had none. The rows are put in order of group, then bucket; a
@@ -191,7 +191,7 @@ def _quantile_table(hist: pa.Table, keys: Sequence[str], parts: Sequence[str]) -
     ``parts`` (the total's clamped to the group's max: a bucket's value may lie above it)."""
     gid, n, first = groups(hist, keys)  # every group has its STATS_PART row; other rows' sums are null
     cols: dict[str, pa.Array] = keys_of(hist, keys, first)
-    for c in tf.STATS:
+    for c in tb.STATS:
         cols["fetches" if c == "requests" else c] = pa.array(_sum(gid, n, hist[c]))
     max_ms = pc.divide(pc.cast(_max(gid, n, hist["total_max_ns"]), pa.float64()), 1e6)
     cols["total_max_ms"] = max_ms
@@ -199,9 +199,9 @@ def _quantile_table(hist: pa.Table, keys: Sequence[str], parts: Sequence[str]) -
     bucket = pc.fill_null(hist["bucket"], 0).to_numpy(zero_copy_only=False).astype(np.int64)
     count = pc.fill_null(hist["n"], 0).to_numpy(zero_copy_only=False).astype(np.int64)
     for p in parts:
-        sel = part == tf.PARTS.index(p)
+        sel = part == tb.PARTS.index(p)
         ks, empty = hist_quantiles(gid[sel], n, bucket[sel], count[sel])
-        for k, name in zip(ks, tf.QNAMES, strict=True):
+        for k, name in zip(ks, tb.QNAMES, strict=True):
             v = _ms(k, empty)
             cols[f"{p}_{name}"] = pc.min_element_wise(v, max_ms) if p == "total" else v
     return pa.table(cols)
@@ -211,21 +211,21 @@ def _fetch_rows(hourly: pa.Table, api: str) -> pa.Table:
     return hourly.filter(pc.equal(hourly["api"], api))
 
 
-LATENCY_COLS = ["fetches", *[f"{p}_{q}" for p in tf.PARTS for q in tf.QNAMES]]
+LATENCY_COLS = ["fetches", *[f"{p}_{q}" for p in tb.PARTS for q in tb.QNAMES]]
 
 
 # -- what the driver makes of Spark's per-client lists ------------------------------------------
 
-HOUR_US = tf.HOUR_NS // 1000
+HOUR_US = tb.HOUR_NS // 1000
 FETCH_KEYS = ["window_start", "broker", "kind", "client_id", "replica_id"]
 
 
 def unpack(values: np.ndarray, part: int) -> tuple[np.ndarray, np.ndarray]:
     """Part ``part``'s buckets of packed list values (``transforms.packed_buckets``), and a mask of
     the values that have one."""
-    stored = (values >> (tf.BUCKET_BITS * part)) & tf.BUCKET_MASK
+    stored = (values >> (tb.BUCKET_BITS * part)) & tb.BUCKET_MASK
     has = stored != 0
-    return stored - tf.STORED, has
+    return stored - tb.STORED, has
 
 
 def counts(gid: np.ndarray, n_groups: int, bucket: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -266,7 +266,7 @@ def from_fine(fine: pa.Table) -> dict[str, pa.Table]:
     values = pc.list_flatten(lists).to_numpy(zero_copy_only=False).astype(np.int64)
     owner = pc.list_parent_indices(lists).to_numpy(zero_copy_only=False).astype(np.int64)
     fetch = pc.equal(fine["api"], "Fetch").to_numpy(zero_copy_only=False)
-    coarse, n_coarse, coarse_first = groups(fine, [*tf.COARSE_KEYS, HOUR])
+    coarse, n_coarse, coarse_first = groups(fine, [*tb.COARSE_KEYS, HOUR])
     client_keys = ["client_id", "kind", HOUR]
     fetches = fine.filter(pa.array(fetch))
     client, n_clients, client_first = groups(fetches, client_keys)
@@ -276,11 +276,11 @@ def from_fine(fine: pa.Table) -> dict[str, pa.Table]:
     by_window["fetches"] = fetches["requests"]
     hist: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
     client_hist = (np.zeros(0, np.int64),) * 3
-    for i, p in enumerate(tf.PARTS):
+    for i, p in enumerate(tb.PARTS):
         bucket, has = unpack(values, i)
         row, bucket = owner[has], bucket[has]
         ks, empty = hist_quantiles(row, n, bucket, None)
-        for k, name in zip(ks, tf.QNAMES, strict=True):
+        for k, name in zip(ks, tb.QNAMES, strict=True):
             by_window[f"{p}_{name}"] = pa.array(k[fetch].astype(np.int16), mask=empty[fetch])
         hist.append((i, *counts(coarse[row], n_coarse, bucket)))
         if p == "local":
@@ -299,12 +299,12 @@ def _brokers(fine: pa.Table, coarse: np.ndarray, n_coarse: int, first: np.ndarra
              hist: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]) -> pa.Table:
     """The histograms merged over clients (what ``from_brokers`` reads): per COARSE_KEYS x hour x
     part x bucket the count ``n``, and per COARSE_KEYS x hour a STATS_PART row of sums."""
-    keys = [*tf.COARSE_KEYS, HOUR]
+    keys = [*tb.COARSE_KEYS, HOUR]
     stats = keys_of(fine, keys, first)
-    stats["part"] = pa.array(np.full(n_coarse, tf.STATS_PART, np.int32))
+    stats["part"] = pa.array(np.full(n_coarse, tb.STATS_PART, np.int32))
     stats["bucket"] = pa.nulls(n_coarse, pa.int32())
     stats["n"] = pa.nulls(n_coarse, pa.int64())
-    for c in tf.STATS:
+    for c in tb.STATS:
         stats[c] = pa.array(_sum(coarse, n_coarse, fine[c]))
     stats["total_max_ns"] = _max(coarse, n_coarse, fine["total_max_ns"])
     tables = [pa.table(stats)]
@@ -313,7 +313,7 @@ def _brokers(fine: pa.Table, coarse: np.ndarray, n_coarse: int, first: np.ndarra
         cols["part"] = pa.array(np.full(len(gid), part, np.int32))
         cols["bucket"] = pa.array(bucket.astype(np.int32))
         cols["n"] = pa.array(count)
-        for c in tf.STAT_COLS:
+        for c in tb.STAT_COLS:
             cols[c] = pa.nulls(len(gid), pa.int64())
         tables.append(pa.table(cols).cast(tables[0].schema))
     return pa.concat_tables(tables)
@@ -345,7 +345,7 @@ def from_brokers(brokers: pa.Table) -> dict[str, pa.Table]:
     fetches = _fetch_rows(brokers, "Fetch")
     broker_keys = ["window_start", "broker", "kind", HOUR]
     per_broker = _quantile_table(fetches, broker_keys, ("total", "local", "wait"))
-    mix = per_broker.select([*broker_keys[:3], "fetches", *tf.OUTCOMES, "with_records"])
+    mix = per_broker.select([*broker_keys[:3], "fetches", *tb.OUTCOMES, "with_records"])
     requests = per_broker["fetches"].to_numpy(zero_copy_only=False).astype(np.float64)
     wait, total = (per_broker[c].to_numpy(zero_copy_only=False).astype(np.float64)
                    for c in ("wait_sum_ns", "total_sum_ns"))
@@ -378,10 +378,10 @@ def hourly(brokers: pa.Table) -> pa.Table:
     keys = [*HOURLY_KEYS, "part", "bucket"]
     gid, n, first = groups(brokers, keys)
     cols: dict[str, pa.Array] = keys_of(brokers, keys, first)
-    stats_row = pc.equal(cols["part"], tf.STATS_PART)
+    stats_row = pc.equal(cols["part"], tb.STATS_PART)
     cols["n"] = pa.array(_sum(gid, n, brokers["n"]), mask=stats_row.to_numpy(zero_copy_only=False))
     counts_row = pc.invert(stats_row).to_numpy(zero_copy_only=False)
-    for c in tf.STATS:
+    for c in tb.STATS:
         cols[c] = pa.array(_sum(gid, n, brokers[c]), mask=counts_row)
     cols["total_max_ns"] = _max(gid, n, brokers["total_max_ns"])
     return pa.table(cols)
@@ -390,7 +390,7 @@ def hourly(brokers: pa.Table) -> pa.Table:
 def summary(hourly: pa.Table) -> pa.Table:
     """The headline: per broker x kind over the whole range, from the hourly histograms."""
     keys = ["broker", "kind"]
-    return _quantile_table(_fetch_rows(hourly, "Fetch"), keys, tf.PARTS).select([*keys, *LATENCY_COLS])
+    return _quantile_table(_fetch_rows(hourly, "Fetch"), keys, tb.PARTS).select([*keys, *LATENCY_COLS])
 
 
 def produce_latency(hourly: pa.Table) -> pa.Table:
@@ -425,12 +425,12 @@ def duration_table(state: pa.Table, keys: Sequence[str]) -> pa.Table:
 
 def record_latency(records: pa.Table) -> pa.Table:
     """KIP-489 record latency per topic x partition x client, with SLA breaches."""
-    return duration_table(records, tf.RECORD_KEYS)
+    return duration_table(records, tb.RECORD_KEYS)
 
 
 def replication_latency(replication: pa.Table) -> pa.Table:
     """Per leader x follower."""
-    return duration_table(replication, tf.REPLICATION_KEYS).drop_columns(["avg_ms"])
+    return duration_table(replication, tb.REPLICATION_KEYS).drop_columns(["avg_ms"])
 
 
 def slowest_clients(clients: pa.Table, top: int) -> pa.Table:

@@ -1,7 +1,9 @@
-"""``fetchlat analyze``: the only module with I/O. Builds the session, reads traces from one
-or more proxies (local paths or any URI Spark's Hadoop layer reads: s3a://, hdfs://), chains
-the transforms, writes every table as Parquet under ``tables/``, ``summary.json`` and a
-self-contained ``report.html``."""
+"""``fetchlat analyze``, one run: builds the session, reads traces from one or more proxies
+(local paths or any URI Spark's Hadoop layer reads: s3a://, hdfs://), chains the transforms,
+writes every table as Parquet under ``tables/``, ``summary.json`` and a self-contained
+``report.html``. It does the run's I/O with ``state.py``, which reads and writes the kept
+per-hour products and lists the trace files; ``transforms``, ``finish``, ``tables`` and
+``report`` do none."""
 
 from __future__ import annotations
 
@@ -15,7 +17,6 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import fetchlat.metrics.trace_layout as layout
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -24,7 +25,9 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from ..metrics import trace_layout as layout
 from . import finish, report, state
+from . import tables as tb
 from . import transforms as tf
 from .schema import SCHEMA_VERSION, spark_schema
 
@@ -259,7 +262,7 @@ def run(dirs: list[str], out: str, *, master: str | None = None, since_ns: int |
         tables = finish.tables(products, top_n)
         collected: dict[str, list[dict[str, Any]]] = {}
         for name, table in tables.items():
-            order = () if name == IN_ORDER else tf.ORDER.get(name, ())
+            order = () if name == IN_ORDER else tb.ORDER.get(name, ())
             table = write_table(table, os.path.join(out, "tables", name), order)
             if name != "latency_by_window":  # the report reads the small ones
                 collected[name] = _rows(table)
@@ -321,7 +324,7 @@ def _products(plan: state.Plan, traces: tuple[DataFrame, DataFrame, DataFrame] |
         steps.step("products", "computing the per-hour products")
         made = [finish.from_fine(chunk) for chunk in _fine_chunks(fine, sizes)]
         computed = {name: finish.concat([m[name] for m in made]) for name in made[0]}
-        computed[IN_ORDER] = computed[IN_ORDER].sort_by([(k, "ascending") for k in tf.ORDER[IN_ORDER]])
+        computed[IN_ORDER] = computed[IN_ORDER].sort_by([(k, "ascending") for k in tb.ORDER[IN_ORDER]])
         computed["records"] = tf.record_state(parts, sla_ms).toArrow()
         computed["replication"] = tf.replication_state(repl).toArrow()
         if plan.keeps and plan.fresh:
@@ -392,8 +395,8 @@ def _summary(c: dict[str, list[dict[str, Any]]], dirs: list[str], window: str, s
     headline = []
     for r in c["summary"]:
         entry: dict[str, Any] = {"broker": r["broker"], "kind": r["kind"], "fetches": r["fetches"]}
-        for part in tf.PARTS:
-            entry[f"{part}_ms"] = {q: r[f"{part}_{q}"] for q in tf.QNAMES}
+        for part in tb.PARTS:
+            entry[f"{part}_ms"] = {q: r[f"{part}_{q}"] for q in tb.QNAMES}
         headline.append(entry)
     return {
         "schema_version": SCHEMA_VERSION,

@@ -23,9 +23,10 @@ from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
-from fetchlat.metrics.vocabulary import Outcome
 from plotly.offline import get_plotlyjs, get_plotlyjs_version
 from plotly.subplots import make_subplots
+
+from ..metrics.vocabulary import Outcome
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
 OUTCOME_COLORS = {Outcome.IMMEDIATE.value: "#2ca02c", Outcome.WOKEN.value: "#1f77b4",

@@ -4,8 +4,9 @@ writer's, versioned) and never inferred from files."""
 from __future__ import annotations
 
 import pyarrow as pa
-from fetchlat.metrics.trace_schema import SCHEMA_VERSION, TABLES
 from pyspark.sql import types as T
+
+from ..metrics.trace_schema import SCHEMA_VERSION, TABLES
 
 _TYPES = {
     pa.int64(): T.LongType(), pa.int32(): T.IntegerType(), pa.int16(): T.ShortType(),

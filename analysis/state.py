@@ -29,11 +29,12 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-import fetchlat.metrics.trace_layout as layout
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
+
+from ..metrics import trace_layout as layout
 
 STATE_VERSION = 6  # 2: the per-window tables kept as they are, the client-free histograms per hour; 3: written
 # by the driver, a file per product and hour; 4: latency by window's quantiles kept as buckets; 5: the

@@ -8,26 +8,20 @@ from __future__ import annotations
 import math
 import re
 
-from fetchlat.metrics.vocabulary import Outcome
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-PER_MILLE = (500, 900, 990, 999)
-QNAMES = ("p50", "p90", "p99", "p999")
-PARTS = ("total", "wait", "local", "e2e")
-# Quantiles come from log-bucket histograms (DDSketch's mapping): a duration v (ns) counts in
-# bucket ``bucket(v)`` = sign(v) * (ceil(ln|v| / ln GAMMA) + 1), 0 for v = 0; a bucket stands for
-# 2 GAMMA^(|k|-1) / (GAMMA + 1), which is within ALPHA (relative) of every value in it. A
-# quantile is the bucket of the nearest-rank value (rank ceil(q n)), so it is within ALPHA of
-# that exact value. Counts are integers: histograms merge by summing, in any order, so one pass
-# over the rows serves every coarser table, and any partitioning (local[*], any cluster) gives
-# the same tables to the last bit.
-ALPHA = 0.01
-GAMMA = (1 + ALPHA) / (1 - ALPHA)
-FINE_KEYS = ("window_start", "broker", "api", "kind", "client_id", "replica_id", "acks")
-COARSE_KEYS = ("window_start", "broker", "api", "kind", "replica_id", "acks")  # FINE_KEYS but the client
-OUTCOMES = tuple(o.value for o in Outcome)  # the order encodes outcome as a number in the one pass
-STATS = ("requests", "records", *OUTCOMES, "with_records", "wait_sum_ns", "total_sum_ns")
+from .tables import (
+    BUCKET_BITS,
+    FETCH_APIS,
+    GAMMA,
+    HOUR_NS,
+    OUTCOMES,
+    PARTS,
+    RECORD_KEYS,
+    REPLICATION_KEYS,
+    STORED,
+)
 
 
 def window_us(window: str) -> int:
@@ -51,42 +45,16 @@ def with_window(df: DataFrame, window: str) -> DataFrame:
     return df.withColumn("window_start", F.timestamp_micros(F.floor(F.col("ts_ns") / (us * 1000)).cast("long") * us))
 
 
-FETCH_APIS = ("Fetch", "ShareFetch")
-
-
 def timed(exchanges: DataFrame) -> DataFrame:
     """The exchanges the latency tables read: fetches (a ShareFetch is a fetch of kind share)
     and produces with a duration."""
     return exchanges.where(F.col("api").isin(*FETCH_APIS, "Produce") & F.col("total_ns").isNotNull())
 
 
-ORDER = {
-    "latency_by_window": ("window_start", "broker", "kind", "client_id"),
-    "summary": ("broker", "kind"),
-    "outcome_mix": ("window_start", "broker", "kind"),
-    "pair_latency": ("leader", "follower", "window_start"),
-    "record_latency": ("topic", "partition", "client_id"),
-    "produce_latency": ("broker", "acks"),
-    "replication_latency": ("broker", "follower"),
-    "timeline": ("window_start", "kind"),
-    "broker_timeline": ("window_start", "broker", "kind"),
-}
-
-
 def bucket(ns: Column) -> Column:
     """The histogram bucket of a duration in ns (null stays null: it counts nowhere)."""
     k = F.ceil(F.ln(F.abs(ns)) / math.log(GAMMA)) + 1
     return F.when(ns > 0, k).when(ns < 0, -k).when(ns == 0, 0).cast("int")
-
-
-# A row's four buckets travel in the per-client lists as one long: part i's bucket + STORED in bits
-# [BUCKET_BITS i, BUCKET_BITS (i + 1)), 0 where the row has no value of that part (|bucket| <= 2 186
-# for any duration a long holds, so a stored bucket is never 0). One list per group instead of one
-# per part: Spark's collect_list keeps an object per element, and four lists made the pass 1.8x as
-# long at 10 M rows (26.9 s against 18.9 s with one).
-BUCKET_BITS = 15
-STORED = 1 << (BUCKET_BITS - 1)
-BUCKET_MASK = (1 << BUCKET_BITS) - 1
 
 
 def packed_buckets() -> Column:
@@ -96,9 +64,6 @@ def packed_buckets() -> Column:
         stored = F.coalesce((bucket(F.col(f"{p}_ns")) + STORED).cast("long"), F.lit(0).cast("long"))
         out = out + F.shiftleft(stored, BUCKET_BITS * i)
     return out
-
-
-STAT_COLS = (*STATS, "total_max_ns")
 
 
 def fine(timed_df: DataFrame) -> DataFrame:
@@ -126,14 +91,6 @@ def fine(timed_df: DataFrame) -> DataFrame:
     return g.select("window_start", "broker", api, *rest)
 
 
-STATS_PART = -1  # a histogram table's row of part -1 carries its group's STAT_COLS (bucket, n null)
-
-
-# Every per-hour product (``analysis/state.py``) carries its hour: epoch hours, UTC, in integers
-# (a double division of ts_ns could put a row a few hundred ns from the hour in the wrong one).
-HOUR_NS = 3_600_000_000_000
-
-
 def hour_of_ts() -> Column:
     return F.expr(f"ts_ns div {HOUR_NS}")
 
@@ -146,10 +103,6 @@ def duration_state(rows: DataFrame, keys: list[str], ns: Column, sla_ns: float |
     return rows.where(ns.isNotNull()).groupBy(*keys, hour_of_ts().alias("hour")).agg(
         F.count(F.lit(1)).alias("samples"), F.collect_list(bucket(ns)).alias("_b"), F.max(ns).alias("max_ns"),
         F.min(ns).alias("min_ns"), F.sum(ns).alias("sum_ns"), *sla)
-
-
-RECORD_KEYS = ["topic", "partition", "client_id"]
-REPLICATION_KEYS = ["broker", "follower"]
 
 
 def record_state(partitions: DataFrame, sla_ms: float) -> DataFrame:

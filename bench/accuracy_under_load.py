@@ -44,10 +44,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import pyarrow.parquet as pq
+from fetchlat.embedded.ports import connects, free_port_block, wait_until
 from fetchlat.protocol import apis
 from fetchlat.protocol.encoder import encode
 from fetchlat.protocol.framing import request_frame
-from fetchlat.proxy.demo import connects, free_port_block, wait_until
 
 from bench.bench_proxy import create_topics
 from bench.kafka_client import AsyncClient, fetch_request
@@ -215,7 +215,7 @@ def run_build(build: str, stamps: str, a: argparse.Namespace, work: Path) -> dic
                                        str(relay_log)], stdout=log, stderr=subprocess.STDOUT)
         procs.append(relay_proc)
         wait_until(lambda: connects(relay), "the stamp relay")
-        proxy = subprocess.Popen([sys.executable, "-m", "fetchlat.proxy", "proxy", "--upstream", f"127.0.0.1:{relay}",
+        proxy = subprocess.Popen([sys.executable, "-m", "fetchlat.app", "proxy", "--upstream", f"127.0.0.1:{relay}",
                                   "--listen", f"127.0.0.1:{front}", "--metrics-listen", f"127.0.0.1:{metrics}",
                                   "--trace-dir", str(traces), "--log-level", "INFO", "--stamps", stamps],
                                  stdout=log, stderr=subprocess.STDOUT, env=env)

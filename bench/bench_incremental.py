@@ -35,7 +35,7 @@ START_NS = 498_800 * 3600 * 10**9  # an hour boundary
 
 def analyze(trace_dir: Path, out: Path, extra: list[str]) -> dict[str, object]:
     t = time.monotonic()
-    subprocess.run([sys.executable, "-m", "fetchlat.proxy", "analyze", str(trace_dir), "--out", str(out), *extra],
+    subprocess.run([sys.executable, "-m", "fetchlat.app", "analyze", str(trace_dir), "--out", str(out), *extra],
                    check=True, capture_output=True, text=True)
     return {"wall_s": round(time.monotonic() - t, 1), **what_was_read(out)}
 
@@ -52,7 +52,7 @@ def follow(gen: Any, day: Path, fleet: Path, out: Path) -> dict[str, object]:
     its report (the second run plus the looks that saw the hour land and settle: each look lists
     every input file)."""
     last = gen.split_last_hour(str(day), str(fleet))
-    proc = subprocess.Popen([sys.executable, "-m", "fetchlat.proxy", "analyze", str(fleet), "--out", str(out),
+    proc = subprocess.Popen([sys.executable, "-m", "fetchlat.app", "analyze", str(fleet), "--out", str(out),
                              "--every", "2s", "--runs", "2"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True)
     assert proc.stderr is not None

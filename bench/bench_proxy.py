@@ -43,8 +43,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from fetchlat.embedded.ports import connects, free_port_block, wait_until
 from fetchlat.protocol import apis
-from fetchlat.proxy.demo import connects, free_port_block, wait_until
 
 from bench.kafka_client import AsyncClient, fetch_request
 from bench.procs import cpu_s, rss_mb, stop_processes
@@ -121,7 +121,7 @@ def _front(kind: str, work: Path, base: int, front: int, broker_port: int, sidec
         else:
             env = {**os.environ, "FETCHLAT_PURE_PYTHON": "1" if kind == "fetchlat-py" else ""}
             procs.append(subprocess.Popen(
-                [sys.executable, "-m", "fetchlat.proxy", "proxy", "--upstream", f"127.0.0.1:{broker_port}",
+                [sys.executable, "-m", "fetchlat.app", "proxy", "--upstream", f"127.0.0.1:{broker_port}",
                  "--listen", f"127.0.0.1:{front}", "--metrics-listen", f"127.0.0.1:{base + 1002}",
                  "--log-level", "WARNING", *(["--sidecar-node", "0"] if sidecar else [])],
                 stdout=log, stderr=subprocess.STDOUT, env=env))
@@ -134,7 +134,7 @@ def _front(kind: str, work: Path, base: int, front: int, broker_port: int, sidec
 
 
 def perf(*args: str) -> dict[str, Any]:
-    r = subprocess.run([sys.executable, "-m", "fetchlat.proxy", "perf", *args, "--json"], capture_output=True,
+    r = subprocess.run([sys.executable, "-m", "fetchlat.app", "perf", *args, "--json"], capture_output=True,
                        text=True, timeout=600)
     if r.returncode != 0:
         raise RuntimeError(f"fetchlat perf {' '.join(args[:1])} failed: {r.stderr[-500:]}")

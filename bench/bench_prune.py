@@ -26,7 +26,7 @@ START_NS = 498_600 * 3600 * 10**9  # an hour boundary
 def analyze(trace_dir: Path, extra: list[str]) -> dict[str, object]:
     out = Path(tempfile.mkdtemp(prefix="fetchlat-prune-"))
     t = time.monotonic()
-    subprocess.run([sys.executable, "-m", "fetchlat.proxy", "analyze", str(trace_dir), "--out", str(out), *extra],
+    subprocess.run([sys.executable, "-m", "fetchlat.app", "analyze", str(trace_dir), "--out", str(out), *extra],
                    check=True, capture_output=True, text=True)
     wall = time.monotonic() - t
     s = json.loads((out / "summary.json").read_text())

@@ -195,7 +195,7 @@ def main() -> None:
     results["local"] = local
     print(json.dumps({"local": local}), flush=True)
     if not args.skip_cluster:
-        from tests.support.spark_cluster import standalone
+        from testkit.spark_cluster import standalone
 
         executor_mb = int(args.worker_memory.rstrip("g")) * 1024 - 1024
         with standalone(out / "spark", workers=2, cores=1, memory=args.worker_memory) as cluster:

@@ -29,8 +29,8 @@ sys.path.insert(0, str(ROOT))
 from fetchlat.protocol import apis  # noqa: E402
 from fetchlat.proxy.build import hot_path  # noqa: E402
 
-from tests.support.captures import conversations  # noqa: E402
-from tests.support.playbook import MS, T0, Playbook  # noqa: E402
+from testkit.captures import conversations  # noqa: E402
+from testkit.playbook import MS, T0, Playbook  # noqa: E402
 
 RUNS = ("confluent", "kafkapython", "aiokafka", "kcat")
 NAMES = {apis.API_VERSIONS: "ApiVersions", apis.METADATA: "Metadata", apis.FETCH: "Fetch", apis.PRODUCE: "Produce"}

@@ -1,5 +1,5 @@
 """Which files one fetch crosses, from request bytes to metric sample and trace row: a long
-poll driven through the proxy core (``tests/support/playbook.py``, the same objects the proxy
+poll driven through the proxy core (``testkit/playbook.py``, the same objects the proxy
 runs) with a profiler noting every call that enters another fetchlat file.
 
     python bench/fetch_road.py      # the distinct files, and the file-to-file hops in order
@@ -15,8 +15,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.proxy.test_conversation import empty_fetch_response, fetch_request  # noqa: E402
-from tests.support.playbook import MS, T0, Playbook  # noqa: E402
+from testkit.frames import empty_fetch_response, fetch_request  # noqa: E402
+from testkit.playbook import MS, T0, Playbook  # noqa: E402
 
 PACKAGES = ("protocol", "metrics", "proxy")
 

@@ -58,7 +58,7 @@ def batches(total_mb: int) -> bytes:
 
 
 async def big_fetches(port: int, version: int, times: int, max_bytes: int) -> list[int]:
-    from tests.support.fake_cluster import TOPIC, TOPIC_ID
+    from testkit.fake_cluster import TOPIC, TOPIC_ID
 
     c = await AsyncClient.connect(port, "memory")
     sizes = []
@@ -74,9 +74,9 @@ async def big_fetches(port: int, version: int, times: int, max_bytes: int) -> li
 
 
 def large_responses(mb: int, times: int) -> dict[str, Any]:
-    """Through the real proxy, from a FAKE broker (tests/support/fake_cluster.py): Tansu answers
+    """Through the real proxy, from a FAKE broker (testkit/fake_cluster.py): Tansu answers
     at most ~6 MB per Fetch, so a 50 MB response cannot come from it here."""
-    from tests.support.fake_cluster import FakeCluster
+    from testkit.fake_cluster import FakeCluster
 
     out: dict[str, Any] = {}
     fake = FakeCluster([1], fetch_records=batches(mb))

@@ -90,7 +90,7 @@ def resegment(src: Path, dst: Path, mss: int = 1448) -> None:
     from fetchlat.capture.packets import FIN, Segment, tcp_segment
     from fetchlat.capture.source import Capture
 
-    from tests.capture.support import ipv4_tcp, write_pcap
+    from testkit.pcap_files import ipv4_tcp, write_pcap
 
     def frames() -> Iterator[tuple[int, bytes]]:
         cap = Capture(str(src))
@@ -160,9 +160,9 @@ def main() -> int:
         size = path.stat().st_size
         packets = int(child_cpu([sys.executable, "-c", READ_PCAPY, str(path)])[2].split()[0])
         runs = {
-            "fetchlat pcap": [sys.executable, "-m", "fetchlat.proxy", "pcap", str(path), "--broker-port", str(port),
+            "fetchlat pcap": [sys.executable, "-m", "fetchlat.app", "pcap", str(path), "--broker-port", str(port),
                               "--quiet"],
-            "fetchlat pcap - (a pipe, as live)": ["sh", "-c", f"{sys.executable} -m fetchlat.proxy pcap - "
+            "fetchlat pcap - (a pipe, as live)": ["sh", "-c", f"{sys.executable} -m fetchlat.app pcap - "
                                                   f"--broker-port {port} --quiet < {path}"],
             "tshark (Kafka dissector)": ["tshark", "-r", str(path), "-d", f"tcp.port=={port},kafka", "-T", "fields",
                                          "-e", "kafka.correlation_id"],

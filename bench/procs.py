@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fetchlat.proxy.demo import connects, free_port_block, wait_until
+from fetchlat.embedded.ports import connects, free_port_block, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
 TANSU_NODE_ID = 111
@@ -68,7 +68,7 @@ def proxy_in_front(workdir: Path, broker_port: int, node_id: int, *proxy_args: s
     base = free_port_block(0, 1 + node_id, 1000)
     with open(workdir / "proxy.log", "wb") as plog:
         proxy = subprocess.Popen(
-            [sys.executable, "-m", "fetchlat.proxy", "proxy", "--upstream", f"127.0.0.1:{broker_port}",
+            [sys.executable, "-m", "fetchlat.app", "proxy", "--upstream", f"127.0.0.1:{broker_port}",
              "--listen", f"127.0.0.1:{base}", "--metrics-listen", f"127.0.0.1:{base + 1000}", *proxy_args],
             stdout=plog, stderr=subprocess.STDOUT)
         try:

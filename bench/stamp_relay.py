@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fetchlat.proxy.stamps import StampCounts, StampedReader
 
-from tests.integration.delay_relay import Leg as RelayLeg
-from tests.integration.delay_relay import serve
+from testkit.delay_relay import Leg as RelayLeg
+from testkit.delay_relay import serve
 
 now_ns = time.monotonic_ns
 
@@ -97,7 +97,7 @@ class Link:
 
 
 class Leg(RelayLeg):
-    """``tests/integration/delay_relay.py``'s leg with no delay, stamping what passes. The
+    """``testkit/delay_relay.py``'s leg with no delay, stamping what passes. The
     client-facing leg carries requests; ``serve`` calls ``linked()`` on the broker-facing one,
     which from then on shares its client leg's ``Link`` and carries responses."""
 

@@ -20,16 +20,15 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Final
 
-from fetchlat.metrics.observer import Observer
-from fetchlat.protocol import apis
-from fetchlat.protocol.errors import DecodeError
-from fetchlat.protocol.framing import DEFAULT_MAX_FRAME_BYTES
-from fetchlat.protocol.headers import parse_request_header
-from fetchlat.protocol.rewrite import ResponseRewriter
-from fetchlat.proxy.conversation import Close, Conversation, CoreContext, Learn
-from fetchlat.proxy.policy import Limits
-from fetchlat.proxy.registry import BrokerRegistry
-
+from ..metrics.observer import Observer
+from ..protocol import apis
+from ..protocol.errors import DecodeError
+from ..protocol.framing import DEFAULT_MAX_FRAME_BYTES
+from ..protocol.headers import parse_request_header
+from ..protocol.rewrite import ResponseRewriter
+from ..proxy.conversation import Close, Conversation, CoreContext, Learn
+from ..proxy.policy import Limits
+from ..proxy.registry import BrokerRegistry
 from .packets import ACK, FIN, RST, SYN, Segment, format_ip
 from .reassembly import Stream, seq_diff
 

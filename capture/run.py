@@ -20,13 +20,12 @@ import time
 from collections import Counter, defaultdict
 from typing import Any, Final
 
-from fetchlat.metrics.model import DEFAULT_EXPIRY_OVERSHOOT_NS
-from fetchlat.metrics.observer import Observer
-from fetchlat.metrics.prom import FetchMetrics, ProxyMetrics
-from fetchlat.perf.stats import nearest_rank
-from fetchlat.protocol.framing import DEFAULT_MAX_FRAME_BYTES
-from fetchlat.proxy.config import ConfigError, parse_hostport
-
+from ..metrics.model import DEFAULT_EXPIRY_OVERSHOOT_NS
+from ..metrics.observer import Observer
+from ..metrics.prom import FetchMetrics, ProxyMetrics
+from ..perf.stats import nearest_rank
+from ..protocol.framing import DEFAULT_MAX_FRAME_BYTES
+from ..proxy.config import ConfigError, parse_hostport
 from .flows import COMPLETE, INTERNAL_ERROR, OPEN_AT_END, Flow, FlowTable, capture_context
 from .packets import Segment, format_ip, tcp_segment
 from .source import Capture, CaptureError
@@ -125,7 +124,7 @@ def _flow_ended(flow: Flow) -> None:
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from fetchlat.proxy.build import fetchlat_version, hot_path
+    from ..proxy.build import fetchlat_version, hot_path
 
     metrics = ProxyMetrics(version=fetchlat_version(), hot_path=hot_path())
     summary = Summary()
@@ -133,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
     proxy_id = args.proxy_id or ("pcap:stdin" if first == "-" else f"pcap:{os.path.basename(first)}")
     writer = None
     if args.trace_dir:
-        from fetchlat.proxy.traces import TraceWriter
+        from ..proxy.traces import TraceWriter
 
         try:
             writer = TraceWriter(args.trace_dir, proxy_id=proxy_id, block=True)
@@ -153,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
     flows = FlowTable(ctx, set(args.broker_ports), on_end=_flow_ended)
     admin = None
     if args.metrics_listen:
-        from fetchlat.proxy.admin import AdminServer
+        from ..proxy.admin import AdminServer
 
         try:
             addr = parse_hostport(args.metrics_listen, "--metrics-listen")

@@ -79,7 +79,7 @@ def start(args: Sequence[str], *, listen_port: int, metrics_port: int, log_path:
     its output appended to ``log_path``. Returns at once: call ``wait_ready``."""
     with open(log_path, "ab") as out:  # the child keeps its own descriptor
         proc = subprocess.Popen(
-            [sys.executable, "-m", "fetchlat.proxy", "proxy", *args, "--listen", f"127.0.0.1:{listen_port}",
+            [sys.executable, "-m", "fetchlat.app", "proxy", *args, "--listen", f"127.0.0.1:{listen_port}",
              "--metrics-listen", f"127.0.0.1:{metrics_port}"],
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     return ProxyProcess(listen_port, metrics_port, proc, log_path)

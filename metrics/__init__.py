@@ -1,5 +1,5 @@
 """fetchlat.metrics: the latency model (pure) and thin Prometheus / trace adapters."""
 
-from fetchlat.protocol import compiled
+from ..protocol import compiled
 
 compiled.install()  # which build of the hot path runs (protocol/compiled.py)

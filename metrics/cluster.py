@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from fetchlat.protocol.sessions import TopicKey
+from ..protocol.sessions import TopicKey
 
 MAX_PARTITIONS: Final = 100_000  # bounds every per-partition map of the model and of this view
 

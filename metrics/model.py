@@ -15,10 +15,9 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Final
 
-from fetchlat.protocol.events import FetchExchanged, ProduceExchanged
-from fetchlat.protocol.fetch import FetchPartitionResponse
-from fetchlat.protocol.produce import ProduceRequestInfo
-
+from ..protocol.events import FetchExchanged, ProduceExchanged
+from ..protocol.fetch import FetchPartitionResponse
+from ..protocol.produce import ProduceRequestInfo
 from .cluster import MAX_PARTITIONS, ClusterView
 from .vocabulary import Kind, Outcome, WaitSource, fetch_kind
 

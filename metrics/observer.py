@@ -24,8 +24,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from fetchlat.protocol.apis import api_name
-from fetchlat.protocol.events import (
+from ..protocol.apis import api_name
+from ..protocol.events import (
     DecodeFailed,
     Event,
     FetchExchanged,
@@ -36,8 +36,7 @@ from fetchlat.protocol.events import (
     SaslPassthroughStarted,
     TopicIdsLearned,
 )
-from fetchlat.protocol.inflight import observed
-
+from ..protocol.inflight import observed
 from .fast import CounterChild, HistogramChild
 from .model import DEFAULT_EXPIRY_OVERSHOOT_NS, LatencyModel
 from .prom import FetchMetrics, ProxyMetrics

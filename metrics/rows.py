@@ -9,8 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from fetchlat.protocol.apis import api_name
-
+from ..protocol.apis import api_name
 from .model import FetchSample, ProduceSample, ReplicationSample
 from .vocabulary import Kind
 

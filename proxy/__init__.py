@@ -1,6 +1,6 @@
 """fetchlat.proxy: the I/O layer (sockets, the event loop, the clock), the pure per-connection
 core it drives, and the command lines."""
 
-from fetchlat.protocol import compiled
+from ..protocol import compiled
 
 compiled.install()  # which build of the hot path runs (protocol/compiled.py)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
-from fetchlat.protocol import compiled
+from ..protocol import compiled
 
 
 def hot_path() -> str:

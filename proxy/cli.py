@@ -1,23 +1,19 @@
-"""The ``fetchlat`` command line: ``proxy`` and ``demo`` parsed here; ``analyze`` and ``perf``
-parsed by their own packages (``analysis/cli.py``, ``perf/cli.py``)."""
+"""``fetchlat proxy``: its flags (from ``config.FLAGS``, the one table of settings), and the run
+of one proxy process: the server, the admin endpoint, the signals (SIGTERM drains, SIGHUP
+reloads). The ``fetchlat`` command's dispatch is ``app/cli.py``."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import logging
-import os
 import signal
 import sys
-
-from fetchlat.analysis import cli as analysis_cli
-from fetchlat.capture import run as capture_cli
-from fetchlat.perf import cli as perf_cli
 
 from .config import FLAGS, Config, ConfigError, format_hostport, load_config
 
 
-def _proxy_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("proxy", help="run the Kafka proxy",
                        description="Proxy Kafka clients to the upstream brokers, measuring every request.")
     for st in FLAGS:
@@ -37,7 +33,7 @@ def config_from_args(args: argparse.Namespace, env: dict[str, str] | None = None
     return load_config({k: getattr(args, k) for k in PROXY_KEYS}, env=env)
 
 
-def run_proxy(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     try:
         cfg = config_from_args(args)
     except ConfigError as exc:
@@ -45,8 +41,8 @@ def run_proxy(args: argparse.Namespace) -> int:
         return 2
     logging.basicConfig(level=cfg.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     import uvloop
-    from fetchlat.metrics.prom import ProxyMetrics
 
+    from ..metrics.prom import ProxyMetrics
     from .admin import AdminServer
     from .build import fetchlat_version, hot_path, hot_path_reason
     from .server import Proxy
@@ -109,51 +105,8 @@ def run_proxy(args: argparse.Namespace) -> int:
     return uvloop.run(main())
 
 
-def _demo_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("demo", help="run an embedded broker, the proxy and load; show what it measures")
-    p.add_argument("--seconds", type=float, default=60.0, help="how long to run the load (default 60)")
-    p.add_argument("--rate", type=int, default=200, help="records per second produced (default 200)")
-    p.add_argument("--no-report", dest="no_report", action="store_true",
-                   help="skip the closing fetchlat analyze run (Spark)")
-    p.add_argument("--broker", choices=("tansu", "kafka"), default=os.environ.get("FETCHLAT_DEMO_BROKER", "tansu"),
-                   help="tansu: one embedded Tansu behind one proxy (default); kafka: Apache Kafka, 3 brokers "
-                        "each behind its own sidecar, replication latency on screen (env FETCHLAT_DEMO_BROKER)")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fetchlat", description="True Kafka fetch latency, measured by a proxy.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    _proxy_parser(sub)
-    _demo_parser(sub)
-    analysis_cli.add_parser(sub)
-    perf_cli.add_parser(sub)
-    capture_cli.add_parser(sub)
-    return parser
-
-
 def proxy_config(argv: list[str], env: dict[str, str] | None = None) -> Config:
     """The configuration ``fetchlat proxy ARGV`` would run with (deploy files are checked with it)."""
-    return config_from_args(build_parser().parse_args(["proxy", *argv]), env)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command == "proxy":
-        return run_proxy(args)
-    if args.command == "analyze":
-        return int(analysis_cli.run(args))
-    if args.command == "perf":
-        return int(perf_cli.run(args))
-    if args.command == "pcap":
-        return int(capture_cli.run(args))
-    if args.command == "demo":
-        from .demo import run_demo
-
-        return run_demo(args)
-    parser.error(f"unknown command {args.command}")
-    return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    parser = argparse.ArgumentParser(prog="fetchlat")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    return config_from_args(parser.parse_args(["proxy", *argv]), env)

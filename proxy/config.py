@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
-from fetchlat.metrics.model import DEFAULT_EXPIRY_OVERSHOOT_NS
-from fetchlat.protocol.framing import DEFAULT_MAX_FRAME_BYTES
+
+from ..metrics.model import DEFAULT_EXPIRY_OVERSHOOT_NS
+from ..protocol.framing import DEFAULT_MAX_FRAME_BYTES
 
 DEFAULT_METRICS_LISTEN = "127.0.0.1:9464"
 

@@ -17,15 +17,14 @@ import logging
 from dataclasses import dataclass, field
 from typing import Final
 
-from fetchlat.metrics.observer import ConnectionObserver, Observer
-from fetchlat.metrics.vocabulary import Direction
-from fetchlat.protocol.apis import api_name
-from fetchlat.protocol.connection import KafkaConnection, Segment
-from fetchlat.protocol.errors import FramingError
-from fetchlat.protocol.events import BrokerAddress, BrokersLearned, DecodeFailed, Event, SaslPassthroughStarted
-from fetchlat.protocol.rewrite import ResponseRewriter
-from fetchlat.protocol.sessions import FetchSessions
-
+from ..metrics.observer import ConnectionObserver, Observer
+from ..metrics.vocabulary import Direction
+from ..protocol.apis import api_name
+from ..protocol.connection import KafkaConnection, Segment
+from ..protocol.errors import FramingError
+from ..protocol.events import BrokerAddress, BrokersLearned, DecodeFailed, Event, SaslPassthroughStarted
+from ..protocol.rewrite import ResponseRewriter
+from ..protocol.sessions import FetchSessions
 from .policy import RTT_SAMPLE_EVERY_NS, ConnectionPolicy, Limits, Refusal, first_bytes_verdict, tls_failure
 from .registry import BrokerRegistry, HostPort
 

@@ -28,15 +28,14 @@ import uuid
 from collections.abc import Callable
 from typing import Final
 
-from fetchlat.protocol import apis
-from fetchlat.protocol.encoder import encode
-from fetchlat.protocol.errors import ProtocolError
-from fetchlat.protocol.events import BrokerAddress
-from fetchlat.protocol.framing import frame_size, request_frame
-from fetchlat.protocol.rewrite import metadata_leaders
-from fetchlat.protocol.schema import load
-from fetchlat.protocol.walker import walk
-
+from ..protocol import apis
+from ..protocol.encoder import encode
+from ..protocol.errors import ProtocolError
+from ..protocol.events import BrokerAddress
+from ..protocol.framing import frame_size, request_frame
+from ..protocol.rewrite import metadata_leaders
+from ..protocol.schema import load
+from ..protocol.walker import walk
 from .registry import HostPort
 
 log = logging.getLogger("fetchlat.proxy")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from fetchlat.protocol.sniff import sniff
+from ..protocol.sniff import sniff
 
 if TYPE_CHECKING:
     from .config import Config

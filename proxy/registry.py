@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fetchlat.protocol.events import BrokerAddress
+from ..protocol.events import BrokerAddress
 
 HostPort = tuple[str, int]
 

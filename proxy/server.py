@@ -14,11 +14,10 @@ import logging
 import socket
 from collections.abc import Callable
 
-from fetchlat.metrics.observer import Observer
-from fetchlat.metrics.prom import FetchMetrics, ProxyMetrics
-from fetchlat.protocol.events import BrokerAddress
-from fetchlat.protocol.rewrite import ResponseRewriter
-
+from ..metrics.observer import Observer
+from ..metrics.prom import FetchMetrics, ProxyMetrics
+from ..protocol.events import BrokerAddress
+from ..protocol.rewrite import ResponseRewriter
 from . import clock
 from .config import RELOADABLE, Config, HostPort, format_hostport
 from .conversation import CoreContext

@@ -18,8 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final, cast
 
-from fetchlat.protocol.events import BrokerAddress
-
+from ..protocol.events import BrokerAddress
 from . import clock
 from .conversation import (
     Action,

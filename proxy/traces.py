@@ -19,9 +19,9 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from fetchlat.metrics import trace_layout as layout
-from fetchlat.metrics.trace_schema import META_CLOCK, META_SCHEMA_VERSION, SCHEMA_VERSION, TABLES
 
+from ..metrics import trace_layout as layout
+from ..metrics.trace_schema import META_CLOCK, META_SCHEMA_VERSION, SCHEMA_VERSION, TABLES
 from . import clock
 
 log = logging.getLogger("fetchlat.traces")

@@ -1,7 +1,7 @@
 """The compiled hot path and its pure-Python source are the same program: both builds replay
 every captured conversation of real clients, whole and cut into chunks hypothesis draws, and
 must give the same codec events, the same bytes out each way, the same core actions, the same
-trace rows and the same metric samples (``tests/support/replay_dump.py``, run once per build
+trace rows and the same metric samples (``testkit/replay_dump.py``, run once per build
 in its own process)."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from fetchlat.protocol import compiled
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.support.captures import conversations
+from testkit.captures import conversations
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ("confluent", "kafkapython", "aiokafka", "kcat", "admin", "sasl-kafkapython", "sasl-tansu-scram")
@@ -29,7 +29,7 @@ def run_build(plans: list[dict[str, Any]], *, pure: bool) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if k != compiled.PURE_ENV}
     if pure:
         env[compiled.PURE_ENV] = "1"
-    r = subprocess.run([sys.executable, "-m", "tests.support.replay_dump"], input=json.dumps({"plans": plans}),
+    r = subprocess.run([sys.executable, "-m", "testkit.replay_dump"], input=json.dumps({"plans": plans}),
                        capture_output=True, text=True, cwd=ROOT, env=env, timeout=240)
     assert r.returncode == 0, r.stderr[-3000:]
     out: dict[str, Any] = json.loads(r.stdout)

@@ -1,17 +1,20 @@
-"""The layers and which way they depend (STYLE.md §1, docs/architecture.md), walked with ast:
-protocol/ and metrics/ never touch sockets, asyncio or clocks; the proxy core (conversation,
-policy, registry) is as pure; the proxy's I/O modules import no latency model; analysis/
-shares only the trace schema, layout and vocabulary; and no module imports, even indirectly, itself."""
+"""The layers and which way they depend (docs/architecture.md), walked with ast: protocol/ and
+metrics/ never touch sockets, asyncio or clocks; the proxy core (conversation, policy, registry)
+is as pure; the proxy's I/O modules import no latency model; analysis/ and verify/ share only
+the trace schema, layout and vocabulary; the packages stand on floors (no package imports one
+that imports it back, and nothing imports the app shell); and no module imports, even
+indirectly, itself."""
 
 from __future__ import annotations
 
 import ast
+import tomllib
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).parents[1]
-PACKAGES = ("protocol", "metrics", "proxy", "analysis", "perf", "capture")
+PACKAGES = ("protocol", "metrics", "proxy", "capture", "analysis", "verify", "perf", "embedded", "app")
 IO_MODULES = {"asyncio", "socket", "uvloop", "time", "selectors", "threading", "ssl"}
 RULES = {
     "protocol": IO_MODULES | {"prometheus_client", "fetchlat.metrics", "fetchlat.proxy"},
@@ -30,9 +33,12 @@ RULES = {
     "capture/reassembly.py": IO_MODULES,
     "capture/flows.py": IO_MODULES | {"fetchlat.proxy.session", "fetchlat.proxy.server", "fetchlat.metrics.model"},
 }
-# analysis/ may import these of fetchlat, and nothing else
-ANALYSIS_ALLOWED = {"fetchlat.analysis", "fetchlat.metrics.trace_schema", "fetchlat.metrics.trace_layout",
-                    "fetchlat.metrics.vocabulary"}
+# analysis/ and verify/ may import these of fetchlat (and their own package), and nothing else
+TRACE_READERS_ALLOWED = {"fetchlat.metrics.trace_schema", "fetchlat.metrics.trace_layout",
+                         "fetchlat.metrics.vocabulary"}
+# Each package's floor (docs/architecture.md): a package imports only packages on lower floors.
+FLOORS = {"protocol": 1, "perf": 1, "embedded": 1, "metrics": 2, "proxy": 3, "analysis": 3, "verify": 3,
+          "capture": 4, "app": 5}
 
 
 def module_name(path: Path) -> str:
@@ -76,11 +82,44 @@ def test_modules_import_only_what_their_layer_may(where: str) -> None:
             assert not banned, f"{f.relative_to(ROOT)} imports {name}"
 
 
-def test_analysis_shares_only_the_trace_schema_layout_and_vocabulary() -> None:
-    for f in sources("analysis"):
+@pytest.mark.parametrize("pkg", ["analysis", "verify"])
+def test_trace_readers_share_only_the_trace_schema_layout_and_vocabulary(pkg: str) -> None:
+    for f in sources(pkg):
         ours = {n for n in imports(f) if n.startswith("fetchlat.")}
-        stray = {n for n in ours if not any(n == a or n.startswith(a + ".") for a in ANALYSIS_ALLOWED)}
+        allowed = TRACE_READERS_ALLOWED | {f"fetchlat.{pkg}"}
+        # ``from ..metrics import trace_layout`` names the package too: its face, not its modules
+        stray = {n for n in ours - {"fetchlat.metrics"} if not any(n == a or n.startswith(a + ".") for a in allowed)}
         assert not stray, f"{f.relative_to(ROOT)} imports {sorted(stray)}"
+
+
+def package_graph() -> dict[str, set[str]]:
+    """Package -> the packages its modules import (itself left out)."""
+    out: dict[str, set[str]] = {p: set() for p in PACKAGES}
+    for m, deps in graph().items():
+        pkg = m.split(".")[1]
+        out[pkg] |= {d.split(".")[1] for d in deps} - {pkg}
+    return out
+
+
+def test_every_package_has_a_floor_and_imports_only_lower_floors() -> None:
+    mapped = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    assert set(FLOORS) == set(PACKAGES) == set(mapped.values())
+    for pkg, deps in package_graph().items():
+        up = {d for d in deps if FLOORS[d] >= FLOORS[pkg]}
+        assert not up, f"{pkg}/ (floor {FLOORS[pkg]}) imports {sorted(up)} (floors {sorted(FLOORS[d] for d in up)})"
+
+
+def test_no_package_imports_a_package_that_imports_it_back() -> None:
+    g = package_graph()
+    assert g["app"] >= {"proxy", "capture", "analysis", "perf"}  # the graph is read, not empty
+    cycle = find_cycle(g)
+    assert cycle is None, "package cycle: " + " -> ".join(cycle or [])
+
+
+def test_the_package_check_sees_the_cycle_the_cli_made() -> None:
+    """proxy/cli.py once dispatched ``fetchlat pcap`` while capture/ imported proxy's core."""
+    g = {"proxy": {"metrics", "capture"}, "capture": {"proxy", "metrics"}, "metrics": set()}
+    assert find_cycle(g) == ["capture", "proxy", "capture"]
 
 
 def graph() -> dict[str, set[str]]:

@@ -27,7 +27,7 @@ from fetchlat.protocol.schema import load
 from fetchlat.protocol.stream import Feeder, parse_whole
 from fetchlat.protocol.walker import walk
 
-from tests.support.captures import conversations
+from testkit.captures import conversations
 
 TID = uuid.UUID(int=7)
 ADVERTISE = ResponseRewriter(lambda n, h, p: ("127.0.0.1", 19092 + n))

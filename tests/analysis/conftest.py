@@ -1,4 +1,4 @@
-"""One session-scoped local Spark for the analysis tests (STYLE.md §7)."""
+"""One session-scoped local Spark for the analysis tests (docs/architecture.md: the analysis tests share one Spark)."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pyarrow as pa
 from fetchlat.analysis import finish
-from fetchlat.analysis import transforms as tf
+from fetchlat.analysis import tables as tb
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -32,7 +32,7 @@ def test_histogram_quantiles_are_the_nearest_rank_values(hist: list[tuple[int, i
         values = [b for gg, b, c in hist if gg == g for _ in range(c)]
         listed = [b for gg, b, _ in hist if gg == g]
         assert bool(empty[g]) == (not values) and bool(empty1[g]) == (not listed)
-        for i, q in enumerate(tf.PER_MILLE):
+        for i, q in enumerate(tb.PER_MILLE):
             if values:
                 assert ks[i][g] == nearest_rank(values, q)
                 assert ones[i][g] == nearest_rank(listed, q)
@@ -54,7 +54,7 @@ def duration_state(hour: int, values: list[int]) -> dict[str, object]:
 
 
 def finish_bucket(ns: int) -> int:
-    return math.ceil(math.log(ns) / math.log(tf.GAMMA)) + 1
+    return math.ceil(math.log(ns) / math.log(tb.GAMMA)) + 1
 
 
 @given(st.lists(st.lists(st.integers(1_000, 9_000_000_000), min_size=1, max_size=30), min_size=1, max_size=5))
@@ -76,6 +76,6 @@ def test_a_duration_merged_over_hours_is_the_same_as_all_its_rows_in_one_hour(ho
 def test_bucket_ms_is_what_transforms_says_a_bucket_stands_for() -> None:
     k = np.array([-3, 0, 1, 2, 700, 1500])
     got = finish.bucket_ms(k)
-    want = [0.0 if x == 0 else (1 if x > 0 else -1) * 2 * tf.GAMMA ** (abs(x) - 1) / (tf.GAMMA + 1) / 1e6
+    want = [0.0 if x == 0 else (1 if x > 0 else -1) * 2 * tb.GAMMA ** (abs(x) - 1) / (tb.GAMMA + 1) / 1e6
             for x in k.tolist()]
     assert got.tolist() == want

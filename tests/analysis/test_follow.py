@@ -125,7 +125,7 @@ def test_the_command_keeps_its_session_and_reads_only_the_hour_that_arrived(spar
     day, fleet, out = tmp_path / "day", tmp_path / "fleet", tmp_path / "out"
     gen.generate(str(day), 12_000, brokers=3, start_ns=START_NS, duration_s=3 * 3600, seed=11)
     last = gen.split_last_hour(str(day), str(fleet))
-    proc = subprocess.Popen([sys.executable, "-m", "fetchlat.proxy", "analyze", str(fleet), "--out", str(out),
+    proc = subprocess.Popen([sys.executable, "-m", "fetchlat.app", "analyze", str(fleet), "--out", str(out),
                              "--every", "1s", "--runs", "3"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env={**os.environ, "FETCHLAT_SPARK_DRIVER_MEMORY": "1g"})
     try:

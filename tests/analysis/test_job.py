@@ -11,7 +11,7 @@ import pytest
 from fetchlat.analysis import job
 from pyspark.sql import SparkSession
 
-from tests.support.analysis_checks import check_summary, independent_values
+from testkit.analysis_checks import check_summary, independent_values
 
 from .gen import load
 

@@ -74,7 +74,7 @@ def report(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     else:
         gen.generate(str(d / "tr"), 10_000_000, brokers=6, clients=60, grey=grey, start_ns=START_NS,
                      duration_s=600, seed=3)
-        subprocess.run([sys.executable, "-m", "fetchlat.proxy", "analyze", str(d / "tr"), "--out", str(d / "out"),
+        subprocess.run([sys.executable, "-m", "fetchlat.app", "analyze", str(d / "tr"), "--out", str(d / "out"),
                         "--window", "1m", "--record-latency-sla", "200ms"], check=True, capture_output=True,
                        timeout=900)
     return d / "out" / "report.html"

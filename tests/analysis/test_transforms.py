@@ -8,6 +8,7 @@ from typing import Any
 import pyarrow.compute as pc
 import pytest
 from fetchlat.analysis import finish
+from fetchlat.analysis import tables as tb
 from fetchlat.analysis import transforms as tf
 from fetchlat.analysis.schema import spark_schema
 from fetchlat.metrics.trace_schema import TABLES
@@ -84,7 +85,7 @@ def test_percentiles_per_window_broker_kind_client(spark: SparkSession) -> None:
                 (w1, "1", "consumer", "c", 1, 510.0, 500.0, 10.0, 10.0)]
     assert [g[:5] for g in got] == [e[:5] for e in expected]
     for g, e in zip(got, expected, strict=True):
-        assert g[5:] == pytest.approx(e[5:], rel=tf.ALPHA)
+        assert g[5:] == pytest.approx(e[5:], rel=tb.ALPHA)
 
 
 def test_outcome_mix_and_long_poll_efficiency(spark: SparkSession) -> None:
@@ -107,7 +108,7 @@ def test_grey_failure_on_one_pair_is_flagged_with_its_size(spark: SparkSession) 
     flagged = [r for r in pairs_of(spark, rows) if r["flagged"]]
     assert [(r["leader"], r["follower"]) for r in flagged] == [("1", 3)]
     for col, v in (("local_p50", 25.0), ("baseline_ms", 4.0), ("shift_ms", 21.0)):
-        assert flagged[0][col] == pytest.approx(v, rel=tf.ALPHA * (25 + 4) / 21)  # the shift carries both ends' error
+        assert flagged[0][col] == pytest.approx(v, rel=tb.ALPHA * (25 + 4) / 21)  # the shift carries both ends' error
 
 
 def test_a_clean_run_flags_nothing(spark: SparkSession) -> None:
@@ -140,7 +141,7 @@ def test_record_latency_with_sla_breaches(spark: SparkSession) -> None:
     got = record_latency(spark, rows)
     assert [(r["topic"], r["partition"], r["client_id"], r["samples"], r["sla_breaches"]) for r in got] == [
         ("t", 0, "c", 3, 1)]
-    assert got[0]["p50_ms"] == pytest.approx(200.0, rel=tf.ALPHA) and got[0]["p99_ms"] == 7000.0  # clamped to the max
+    assert got[0]["p50_ms"] == pytest.approx(200.0, rel=tb.ALPHA) and got[0]["p99_ms"] == 7000.0  # clamped to the max
     assert (got[0]["max_ms"], got[0]["avg_ms"]) == (7000.0, 7300.0 / 3)  # max and avg exact
 
 
@@ -162,13 +163,13 @@ def test_per_broker_tables_merge_the_per_client_histograms(spark: SparkSession) 
     h = hourly(df)
     got = finish.summary(h).select(["broker", "kind", "fetches", "local_p50", "local_p90", "local_p999", "wait_p50"])
     assert [tuple(r.values())[:3] for r in got.to_pylist()] == [("1", "consumer", 6)]
-    assert list(got.to_pylist()[0].values())[3:] == pytest.approx([3.0, 9.0, 9.0, 500.0], rel=tf.ALPHA)
+    assert list(got.to_pylist()[0].values())[3:] == pytest.approx([3.0, 9.0, 9.0, 500.0], rel=tb.ALPHA)
     timeline = products(df)["timeline"].select(["fetches", "local_p50", "total_p50"]).to_pylist()
     assert [r["fetches"] for r in timeline] == [6]
-    assert [timeline[0]["local_p50"], timeline[0]["total_p50"]] == pytest.approx([3.0, 503.0], rel=tf.ALPHA)
+    assert [timeline[0]["local_p50"], timeline[0]["total_p50"]] == pytest.approx([3.0, 503.0], rel=tb.ALPHA)
     produce = finish.produce_latency(h).to_pylist()
     assert [tuple(r.values())[:4] for r in produce] == [("1", -1, 4, 40)]
-    assert list(produce[0].values())[4:] == pytest.approx([2.0, 4.0, 4.0], rel=tf.ALPHA)
+    assert list(produce[0].values())[4:] == pytest.approx([2.0, 4.0, 4.0], rel=tb.ALPHA)
 
 
 def test_merging_over_clients_counts_what_a_plain_count_of_the_rows_does(spark: SparkSession) -> None:
@@ -189,16 +190,16 @@ def test_merging_over_clients_counts_what_a_plain_count_of_the_rows_does(spark: 
     keys = ["api", "broker", "kind", "acks", "hour", "part", "bucket"]
     api = F.when(F.col("api") == "Produce", "Produce").otherwise("Fetch").alias("api")
     each = F.explode(F.array(*[F.struct(F.lit(i).alias("part"), tf.bucket(F.col(f"{p}_ns")).alias("bucket"))
-                               for i, p in enumerate(tf.PARTS)]))
+                               for i, p in enumerate(tb.PARTS)]))
     plain = (timed.select("broker", "kind", "acks", tf.hour_of_ts().alias("hour"), api, each.alias("e"))
              .select(*keys[:5], "e.part", "e.bucket").where(F.col("bucket").isNotNull())
              .groupBy(*keys).count().collect())
-    counted = got.filter(pc.not_equal(got["part"], tf.STATS_PART)).select([*keys, "n"]).to_pylist()
+    counted = got.filter(pc.not_equal(got["part"], tb.STATS_PART)).select([*keys, "n"]).to_pylist()
     assert len(plain) > 20
     assert sorted(tuple(r.values()) for r in counted) == sorted(tuple(r) for r in plain)
-    stats = got.filter(pc.equal(got["part"], tf.STATS_PART))
+    stats = got.filter(pc.equal(got["part"], tb.STATS_PART))
     assert (pc.sum(stats["requests"]).as_py(), pc.sum(stats["records"]).as_py()) == (70, 60 + 100 + 80)
-    assert sum(pc.sum(stats[o]).as_py() for o in tf.OUTCOMES) == 62  # the produces have no outcome
+    assert sum(pc.sum(stats[o]).as_py() for o in tb.OUTCOMES) == 62  # the produces have no outcome
 
 
 def test_a_share_fetch_is_a_fetch_of_its_own_kind(spark: SparkSession) -> None:
@@ -208,7 +209,7 @@ def test_a_share_fetch_is_a_fetch_of_its_own_kind(spark: SparkSession) -> None:
     got = finish.summary(hourly(exchanges(spark, rows))).select(["broker", "kind", "fetches", "local_p50"])
     got = got.sort_by([("kind", "ascending")]).to_pylist()
     assert [(r["broker"], r["kind"], r["fetches"]) for r in got] == [("1", "consumer", 2), ("1", "share", 2)]
-    assert [r["local_p50"] for r in got] == pytest.approx([1.0, 2.0], rel=tf.ALPHA)
+    assert [r["local_p50"] for r in got] == pytest.approx([1.0, 2.0], rel=tb.ALPHA)
     base = dict.fromkeys(TABLES["partitions"].names)
     parts = [{**base, "ts_ns": T0, "api": "ShareFetch", "kind": "share", "topic": "q", "partition": 0,
               "client_id": "s", "record_latency_ns": 40 * MS}]

@@ -16,9 +16,8 @@ from fetchlat.capture.source import Capture, CaptureError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.support.captures import CAPTURES, conversations
-
-from .support import ipv4_tcp, table, write_pcap
+from testkit.captures import CAPTURES, conversations
+from testkit.pcap_files import ipv4_tcp, table, write_pcap
 
 CLIENT, OTHER, BROKER = ("10.0.0.2", 40000), ("10.0.0.3", 40001), ("10.0.0.1", 9092)
 
@@ -41,7 +40,7 @@ def kafka_conversation(client: tuple[str, int], t0: int) -> list[tuple[int, byte
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "fetchlat.proxy", "pcap", *args, "--quiet"], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "fetchlat.app", "pcap", *args, "--quiet"], capture_output=True,
                           text=True, timeout=60)
 
 

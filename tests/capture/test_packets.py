@@ -23,7 +23,7 @@ from fetchlat.capture.packets import (
     unsupported_link,
 )
 
-from .support import ipv4_tcp, table
+from testkit.pcap_files import ipv4_tcp, table
 
 V6A, V6B = ipaddress.IPv6Address("fd00::1").packed, ipaddress.IPv6Address("fd00::2").packed
 
@@ -89,12 +89,12 @@ def test_several_brokers_on_one_port_are_told_apart_by_address() -> None:
 
 
 def test_packets_without_tcp_are_counted_in_the_summary(tmp_path: Path) -> None:
-    from .support import write_pcap
+    from testkit.pcap_files import write_pcap
 
     arp = b"\x00" * 12 + b"\x08\x06" + b"\x00" * 28
     p = tmp_path / "arp.pcap"
     write_pcap(p, [(10**18, arp), (10**18 + 1, arp)])
-    r = subprocess.run([sys.executable, "-m", "fetchlat.proxy", "pcap", str(p), "--broker-port", "9092", "--quiet"],
+    r = subprocess.run([sys.executable, "-m", "fetchlat.app", "pcap", str(p), "--broker-port", "9092", "--quiet"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "packets without TCP: not_ip 2" in r.stdout
 

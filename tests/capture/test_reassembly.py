@@ -11,9 +11,8 @@ from fetchlat.capture.reassembly import Stream, seq_diff
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.support.captures import conversations
-
-from .support import table
+from testkit.captures import conversations
+from testkit.pcap_files import table
 
 CLIENT = (b"\x7f\x00\x00\x01", 50000)
 BROKER = (b"\x7f\x00\x00\x01", 9092)

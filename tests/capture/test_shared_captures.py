@@ -14,9 +14,8 @@ from fetchlat.capture.run import feed
 from fetchlat.capture.source import Capture
 from fetchlat.protocol import apis
 
-from tests.support.captures import CAPTURES, conversations
-
-from .support import table
+from testkit.captures import CAPTURES, conversations
+from testkit.pcap_files import table
 
 PORT = 39093
 RUNS = ["admin", "aiokafka", "confluent", "kafkapython", "kcat"]

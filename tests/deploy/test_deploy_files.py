@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -159,9 +160,14 @@ def test_dockerfile_is_slim_non_root_with_a_healthcheck() -> None:
     assert user and user.group(1) not in ("root", "0")
     assert "/health/live" in re.search(r"^HEALTHCHECK.*(?:\n\s+.*)*", text, re.M).group(0)  # type: ignore[union-attr]
     assert 'ENTRYPOINT ["fetchlat", "proxy"]' in text
+    copied = set()
     for src in re.findall(r"^COPY (?!--from)(.+) \S+$", text, re.M):
         for path in src.split():
             assert (ROOT / path).exists(), f"Dockerfile copies {path}, which is not in the repository"
+            copied.add(path)
+    # the wheel is built from every package folder pyproject maps, and setup.py builds it
+    mapped = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    assert set(mapped.values()) | {"setup.py", "pyproject.toml"} <= copied
 
 
 # ------------------------------------------------------------------------- kubernetes

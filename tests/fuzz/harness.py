@@ -80,7 +80,7 @@ def encode_conversation(frames: list[tuple[bool, bytes]], cut: int = 255) -> byt
 
 
 def seeds() -> Iterator[bytes]:
-    from tests.support.captures import RUNS, conversations
+    from testkit.captures import RUNS, conversations
 
     for run in RUNS:
         for frames in conversations(run).values():

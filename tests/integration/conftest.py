@@ -85,7 +85,7 @@ def run_tansu(log_path: Path, *extra: str, advertise_port: int | None = None) ->
             proc.wait(10)
 
 
-DELAY_RELAY = Path(__file__).with_name("delay_relay.py")
+DELAY_RELAY = Path(__file__).resolve().parents[2] / "testkit" / "delay_relay.py"
 
 # Tests that judge fetchlat by a broker's clock (its request log) on this shared 2-core machine
 # run once more when they miss a bar: one JVM pause or a stolen CPU slice in a minute's run is

@@ -1,5 +1,5 @@
 """``fetchlat analyze`` on a real Spark standalone cluster (a master and two workers started from
-pyspark's jars in a bare environment, tests/support/spark_cluster.py), over the traces of a
+pyspark's jars in a bare environment, testkit/spark_cluster.py), over the traces of a
 fleet (many generated sidecars in one shared directory, plus a real proxy's run): the tables
 and summary.json equal the same job's on ``local[2]`` exactly, by ``fetchlat analyze --master
 spark://`` and by ``spark-submit``. The executors need nothing of fetchlat: the workers run from
@@ -19,8 +19,8 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+from testkit.spark_cluster import spark_home, standalone
 from tests.analysis.gen import load
-from tests.support.spark_cluster import spark_home, standalone
 
 from .conftest import Broker
 from .test_analyze_e2e import real_proxy_traces
@@ -58,7 +58,7 @@ def test_cluster_results_equal_local(tansu: Broker, tmp_path: Path) -> None:
                     grey=load().Grey(2, 5, 300, 120, 12.0))
     real = real_proxy_traces(tansu, tmp_path)
     inputs = [str(fleet), str(real)]
-    cmd = [sys.executable, "-m", "fetchlat.proxy", "analyze", *inputs, "--window", "1m"]
+    cmd = [sys.executable, "-m", "fetchlat.app", "analyze", *inputs, "--window", "1m"]
     analyze([*cmd, "--out", str(tmp_path / "local"), "--master", "local[2]"], driver_env())
     local = results(tmp_path / "local")
     assert local["summary.json"]["exchanges_read"] > 120_000  # the fleet and the real run

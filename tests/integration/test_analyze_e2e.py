@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.analysis_checks import check_summary, independent_values
+from testkit.analysis_checks import check_summary, independent_values
 
 from .conftest import Broker, start_proxy, stop_proxy
 from .test_ground_truth import confluent_consume, create_topic
@@ -58,7 +58,7 @@ def real_proxy_traces(tansu: Broker, tmp_path: Path) -> Path:
 def test_analyze_real_proxy_traces(tansu: Broker, tmp_path: Path) -> None:
     traces = real_proxy_traces(tansu, tmp_path)
     out = tmp_path / "report"
-    r = subprocess.run([sys.executable, "-m", "fetchlat.proxy", "analyze", str(traces), "--out", str(out),
+    r = subprocess.run([sys.executable, "-m", "fetchlat.app", "analyze", str(traces), "--out", str(out),
                         "--window", "10s", "--master", "local[2]"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.strip().endswith("report.html")

@@ -2,7 +2,7 @@
 sidecar, exactly as docs/deployment.md deploys it; and behind a proxy across a known network
 delay, the delay relay) with its request log on, real consumers and a producer
 (confluent-kafka), and every fetch in fetchlat's traces joined with the broker's line for the
-same request (analysis/request_log.py). fetchlat's purgatory wait is judged
+same request (verify/request_log.py). fetchlat's purgatory wait is judged
 against the broker's ``remoteTimeMs``, fetch by fetch; the figures go to
 ``FETCHLAT_BROKER_CLOCK_OUT`` (docs/kafka.md quotes them).
 
@@ -26,8 +26,8 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-from fetchlat.analysis import request_log as rl
 from fetchlat.metrics import trace_layout
+from fetchlat.verify import request_log as rl
 from prometheus_client.parser import text_string_to_metric_families
 
 from .conftest import DELAY_RELAY, JUDGED_BY_THE_BROKERS_CLOCK, free_ports, start_proxy, stop_proxy, wait_port

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_demo_runs_and_reports_fetch_and_produce() -> None:
-    r = subprocess.run([sys.executable, "-m", "fetchlat.proxy", "demo", "--seconds", "6", "--rate", "100"],
+    r = subprocess.run([sys.executable, "-m", "fetchlat.app", "demo", "--seconds", "6", "--rate", "100"],
                        capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stdout + r.stderr
     rows = {line.split()[1]: line.split() for line in r.stdout.splitlines() if line.startswith("│")}
@@ -47,7 +47,7 @@ def test_demo_runs_and_reports_fetch_and_produce() -> None:
 def test_demo_on_the_apache_kafka_cluster_shows_followers_and_replication() -> None:
     """``fetchlat demo --broker kafka``: 3 brokers, a sidecar each; the followers' fetches are rows
     of the table and every leader -> follower pair that replicated has a latency row."""
-    r = subprocess.run([sys.executable, "-m", "fetchlat.proxy", "demo", "--broker", "kafka", "--seconds", "8",
+    r = subprocess.run([sys.executable, "-m", "fetchlat.app", "demo", "--broker", "kafka", "--seconds", "8",
                         "--rate", "100", "--no-report"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     table = r.stdout.split("whole run, from the traces")[1]

@@ -31,6 +31,7 @@ from .traffic import expected, roundtrip, steady_traffic
 
 pytestmark = pytest.mark.integration
 HERE = Path(__file__).resolve().parent
+CUTTING_RELAY = HERE.parents[1] / "testkit" / "cutting_relay.py"
 
 
 def api_versions_frame(client_id: bytes = b"faults", corr: int = 1) -> bytes:
@@ -185,7 +186,7 @@ def test_a_broker_that_stays_away_fails_held_requests_after_the_timeout(broker: 
 def test_a_broker_dying_mid_response_or_answering_nothing_closes_only_that_client(tmp_path: Path) -> None:
     relay_port = free_ports(0)
     with run_tansu(tmp_path / "tansu.log", advertise_port=relay_port) as broker:  # clients land on the relay
-        relay = subprocess.Popen([sys.executable, str(HERE / "cutting_relay.py"), str(relay_port), str(broker.port)],
+        relay = subprocess.Popen([sys.executable, str(CUTTING_RELAY), str(relay_port), str(broker.port)],
                                  stdout=subprocess.PIPE)
         proxy = None
         try:

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from fetchlat.analysis import request_log as rl
+from fetchlat.verify import request_log as rl
 from prometheus_client.parser import text_string_to_metric_families
 
 from .test_ground_truth import confluent_consume, create_topic

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from fetchlat.analysis import request_log as rl
+from fetchlat.verify import request_log as rl
 
 from .conftest import JUDGED_BY_THE_BROKERS_CLOCK
 from .test_broker_clock import RESULTS

@@ -13,7 +13,7 @@ import pytest
 from fetchlat.protocol import apis
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.fake_cluster import TOPIC, TOPIC_ID, FakeCluster
+from testkit.fake_cluster import TOPIC, TOPIC_ID, FakeCluster
 
 from .conftest import TANSU_NODE_ID, Broker, ProxyProc, start_proxy, stop_proxy
 from .test_routing import Client

@@ -30,7 +30,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from tests.support.analysis_checks import check_summary, independent_values
+from testkit.analysis_checks import check_summary, independent_values
 
 from .conftest import free_ports, start_proxy, stop_proxy, tansu_behind_delay
 from .test_ground_truth import create_topic
@@ -147,7 +147,7 @@ def test_a_capture_behind_the_proxy_measures_what_the_proxy_measures(tmp_path: P
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             procs.append(pipe)
             metrics_port = free_ports(0)
-            live = subprocess.Popen([sys.executable, "-m", "fetchlat.proxy", "pcap", "-", "--broker-port",
+            live = subprocess.Popen([sys.executable, "-m", "fetchlat.app", "pcap", "-", "--broker-port",
                                      str(relay_port), "--metrics-listen", f"127.0.0.1:{metrics_port}", "--quiet"],
                                     stdin=pipe.stdout, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             procs.append(live)
@@ -176,7 +176,7 @@ def test_a_capture_behind_the_proxy_measures_what_the_proxy_measures(tmp_path: P
 
     legs = {}
     for leg, port in (("proxy-relay", relay_port), ("relay-tansu", tansu_port)):
-        r = subprocess.run([sys.executable, "-m", "fetchlat.proxy", "pcap", str(cap), "--broker-port", str(port),
+        r = subprocess.run([sys.executable, "-m", "fetchlat.app", "pcap", str(cap), "--broker-port", str(port),
                             "--trace-dir", str(tmp_path / leg), "--quiet"], capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr
         assert "fetches" in r.stdout and "conversations:" in r.stdout
@@ -213,7 +213,7 @@ def test_a_capture_behind_the_proxy_measures_what_the_proxy_measures(tmp_path: P
 
     # the capture's traces are the proxy's: fetchlat analyze reads them unchanged
     out = tmp_path / "report"
-    r = subprocess.run([sys.executable, "-m", "fetchlat.proxy", "analyze", str(tmp_path / "proxy-relay"), "--out",
+    r = subprocess.run([sys.executable, "-m", "fetchlat.app", "analyze", str(tmp_path / "proxy-relay"), "--out",
                         str(out), "--window", "10s", "--master", "local[2]"], capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.integration
 
 
 def fetchlat(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "fetchlat.proxy", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "fetchlat.app", *args], capture_output=True, text=True,
                           timeout=180)
 
 

@@ -1,5 +1,5 @@
 """Multi-broker routing through the real proxy process, against the FAKE cluster
-(tests/support/fake_cluster.py): node listeners, leaders on other nodes, coordinators,
+(testkit/fake_cluster.py): node listeners, leaders on other nodes, coordinators,
 NodeEndpoints on NOT_LEADER_OR_FOLLOWER, a broker appearing later, sidecar node maps."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from fetchlat.protocol.framing import request_frame
 from fetchlat.protocol.headers import response_body_start
 from fetchlat.protocol.walker import walk
 
-from tests.support.fake_cluster import TOPIC, TOPIC_ID, FakeCluster
+from testkit.fake_cluster import TOPIC, TOPIC_ID, FakeCluster
 
 from .conftest import ProxyProc, free_ports, start_proxy, stop_proxy, wait_port
 

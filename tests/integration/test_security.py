@@ -161,7 +161,7 @@ def test_admin_endpoint_binds_loopback_by_default(tansu: Broker, tmp_path: Path)
     base = free_ports(0, 1 + 111)
     log = tmp_path / "default-admin.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "fetchlat.proxy", "proxy", "--upstream", tansu.bootstrap,
+        proc = subprocess.Popen([sys.executable, "-m", "fetchlat.app", "proxy", "--upstream", tansu.bootstrap,
                                  "--listen", f"127.0.0.1:{base}"], stdout=out, stderr=subprocess.STDOUT,
                                 env={k: v for k, v in os.environ.items() if not k.startswith("FETCHLAT_")})
     try:

@@ -102,7 +102,7 @@ def test_an_upstream_certificate_that_does_not_verify_is_refused(tansu: Broker, 
         base = free_ports(0, 112, 1000)
         log_path = tmp_path / "rogue-proxy.log"
         with open(log_path, "wb") as log:
-            back_proc = subprocess.Popen([sys.executable, "-m", "fetchlat.proxy", "proxy", "--upstream",
+            back_proc = subprocess.Popen([sys.executable, "-m", "fetchlat.app", "proxy", "--upstream",
                                           front.bootstrap, "--listen", f"127.0.0.1:{base}", "--metrics-listen",
                                           f"127.0.0.1:{base + 1000}", "--config", str(cfg)],
                                          stdout=log, stderr=subprocess.STDOUT)

@@ -16,7 +16,7 @@ from fetchlat.metrics.model import (
 )
 from fetchlat.metrics.vocabulary import Kind
 
-from tests.support.events import MS, T0, fetch_ev, produce_ev, share_ev
+from testkit.events import MS, T0, fetch_ev, produce_ev, share_ev
 
 # name: (estimate_wait arguments beyond the defaults, expected (outcome, wait ms, source, basis, confident))
 TABLE = {

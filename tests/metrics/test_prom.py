@@ -6,7 +6,7 @@ from fetchlat.metrics.model import LatencyModel
 from fetchlat.metrics.prom import LATENCY_BUCKETS, OTHER, BoundedLabel, FetchMetrics, ProxyMetrics, WindowedMax
 from prometheus_client import CollectorRegistry, generate_latest
 
-from tests.support.events import MS, T0, fetch_ev
+from testkit.events import MS, T0, fetch_ev
 
 S = 1_000_000_000
 

@@ -17,7 +17,7 @@ from fetchlat.protocol.schema import load
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.support.captures import conversations
+from testkit.captures import conversations
 
 
 def request(api_key: int, version: int, corr: int, body: bytes, client_id: str = "t") -> bytes:

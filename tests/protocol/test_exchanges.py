@@ -16,7 +16,7 @@ from fetchlat.protocol.rewrite import ResponseRewriter
 from fetchlat.protocol.schema import load
 from fetchlat.protocol.sessions import FetchSessions
 
-from tests.support.captures import conversations
+from testkit.captures import conversations
 
 
 def replay(run: str) -> list[object]:

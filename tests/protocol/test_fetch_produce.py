@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from kafka.record import MemoryRecords
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from tests.support.captures import frames
+from testkit.captures import frames
 
 from .specgen import struct_strategy
 

@@ -11,7 +11,7 @@ from fetchlat.protocol.headers import parse_request_header, response_body_start
 from fetchlat.protocol.rewrite import ResponseRewriter
 from fetchlat.protocol.walker import walk
 
-from tests.support.captures import RUNS, conversations, frames
+from testkit.captures import RUNS, conversations, frames
 
 # librdkafka #5049 (PROTOCOL-NOTES §3.5): its Metadata v12 "all topics" request leaves an int32
 # placeholder where a compact null belongs, so the intended "01 00 00" trails the message.

@@ -7,7 +7,7 @@ import struct
 import pytest
 from fetchlat.protocol.sniff import sniff
 
-from tests.support.captures import frames
+from testkit.captures import frames
 
 
 @pytest.mark.parametrize(("first", "kind"), [

@@ -83,7 +83,7 @@ def test_wrong_settings_say_how_to_fix_them(tmp_path: Path, kw: dict[str, object
 
 
 def test_cli_fails_at_start_with_the_fix() -> None:
-    r = subprocess.run([sys.executable, "-m", "fetchlat.proxy", "proxy", "--listen", "127.0.0.1:1"],
+    r = subprocess.run([sys.executable, "-m", "fetchlat.app", "proxy", "--listen", "127.0.0.1:1"],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2
     assert "pass --upstream HOST:PORT" in r.stderr
@@ -120,7 +120,8 @@ def test_every_setting_is_in_the_one_table() -> None:
     and every Config field is one of them (``upstream`` fills ``upstreams``)."""
     import dataclasses
 
-    from fetchlat.proxy.cli import PROXY_KEYS, build_parser
+    from fetchlat.app.cli import build_parser
+    from fetchlat.proxy.cli import PROXY_KEYS
     from fetchlat.proxy.config import ENV_KEYS, FLAGS, KNOWN_KEYS, RELOADABLE, SETTINGS, Config
 
     fields = {f.name for f in dataclasses.fields(Config)} - {"upstreams"} | {"upstream"}

@@ -8,39 +8,12 @@ import logging
 
 import pytest
 from fetchlat.protocol import apis
-from fetchlat.protocol.encoder import encode
-from fetchlat.protocol.framing import request_frame, response_frame
-from fetchlat.protocol.schema import load
+from fetchlat.protocol.framing import request_frame
 from fetchlat.proxy.conversation import Close, Conversation, Learn, Log, PauseClient, ResumeClient, WriteUpstream
 from fetchlat.proxy.policy import Limits
 
-from tests.support.playbook import MS, T0, Playbook
-
-
-def metadata_request(corr: int) -> bytes:
-    return request_frame(apis.METADATA, 1, corr, "pb", encode(load("MetadataRequest"), 1, {"Topics": []}))
-
-
-def metadata_response(corr: int, brokers: list[tuple[int, str, int]]) -> bytes:
-    body = encode(load("MetadataResponse"), 1, {
-        "Brokers": [{"NodeId": n, "Host": h, "Port": p, "Rack": None} for n, h, p in brokers],
-        "ControllerId": 1, "Topics": []})
-    return response_frame(apis.METADATA, 1, corr, body)
-
-
-def fetch_request(corr: int, *, max_wait_ms: int = 500, offset: int = 5) -> bytes:
-    body = encode(load("FetchRequest"), 12, {
-        "ReplicaId": -1, "MaxWaitMs": max_wait_ms, "MinBytes": 1, "MaxBytes": 1 << 20, "SessionEpoch": -1,
-        "Topics": [{"Topic": "t", "Partitions": [{"Partition": 0, "FetchOffset": offset,
-                                                  "PartitionMaxBytes": 1 << 20}]}]})
-    return request_frame(apis.FETCH, 12, corr, "consumer-1", body)
-
-
-def empty_fetch_response(corr: int, hw: int = 5, throttle_ms: int = 0) -> bytes:
-    body = encode(load("FetchResponse"), 12, {"ThrottleTimeMs": throttle_ms, "Responses": [{
-        "Topic": "t", "Partitions": [{"PartitionIndex": 0, "HighWatermark": hw, "LastStableOffset": hw,
-                                      "Records": None}]}]})
-    return response_frame(apis.FETCH, 12, corr, body)
+from testkit.frames import empty_fetch_response, fetch_request, metadata_request, metadata_response
+from testkit.playbook import MS, T0, Playbook
 
 
 def ready() -> Playbook:

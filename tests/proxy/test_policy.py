@@ -1,4 +1,4 @@
-"""The connection policy as a table: one named row per rule (STYLE.md §4)."""
+"""The connection policy as a table: one named row per rule."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from fetchlat.metrics.vocabulary import Kind, Outcome, WaitSource
 from fetchlat.protocol.events import FetchExchanged
 from fetchlat.proxy.traces import TraceWriter
 
-from tests.support.events import fetch_ev
+from testkit.events import fetch_ev
 
 PINNED = ["ts_ns", "proxy_id", "conn_id", "client_id", "broker", "api", "api_version", "kind", "max_wait_ms",
           "min_bytes", "response_bytes", "error_code", "total_ns", "wait_ns", "wait_source", "local_ns", "e2e_ns",

@@ -20,8 +20,8 @@ from typing import Any
 from fetchlat.protocol.connection import KafkaConnection
 from fetchlat.proxy.build import hot_path
 
-from tests.support.captures import conversations
-from tests.support.playbook import MS, T0, Playbook
+from testkit.captures import conversations
+from testkit.playbook import MS, T0, Playbook
 
 _ADDRESS = re.compile(r" at 0x[0-9a-f]+")
 

@@ -7,7 +7,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-CAPTURES = Path(__file__).parents[1] / "data" / "captures"
+CAPTURES = Path(__file__).parents[1] / "tests" / "data" / "captures"
 RUNS = sorted(p.name.removesuffix(".frames.jsonl") for p in CAPTURES.glob("*.frames.jsonl"))
 
 

@@ -1,4 +1,4 @@
-"""Reading Apache Kafka's request log and joining it with trace rows (analysis/request_log.py):
+"""Reading Apache Kafka's request log and joining it with trace rows (verify/request_log.py):
 lines in fetchlat's layout and in Kafka's default one, a follower's replica id, lines that are
 not requests, the join's tie-break by time, and the broker's outcome of a fetch."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from fetchlat.analysis import request_log as rl
+from fetchlat.verify import request_log as rl
 
 MS = 1_000_000
 

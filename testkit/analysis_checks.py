@@ -8,7 +8,7 @@ from typing import Any
 
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
-from fetchlat.analysis.transforms import ALPHA, PARTS, PER_MILLE, QNAMES
+from fetchlat.analysis.tables import ALPHA, PARTS, PER_MILLE, QNAMES
 
 
 def independent_values(trace_dir: Path) -> dict[tuple[str, str], dict[str, list[float]]]:

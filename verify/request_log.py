@@ -21,7 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import fetchlat.metrics.trace_layout as trace_layout
+from ..metrics import trace_layout
 
 MARK = "Completed request:"
 NS_PER_MS = 1_000_000

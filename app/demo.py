@@ -14,8 +14,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import random
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,45 +25,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fetchlat.analysis.cli import progress_bar, read_progress_line
-from fetchlat.metrics import trace_layout
-from fetchlat.perf.stats import nearest_rank
+from ..analysis.cli import progress_bar, read_progress_line
+from ..embedded.ports import connects, free_port_block, wait_until
+from ..metrics import trace_layout
+from ..perf.stats import nearest_rank
 
 TANSU_NODE_ID = 111
 # (client id, fetch.wait.max.ms, topic): three consumers of a fed topic, one of an idle topic
 CONSUMERS = (("fed-wait-500ms", 500, "demo"), ("fed-wait-100ms", 100, "demo"), ("fed-wait-20ms", 20, "demo"),
              ("idle-wait-500ms", 500, "demo-idle"))
-
-
-def free_port_block(*offsets: int) -> int:
-    for _ in range(200):
-        base = random.randrange(20000, 40000)
-        ok = True
-        for o in offsets:
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", base + o))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return base
-    raise RuntimeError("no free ports on 127.0.0.1")
-
-
-def wait_until(pred: Any, what: str, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError):
-            if pred():
-                return
-        time.sleep(0.05)
-    raise RuntimeError(f"timed out waiting for {what}")
-
-
-def connects(port: int) -> bool:
-    with socket.create_connection(("127.0.0.1", port), 1):
-        return True
 
 
 DEMO_TOPICS = ("demo", "demo-idle")
@@ -176,7 +144,7 @@ def _tansu_stack(workdir: str) -> Iterator[Stack]:
             wait_until(lambda: connects(broker_port), "the broker")
             base = free_port_block(0, 1 + TANSU_NODE_ID, 1000)
             procs.append(subprocess.Popen(
-                [sys.executable, "-m", "fetchlat.proxy", "proxy", "--upstream", f"127.0.0.1:{broker_port}",
+                [sys.executable, "-m", "fetchlat.app", "proxy", "--upstream", f"127.0.0.1:{broker_port}",
                  "--listen", f"127.0.0.1:{base}", "--metrics-listen", f"127.0.0.1:{base + 1000}",
                  "--trace-dir", os.path.join(workdir, "traces"), "--trace-rotate-s", str(ROTATE_S)],
                 stdout=plog, stderr=subprocess.STDOUT))
@@ -194,7 +162,7 @@ def _tansu_stack(workdir: str) -> Iterator[Stack]:
 @contextlib.contextmanager
 def _kafka_stack(workdir: str) -> Iterator[Stack]:
     """Apache Kafka, 3 brokers, each behind its own sidecar (``fetchlat.embedded.kafka``)."""
-    from fetchlat.embedded import kafka
+    from ..embedded import kafka
 
     sidecar_args = ["--trace-dir", os.path.join(workdir, "traces"), "--trace-rotate-s", str(ROTATE_S)]
     with kafka.cluster(Path(workdir) / "kafka", brokers=3, sidecars=True, sidecar_args=sidecar_args) as c:
@@ -272,7 +240,7 @@ def _load(stack: Stack, stop: threading.Event, rate_per_s: int) -> list[threadin
 
 def _analyze(console: Any, trace_dir: str, out: str) -> str | None:
     """``fetchlat analyze`` on the run's traces (its own process: Spark), its progress shown here."""
-    proc = subprocess.Popen([sys.executable, "-m", "fetchlat.proxy", "analyze", trace_dir, "--out", out,
+    proc = subprocess.Popen([sys.executable, "-m", "fetchlat.app", "analyze", trace_dir, "--out", out,
                              "--window", "10s"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     tail: list[str] = []
 
