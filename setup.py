@@ -77,8 +77,10 @@ def extensions() -> list:
     cwd = os.getcwd()
     os.chdir(stage)
     try:
-        exts = mypycify([*paths, "--ignore-missing-imports"], opt_level="3", group_name=GROUP,
-                        target_dir=str(HERE / "build" / "mypyc" / "c"))
+        # the stage is the base of every module name: mypy would otherwise climb into the checkout,
+        # whose root __init__.py (docs/architecture.md) sits in a folder of any name
+        exts = mypycify([*paths, "--ignore-missing-imports", "--explicit-package-bases"], opt_level="3",
+                        group_name=GROUP, target_dir=str(HERE / "build" / "mypyc" / "c"))
     finally:
         os.chdir(cwd)
     return exts
