@@ -1,7 +1,8 @@
 """What does the sidecar cost? The same workloads direct to the broker, through haproxy in TCP
 mode (a zero-decode proxy: the practical upper bound), through ``bench/relay.py`` (zero-decode
-Python on uvloop: the floor for a proxy built like fetchlat) and through fetchlat, compiled and
-pure Python (``fetchlat-py``), in the same run, in
+Python on uvloop: the floor for a proxy built like fetchlat) and through fetchlat, compiled with
+and without traces (``fetchlat+traces``: ``--trace-dir``, a row per request, as deployed; its
+rows written and dropped are counted) and pure Python (``fetchlat-py``), in the same run, in
 rotating order, repeated; medians, spread and ratios, plus the proxy process's CPU seconds per
 GB forwarded. A fresh broker per measurement (Tansu's in-memory log slows as it fills).
 
@@ -36,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -50,8 +52,11 @@ from bench.kafka_client import AsyncClient, fetch_request
 from bench.procs import cpu_s, rss_mb, stop_processes
 
 # relay: bench/relay.py, zero-decode Python on uvloop; fetchlat-py: fetchlat's pure-Python build
-# (FETCHLAT_PURE_PYTHON=1), fetchlat: the build installed (compiled where a C compiler is)
-TARGETS = ("direct", "haproxy", "fetchlat", "relay", "fetchlat-py")
+# (FETCHLAT_PURE_PYTHON=1), fetchlat: the build installed (compiled where a C compiler is);
+# fetchlat+traces: the same with --trace-dir, a trace row per request, as the README deploys it
+TARGETS = ("direct", "haproxy", "fetchlat", "fetchlat+traces", "relay", "fetchlat-py")
+TRACED = "fetchlat+traces"
+METRICS_PORTS: dict[int, int] = {}  # a fetchlat's pid -> its /metrics port
 NODE = 111  # Tansu's node id
 BROKERS = ("tansu", "kafka")
 
@@ -120,11 +125,13 @@ def _front(kind: str, work: Path, base: int, front: int, broker_port: int, sidec
                                           stdout=log, stderr=subprocess.STDOUT))
         else:
             env = {**os.environ, "FETCHLAT_PURE_PYTHON": "1" if kind == "fetchlat-py" else ""}
+            traces = ["--trace-dir", str(work / f"traces-{base}")] if kind == TRACED else []
             procs.append(subprocess.Popen(
                 [sys.executable, "-m", "fetchlat.app", "proxy", "--upstream", f"127.0.0.1:{broker_port}",
                  "--listen", f"127.0.0.1:{front}", "--metrics-listen", f"127.0.0.1:{base + 1002}",
-                 "--log-level", "WARNING", *(["--sidecar-node", "0"] if sidecar else [])],
+                 "--log-level", "WARNING", *(["--sidecar-node", "0"] if sidecar else []), *traces],
                 stdout=log, stderr=subprocess.STDOUT, env=env))
+            METRICS_PORTS[procs[-1].pid] = base + 1002
         wait_until(lambda: connects(front), kind)
         if kind.startswith("fetchlat") and not sidecar:
             wait_until(lambda: connects(front + 1 + NODE), "fetchlat's broker listener")
@@ -281,6 +288,21 @@ def kafka_tools_phase(kind: str, args: argparse.Namespace, work: Path, res: dict
             res["kafka-perf-test cpu s/GB consume"] = round((cpu2 - cpu1) / gb, 3)
 
 
+def trace_rows(pid: int | None) -> tuple[float, float]:
+    """(rows written, rows dropped) of a fetchlat with traces, once its writer has caught up:
+    rows gathered go over within a second, and an idle writer flushes after one more."""
+    if pid is None or pid not in METRICS_PORTS:
+        return 0.0, 0.0
+    time.sleep(2.5)
+    text = urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORTS[pid]}/metrics", timeout=5).read().decode()
+    got = {}
+    for line in text.splitlines():
+        for name in ("written", "dropped"):
+            if line.startswith(f"fetchlat_trace_rows_{name}_total "):
+                got[name] = float(line.split()[1])
+    return got.get("written", 0.0), got.get("dropped", 0.0)
+
+
 def measure(kind: str, args: argparse.Namespace, work: Path, broker: str = "tansu") -> dict[str, Any]:
     res: dict[str, Any] = {}
     if broker == "kafka" and not args.round_trips_only:
@@ -309,6 +331,9 @@ def measure(kind: str, args: argparse.Namespace, work: Path, broker: str = "tans
                 res[f"cpu s/GB produce {batch_name}"] = round((cpu1 - cpu0) / gb, 3)
                 res[f"cpu s/GB consume {batch_name}"] = round((cpu2 - cpu1) / gb, 3)
                 res["proxy rss MB"] = round(rss_mb(pid), 1)
+            if kind == TRACED:
+                res[f"trace rows written, {batch_name} produce+consume"], \
+                    res[f"trace rows dropped, {batch_name} produce+consume"] = trace_rows(pid)
     with target(kind, work, broker) as (port, rt_pid, broker_port):
         topic = f"rt-{uuid.uuid4().hex[:6]}"
         create_topics(f"127.0.0.1:{port}", topic, topic + "-idle")
@@ -327,6 +352,8 @@ def measure(kind: str, args: argparse.Namespace, work: Path, broker: str = "tans
             if "added_p50_us" in v:
                 res[f"added {name} p50 us"] = round(v["added_p50_us"], 1)
                 res[f"added {name} p99 us"] = round(v["added_p99_us"], 1)
+        if kind == TRACED:
+            res["trace rows written, round trips"], res["trace rows dropped, round trips"] = trace_rows(rt_pid)
     return res if broker == "tansu" else {f"kafka: {k}": v for k, v in res.items()}
 
 
@@ -378,7 +405,8 @@ def summarize(raw: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]
 
 def render(report: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
     head = "".join(f" {t:>16}" for t in TARGETS)
-    lines = [f"{'measure':42}{head} {'fl/hap':>7} {'fl/dir':>7} {'rl/hap':>7} {'fl/rly':>7} {'py/rly':>7}"]
+    lines = [f"{'measure':42}{head} {'fl/hap':>7} {'fl/dir':>7} {'rl/hap':>7} {'fl/rly':>7} {'py/rly':>7}"
+             f" {'tr/hap':>7} {'tr/rly':>7} {'tr/fl':>7}"]
     for k, row in report.items():
         cells = []
         for t in TARGETS:
@@ -388,7 +416,8 @@ def render(report: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
         def ratio(a: str, b: str, med: dict[str, Any] = med) -> str:
             return f"{med[a] / med[b]:.2f}" if med[a] and med[b] else "-"
         ratios = (f" {ratio('fetchlat', 'haproxy'):>7} {ratio('fetchlat', 'direct'):>7} {ratio('relay', 'haproxy'):>7}"
-                  f" {ratio('fetchlat', 'relay'):>7} {ratio('fetchlat-py', 'relay'):>7}")
+                  f" {ratio('fetchlat', 'relay'):>7} {ratio('fetchlat-py', 'relay'):>7}"
+                  f" {ratio(TRACED, 'haproxy'):>7} {ratio(TRACED, 'relay'):>7} {ratio(TRACED, 'fetchlat'):>7}")
         lines.append(f"{k:42}" + "".join(f" {c:>16}" for c in cells) + ratios)
     lines.append("added over direct, paired on the same broker (median of per-request differences; p99: the "
                  "path's p99 minus direct's):")
@@ -399,8 +428,9 @@ def render(report: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
                 h, f = report[k]["haproxy"]["median"], report[k]["fetchlat"]["median"]
                 r = report[k].get("relay", {}).get("median", float("nan"))
                 py = report[k].get("fetchlat-py", {}).get("median", float("nan"))
+                tr = report[k].get(TRACED, {}).get("median", float("nan"))
                 lines.append(f"{prefix}added {q} {name:24} haproxy {h:8.1f} µs   relay {r:8.1f} µs"
-                             f"   fetchlat {f:8.1f} µs   (pure Python {py:8.1f} µs)"
+                             f"   fetchlat {f:8.1f} µs   with traces {tr:8.1f} µs   (pure Python {py:8.1f} µs)"
                              f"   fetchlat/haproxy {f / h if h > 0 else float('nan'):.2f}"
                              f"   fetchlat/relay {f / r if r > 0 else float('nan'):.2f}")
     lines.append(f"({args.trials} trials, {args.records} records of 1 KiB per produce/consume, "

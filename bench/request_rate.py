@@ -5,7 +5,7 @@ and 1 / that is the request rate at 100 % of a core. The load generator (Python,
 process) is usually the bottleneck on this 2-core machine, so the figure is per CPU-second of
 the proxy, not the peak the machine reached. Each path gets a fresh Tansu; paths alternate.
 
-    python bench/request_rate.py                  # fetchlat, fetchlat-py, relay, haproxy; 3 trials
+    python bench/request_rate.py   # fetchlat (traces off and on), fetchlat-py, relay, haproxy; 3 trials
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ from fetchlat.protocol import apis
 from fetchlat.protocol.encoder import encode
 from fetchlat.protocol.framing import request_frame
 
-from bench.bench_proxy import NODE, create_topics, target
+from bench.bench_proxy import NODE, TRACED, create_topics, target, trace_rows
 from bench.kafka_client import fetch_request
 from bench.load_connections import record_batch
 from bench.procs import cpu_s
 
-PATHS = ("fetchlat", "fetchlat-py", "relay", "haproxy")
+PATHS = ("fetchlat", "fetchlat+traces", "fetchlat-py", "relay", "haproxy")
 MIXES = ("ApiVersions", "Metadata", "Fetch(max_wait 0)", "Produce(1 record)")
 
 
@@ -85,6 +85,8 @@ def measure(path: str, a: argparse.Namespace, work: Path) -> dict[str, float]:
             out[f"{mix} requests/s"] = round(n / wall)
             out[f"{mix} proxy cores"] = round(cpu / wall, 2)
             out[f"{mix} requests per proxy cpu-s"] = round(n / cpu) if cpu > 0 else float("nan")
+        if path == TRACED:
+            out["trace rows written"], out["trace rows dropped"] = trace_rows(pid)
     return out
 
 
@@ -107,10 +109,11 @@ def main() -> int:
         for p in order:
             raw[p].append(measure(p, a, work))
             print(f"trial {trial + 1}/{a.trials} {p} done", file=sys.stderr, flush=True)
-    keys = list(raw[paths[0]][0])
-    print(f"{'median of ' + str(a.trials) + ' trials':44}" + "".join(f"{p:>14}" for p in paths))
+    keys = list(dict.fromkeys(k for p in paths for r in raw[p] for k in r))
+    print(f"{'median of ' + str(a.trials) + ' trials':44}" + "".join(f"{p:>16}" for p in paths))
     for k in keys:
-        print(f"{k:44}" + "".join(f"{statistics.median(r[k] for r in raw[p]):>14,.2f}" for p in paths))
+        print(f"{k:44}" + "".join(f"{statistics.median(r[k] for r in raw[p]):>16,.2f}" if k in raw[p][0]
+                                  else f"{'-':>16}" for p in paths))
     if a.out:
         Path(a.out).write_text(json.dumps(raw, indent=1))
     return 0

@@ -18,11 +18,13 @@ import os
 import sys
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from typing import Any, Final
 
 from ..metrics.model import DEFAULT_EXPIRY_OVERSHOOT_NS
 from ..metrics.observer import Observer
 from ..metrics.prom import FetchMetrics, ProxyMetrics
+from ..metrics.rows import NAMES, TraceBatch, TraceColumns
 from ..perf.stats import nearest_rank
 from ..protocol.framing import DEFAULT_MAX_FRAME_BYTES
 from ..proxy.config import ConfigError, parse_hostport
@@ -32,6 +34,7 @@ from .source import Capture, CaptureError
 
 log = logging.getLogger("fetchlat.pcap")
 PROGRESS_EVERY_S: Final = 2.0
+TRACE_FLUSH_S: Final = 1.0  # rows gathered go to the writer at least this often
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -66,20 +69,23 @@ class Summary:
         self.exchanges = 0
         self.produces = 0
 
-    def row(self, table: str, row: dict[str, Any]) -> None:
-        if table != "exchanges":
-            return
-        self.exchanges += 1
-        if row["api"] == "Produce":
-            self.produces += 1
-        if row["api"] != "Fetch":
-            return
-        key = (row.get("client_id") or "-", row.get("broker") or "-")
-        d = self.fetch[key]
-        for col in ("total_ns", "wait_ns", "local_ns"):
-            if row.get(col) is not None:
-                d[col].append(row[col])
-        self.outcomes[key][row.get("outcome") or "-"] += 1
+    def batch(self, batch: TraceBatch) -> None:
+        """The exchanges of a batch of trace rows, read from its columns."""
+        cols = dict(zip(NAMES["exchanges"], batch.columns["exchanges"], strict=True))
+        apis = cols["api"]
+        for k in range(batch.counts["exchanges"]):
+            self.exchanges += 1
+            if apis[k] == "Produce":
+                self.produces += 1
+            if apis[k] != "Fetch":
+                continue
+            key = (str(cols["client_id"][k] or "-"), str(cols["broker"][k] or "-"))
+            d = self.fetch[key]
+            for col in ("total_ns", "wait_ns", "local_ns"):
+                v = cols[col][k]
+                if isinstance(v, int):  # None where the model had no figure
+                    d[col].append(v)
+            self.outcomes[key][str(cols["outcome"][k] or "-")] += 1
 
     def print(self, flows: FlowTable, captures: list[Capture], seconds: float, out: Any) -> None:
         from rich.console import Console
@@ -141,12 +147,22 @@ def run(args: argparse.Namespace) -> int:
             return 2
         writer.start()
 
-    def sink(table: str, row: dict[str, Any]) -> None:
-        summary.row(table, row)
+    def hand_off(batch: TraceBatch) -> None:
+        summary.batch(batch)
         if writer is not None:
-            writer.put(table, row)
+            writer.hand_off(batch)
 
-    observer = Observer(metrics, FetchMetrics(metrics.registry), wall_minus_mono_ns=0, proxy_id=proxy_id, sink=sink,
+    columns = TraceColumns(hand_off)
+    handed = [time.monotonic()]
+
+    def tick() -> None:  # a live pipe's rows reach the files within about a second
+        now = time.monotonic()
+        if now - handed[0] >= TRACE_FLUSH_S and columns.batch.rows:
+            handed[0] = now
+            hand_off(columns.take())
+
+    observer = Observer(metrics, FetchMetrics(metrics.registry), wall_minus_mono_ns=0, proxy_id=proxy_id,
+                        traces=columns,
                         expiry_overshoot_ns=round(args.expiry_overshoot_ms * 1e6))
     ctx = capture_context(observer, max_frame_bytes=args.max_frame_bytes, wait_time_tag=args.wait_time_tag)
     flows = FlowTable(ctx, set(args.broker_ports), on_end=_flow_ended)
@@ -173,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
                 code = 2
                 continue  # the other captures are still read
             captures.append(cap)
-            feed(cap, flows, progress=not args.quiet)
+            feed(cap, flows, progress=not args.quiet, tick=tick)
         flows.close_all()
     except CaptureError as exc:
         print(f"fetchlat pcap: {exc}", file=sys.stderr)
@@ -182,6 +198,7 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         flows.close_all()
     finally:
+        hand_off(columns.take())
         if writer is not None:
             writer.close(timeout_s=60.0)
     if not captures:
@@ -196,9 +213,9 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
-def feed(cap: Capture, flows: FlowTable, *, progress: bool = False) -> None:
-    """Every packet of ``cap`` into ``flows``. A packet on a broker port that the snap length cut
-    is an error: every figure after it would be a guess."""
+def feed(cap: Capture, flows: FlowTable, *, progress: bool = False, tick: Callable[[], None] | None = None) -> None:
+    """Every packet of ``cap`` into ``flows`` (``tick`` after each batch of packets). A packet on a
+    broker port that the snap length cut is an error: every figure after it would be a guess."""
     linktype = cap.linktype
     broker_ports = flows.broker_ports
     skipped = flows.packets_skipped
@@ -217,6 +234,8 @@ def feed(cap: Capture, flows: FlowTable, *, progress: bool = False) -> None:
                 flows.segment(seg, ts_ns)
             else:
                 skipped[seg] += 1
+        if tick is not None:
+            tick()
         if progress:
             now = time.monotonic()
             if now - last >= PROGRESS_EVERY_S:

@@ -21,8 +21,7 @@ Owns: which events become which samples and rows. Must never: read clocks, do I/
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from ..protocol.apis import api_name
 from ..protocol.events import (
@@ -40,24 +39,23 @@ from ..protocol.inflight import observed
 from .fast import CounterChild, HistogramChild
 from .model import DEFAULT_EXPIRY_OVERSHOOT_NS, LatencyModel
 from .prom import FetchMetrics, ProxyMetrics
-from .rows import fetch_rows, other_row, produce_rows
+from .rows import TraceColumns
 
-TraceSink = Callable[[str, dict[str, Any]], None]  # (table, row): never blocks
 Exchanged = TypeVar("Exchanged", FetchExchanged, ProduceExchanged)
 
 
 class Observer:
-    """Per proxy (or per capture): the latency model, the metric families, the trace sink."""
+    """Per proxy (or per capture): the latency model, the metric families, the trace columns."""
 
     def __init__(self, metrics: ProxyMetrics, fetch_metrics: FetchMetrics, *, wall_minus_mono_ns: int,
-                 proxy_id: str = "", sink: TraceSink | None = None,
+                 proxy_id: str = "", traces: TraceColumns | None = None,
                  expiry_overshoot_ns: int = DEFAULT_EXPIRY_OVERSHOOT_NS, beside_broker: bool = False) -> None:
         self.metrics = metrics
         self.fetch_metrics = fetch_metrics
         self.model = LatencyModel(wall_minus_mono_ns=wall_minus_mono_ns, expiry_overshoot_ns=expiry_overshoot_ns,
                                   beside_broker=beside_broker)
         self.proxy_id = proxy_id
-        self.sink = sink
+        self.traces = traces  # the rows' column buffers (metrics/rows.py), None without traces
 
     @property
     def wall_minus_mono_ns(self) -> int:
@@ -165,11 +163,11 @@ class ConnectionObserver:
                 c[1].observe((ev.t_last_ns - fwd) / 1e9)
                 if ev.rewritten:
                     obs.metrics.rewrites.labels(api_name(ev.api_key)).inc()
-                if obs.sink is not None and not observed(ev.api_key, ev.api_version):
-                    obs.sink(*other_row(fwd + obs.wall_minus_mono_ns, obs.proxy_id, self.broker, self.conn_id,
-                                        api_key=ev.api_key, api_version=ev.api_version, client_id=ev.client_id,
-                                        correlation_id=ev.correlation_id, response_bytes=ev.size_bytes + 4,
-                                        total_ns=ev.t_last_ns - fwd))
+                if obs.traces is not None and not observed(ev.api_key, ev.api_version):
+                    obs.traces.other(fwd + obs.wall_minus_mono_ns, obs.proxy_id, self.broker, self.conn_id,
+                                     api_key=ev.api_key, api_version=ev.api_version, client_id=ev.client_id,
+                                     correlation_id=ev.correlation_id, response_bytes=ev.size_bytes + 4,
+                                     total_ns=ev.t_last_ns - fwd)
             elif isinstance(ev, RequestSeen):
                 (self._children.get(ev.api_key) or self._api(ev.api_key))[0].inc()
             elif isinstance(ev, FetchExchanged):
@@ -206,10 +204,9 @@ class ConnectionObserver:
                                                  broker_node=self.node)
         self.throttled(sample.throttle_ms, ev.t_first_ns)
         obs.fetch_metrics.observe_fetch(self.broker, sample, replication, ev.t_last_ns)
-        if obs.sink is not None:
-            for table, row in fetch_rows(fwd + obs.wall_minus_mono_ns, obs.proxy_id, self.broker, self.conn_id,
-                                         ev.correlation_id, sample, replication):
-                obs.sink(table, row)
+        if obs.traces is not None:
+            obs.traces.fetch(fwd + obs.wall_minus_mono_ns, obs.proxy_id, self.broker, self.conn_id,
+                             ev.correlation_id, sample, replication)
 
     def _produce(self, ev: ProduceExchanged) -> None:
         obs = self.obs
@@ -218,7 +215,6 @@ class ConnectionObserver:
         sample = obs.model.on_produce(ev)
         self.throttled(sample.throttle_ms, ev.t_first_ns)
         obs.fetch_metrics.observe_produce(self.broker, sample)
-        if obs.sink is not None:
-            for table, row in produce_rows(fwd + obs.wall_minus_mono_ns, obs.proxy_id, self.broker, self.conn_id,
-                                           ev.correlation_id, ev.response_bytes, sample):
-                obs.sink(table, row)
+        if obs.traces is not None:
+            obs.traces.produce(fwd + obs.wall_minus_mono_ns, obs.proxy_id, self.broker, self.conn_id,
+                               ev.correlation_id, ev.response_bytes, sample)

@@ -1,78 +1,119 @@
-"""Trace rows: one exchange's samples as the rows of the ``exchanges``, ``partitions`` and
-``replication`` tables (``trace_schema.py``). Pure: the caller gives the wall-clock time.
+"""Trace rows as columns: one exchange's samples appended to the column buffers of the
+``exchanges``, ``partitions`` and ``replication`` tables (``trace_schema.py``). Pure: the caller
+gives the wall-clock time, and takes full batches (``TraceColumns.take``) to the writer.
+
+A row is no object of its own: each value is appended to its column's list, in the schema's
+column order, and a batch of columns goes to the writer thread in one hand-off, where pyarrow
+turns each column into an array at once. No dict per row, no lock per row.
 
 Must never: put record keys, values, headers or SASL bytes in a row (there are no such columns).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, Final
 
 from ..protocol.apis import api_name
 from .model import FetchSample, ProduceSample, ReplicationSample
+from .trace_schema import TABLES
 from .vocabulary import Kind
 
-Row = tuple[str, dict[str, Any]]  # (table, row)
+Row = tuple[str, dict[str, Any]]  # (table, row): the rows of a batch, read back (tests, tools)
+NAMES: Final = {t: tuple(s.names) for t, s in TABLES.items()}
+DEFAULT_BATCH_ROWS: Final = 4096
+
+
+class TraceBatch:
+    """The columns of some rows of each table, as the writer takes them."""
+
+    def __init__(self) -> None:
+        self.columns: dict[str, list[list[object]]] = {t: [[] for _ in names] for t, names in NAMES.items()}
+        self.counts: dict[str, int] = dict.fromkeys(NAMES, 0)
+        self.rows = 0  # over every table
+
+    def table_rows(self, table: str) -> list[dict[str, Any]]:
+        """The rows of ``table`` as dicts, in the order they came (for tests and tools)."""
+        names = NAMES[table]
+        cols = self.columns[table]
+        return [{n: cols[i][k] for i, n in enumerate(names)} for k in range(self.counts[table])]
+
+    def all_rows(self) -> Iterator[Row]:
+        for table in NAMES:
+            for row in self.table_rows(table):
+                yield table, row
+
+
+def _add(batch: TraceBatch, table: str, values: tuple[object, ...]) -> None:
+    cols = batch.columns[table]
+    if len(values) != len(cols):
+        raise ValueError(f"a {table} row of {len(values)} values for {len(cols)} columns")
+    for i in range(len(values)):
+        cols[i].append(values[i])
+    batch.counts[table] += 1
+    batch.rows += 1
 
 
 def _api(s: FetchSample) -> str:
     return "ShareFetch" if s.kind == Kind.SHARE else "Fetch"
 
 
-def fetch_rows(ts_ns: int, proxy_id: str, broker: str, conn_id: int, correlation_id: int, s: FetchSample,
-               replication: list[ReplicationSample]) -> Iterator[Row]:
-    api = _api(s)
-    for r in replication:
-        yield "replication", {"ts_ns": ts_ns, "proxy_id": proxy_id, "broker": broker, "follower": r.follower,
-                              "topic": r.topic, "partition": r.partition, "latency_ns": r.latency_ns}
-    yield "exchanges", {
-        "ts_ns": ts_ns, "proxy_id": proxy_id, "conn_id": conn_id, "client_id": s.client_id,
-        "broker": broker, "api": api, "api_version": s.api_version, "kind": s.kind,
-        "max_wait_ms": s.max_wait_ms, "min_bytes": s.min_bytes, "response_bytes": s.response_bytes,
-        "error_code": s.error_code, "total_ns": s.total_ns, "wait_ns": s.wait_ns, "wait_source": s.wait_source,
-        "local_ns": s.local_ns, "e2e_ns": s.e2e_ns, "outcome": s.outcome, "correlation_id": correlation_id,
-        "request_bytes": s.request_bytes, "records": s.records, "replica_id": s.replica_id, "acks": None,
-        "throttle_ms": s.throttle_ms, "first_byte_ns": s.first_byte_ns, "transfer_ns": s.transfer_ns,
-        "wake_lag_ns": s.wake_lag_ns, "wait_basis": s.basis, "confident": s.confident,
-        "partitions": len(s.partitions),
-    }
-    for p in s.partitions:
-        yield "partitions", {
-            "ts_ns": ts_ns, "proxy_id": proxy_id, "conn_id": conn_id, "correlation_id": correlation_id,
-            "client_id": s.client_id, "broker": broker, "api": api, "kind": s.kind, "topic": p.topic,
-            "partition": p.partition, "fetch_offset": p.fetch_offset, "high_watermark": p.high_watermark,
-            "base_offset": None, "error_code": p.error_code, "records": p.records, "bytes": p.bytes,
-            "record_latency_ns": p.record_latency_ns,
-        }
+class TraceColumns:
+    """The rows being gathered, and the hand-off of a full batch (``on_full``: the trace
+    writer's; it never blocks the caller but in a writer made to block, offline)."""
 
+    def __init__(self, on_full: Callable[[TraceBatch], None] | None = None,
+                 batch_rows: int = DEFAULT_BATCH_ROWS) -> None:
+        self.on_full = on_full
+        self.batch_rows = batch_rows
+        self.batch = TraceBatch()
 
-def produce_rows(ts_ns: int, proxy_id: str, broker: str, conn_id: int, correlation_id: int, response_bytes: int,
-                 s: ProduceSample) -> Iterator[Row]:
-    yield "exchanges", {
-        "ts_ns": ts_ns, "proxy_id": proxy_id, "conn_id": conn_id, "client_id": s.client_id,
-        "broker": broker, "api": "Produce", "api_version": s.api_version, "kind": Kind.PRODUCER,
-        "max_wait_ms": None, "min_bytes": None, "response_bytes": response_bytes, "error_code": s.error_code,
-        "total_ns": s.total_ns, "wait_ns": None, "wait_source": None, "local_ns": None, "e2e_ns": None,
-        "outcome": None, "correlation_id": correlation_id, "request_bytes": s.request_bytes,
-        "records": s.records, "replica_id": None, "acks": s.acks, "throttle_ms": s.throttle_ms, "first_byte_ns": None,
-        "transfer_ns": None, "wake_lag_ns": None, "wait_basis": None, "confident": None,
-        "partitions": len(s.partitions),
-    }
-    for topic, part, base, n in s.partitions:
-        yield "partitions", {
-            "ts_ns": ts_ns, "proxy_id": proxy_id, "conn_id": conn_id, "correlation_id": correlation_id,
-            "client_id": s.client_id, "broker": broker, "api": "Produce", "kind": Kind.PRODUCER, "topic": topic,
-            "partition": part, "fetch_offset": None, "high_watermark": None, "base_offset": base,
-            "error_code": None, "records": n, "bytes": None, "record_latency_ns": None,
-        }
+    def take(self) -> TraceBatch:
+        """The rows gathered so far; gathering starts again empty."""
+        batch, self.batch = self.batch, TraceBatch()
+        return batch
 
+    def _added(self) -> None:
+        if self.batch.rows >= self.batch_rows and self.on_full is not None:
+            self.on_full(self.take())
 
-def other_row(ts_ns: int, proxy_id: str, broker: str, conn_id: int, *, api_key: int, api_version: int,
-              client_id: str | None, correlation_id: int, response_bytes: int, total_ns: int) -> Row:
-    """Any other request/response pair: its size and total time."""
-    return "exchanges", {
-        "ts_ns": ts_ns, "proxy_id": proxy_id, "conn_id": conn_id, "client_id": client_id, "broker": broker,
-        "api": api_name(api_key), "api_version": api_version, "response_bytes": response_bytes,
-        "total_ns": total_ns, "correlation_id": correlation_id,
-    }
+    def fetch(self, ts_ns: int, proxy_id: str, broker: str, conn_id: int, correlation_id: int, s: FetchSample,
+              replication: list[ReplicationSample]) -> None:
+        b = self.batch
+        api = _api(s)
+        for r in replication:
+            _add(b, "replication", (ts_ns, proxy_id, broker, r.follower, r.topic, r.partition, r.latency_ns))
+        _add(b, "exchanges", (
+            ts_ns, proxy_id, conn_id, s.client_id, broker, api, s.api_version, s.kind, s.max_wait_ms, s.min_bytes,
+            s.response_bytes, s.error_code, s.total_ns, s.wait_ns, s.wait_source, s.local_ns, s.e2e_ns, s.outcome,
+            correlation_id, s.request_bytes, s.records, s.replica_id, None, s.throttle_ms, s.first_byte_ns,
+            s.transfer_ns, s.wake_lag_ns, s.basis, s.confident, len(s.partitions)))
+        for p in s.partitions:
+            _add(b, "partitions", (
+                ts_ns, proxy_id, conn_id, correlation_id, s.client_id, broker, api, s.kind, p.topic, p.partition,
+                p.fetch_offset, p.high_watermark, None, p.error_code, p.records, p.bytes, p.record_latency_ns))
+        self._added()
+
+    def produce(self, ts_ns: int, proxy_id: str, broker: str, conn_id: int, correlation_id: int,
+                response_bytes: int, s: ProduceSample) -> None:
+        b = self.batch
+        _add(b, "exchanges", (
+            ts_ns, proxy_id, conn_id, s.client_id, broker, "Produce", s.api_version, Kind.PRODUCER, None, None,
+            response_bytes, s.error_code, s.total_ns, None, None, None, None, None,
+            correlation_id, s.request_bytes, s.records, None, s.acks, s.throttle_ms, None,
+            None, None, None, None, len(s.partitions)))
+        for topic, part, base, n in s.partitions:
+            _add(b, "partitions", (
+                ts_ns, proxy_id, conn_id, correlation_id, s.client_id, broker, "Produce", Kind.PRODUCER, topic, part,
+                None, None, base, None, n, None, None))
+        self._added()
+
+    def other(self, ts_ns: int, proxy_id: str, broker: str, conn_id: int, *, api_key: int, api_version: int,
+              client_id: str | None, correlation_id: int, response_bytes: int, total_ns: int) -> None:
+        """Any other request/response pair: its size and total time."""
+        _add(self.batch, "exchanges", (
+            ts_ns, proxy_id, conn_id, client_id, broker, api_name(api_key), api_version, None, None, None,
+            response_bytes, None, total_ns, None, None, None, None, None,
+            correlation_id, None, None, None, None, None, None,
+            None, None, None, None, None))
+        self._added()

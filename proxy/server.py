@@ -166,7 +166,7 @@ class Proxy:
         writer = self.traces = TraceWriter(directory, proxy_id=proxy_id, rotate_s=self.cfg.trace_rotate_s)
         writer.start()
         self.observer.proxy_id = proxy_id
-        self.observer.sink = writer.put
+        self.observer.traces = writer.columns
         self.metrics.trace_rows.dropped = lambda: writer.dropped
         self.metrics.trace_rows.written = lambda: writer.written
 
@@ -237,6 +237,8 @@ class Proxy:
         self.metrics.loop_lag.observe(max(0, woke - self._tick_due_ns) / 1e9)
         self._tick_due_ns = woke + TICK_NS
         self._tick_handle = asyncio.get_running_loop().call_later(TICK_S, self._tick)
+        if self.traces is not None:
+            self.traces.tick(woke)  # rows gathered go to the writer thread once a second
         if self.observer.model.cluster.wants_topics and self.discovery.topics_due():
             self.discovery.kick()  # a topic id without a name, a leader unknown: ask now
         self._beat += 1

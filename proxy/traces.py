@@ -1,10 +1,14 @@
-"""Per-request Parquet traces, written by a thread behind a bounded queue.
+"""Per-request Parquet traces, written by a thread that takes the rows in batches of columns.
 
-The event loop only puts rows (built by ``metrics/rows.py``) on the queue (full: drop and count, never
-block). The writer thread batches rows into row groups, rotates files by time and size, and
-writes each file under a temporary name (``.tmp-*``) that it renames into place when closed:
-readers see only whole files. Each file records one (wall, monotonic) clock pair. Where files
-go (an hour directory per row's UTC hour, a name no other writer picks) is
+The event loop appends each row's values to column buffers (``metrics/rows.py``:
+``TraceColumns``) and hands a whole batch over when it holds ``batch_rows`` rows, or at the
+proxy's tick once a second (``tick``): one hand-off per batch, never one per row, so the writer
+thread wakes a few times a second, not once a request. A full queue of batches drops the batch
+and counts its rows (``dropped``); the loop never blocks. The writer thread turns each column
+into an Arrow array at once, gathers a table's rows into row groups, rotates files by time and
+size, and writes each file under a temporary name (``.tmp-*``) that it renames into place when
+closed: readers see only whole files. Each file records one (wall, monotonic) clock pair. Where
+files go (an hour directory per row's UTC hour, a name no other writer picks) is
 ``metrics/trace_layout.py``'s.
 """
 
@@ -15,12 +19,13 @@ import logging
 import os
 import queue
 import threading
-from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..metrics import trace_layout as layout
+from ..metrics.rows import DEFAULT_BATCH_ROWS, TraceBatch, TraceColumns
 from ..metrics.trace_schema import META_CLOCK, META_SCHEMA_VERSION, SCHEMA_VERSION, TABLES
 from . import clock
 
@@ -31,6 +36,13 @@ FLUSH_EVERY_S = 1.0
 FLUSH_EVERY_NS = int(FLUSH_EVERY_S * 1e9)
 HOLD_NS = 10 * 10**9  # the longest a row waits in memory under steady traffic
 LATE_ROWS_NS = 60 * 10**9  # a past hour's file stays open this long for rows still in flight
+
+
+def to_table(table: str, columns: list[list[object]]) -> pa.Table:
+    """One table's columns of a batch as Arrow, each column converted at once."""
+    schema = TABLES[table]
+    return pa.Table.from_arrays([pa.array(col, type=f.type) for col, f in zip(columns, schema, strict=True)],
+                                schema=schema)
 
 
 class _File:
@@ -49,9 +61,9 @@ class _File:
         self.opened_ns = clock.now_ns()
         self.rows = 0
 
-    def write(self, rows: list[dict[str, Any]]) -> None:
-        self.writer.write_table(pa.Table.from_pylist(rows, schema=self.schema))
-        self.rows += len(rows)
+    def write(self, rows: pa.Table) -> None:
+        self.writer.write_table(rows.replace_schema_metadata(self.schema.metadata))
+        self.rows += rows.num_rows
 
     def close(self) -> None:
         self.writer.close()
@@ -60,16 +72,20 @@ class _File:
 
 class TraceWriter:
     def __init__(self, directory: str, *, proxy_id: str, queue_rows: int = 100_000, rotate_s: float = 300.0,
-                 rotate_bytes: int = 128 * 1024 * 1024, block: bool = False) -> None:
+                 rotate_bytes: int = 128 * 1024 * 1024, block: bool = False,
+                 batch_rows: int = DEFAULT_BATCH_ROWS) -> None:
         self.directory = directory
         self.block = block  # a full queue waits for the writer (offline: no row may be lost) instead of dropping
         self.proxy_id = proxy_id
         self.rotate_ns = int(rotate_s * 1e9)
         self.rotate_bytes = rotate_bytes
-        self.queue: queue.Queue[tuple[str, dict[str, Any]] | None] = queue.Queue(maxsize=queue_rows)
+        # the bound on rows in memory: queue_rows in batches, plus the batch being gathered
+        self.queue: queue.Queue[TraceBatch | None] = queue.Queue(maxsize=max(1, queue_rows // batch_rows))
+        self.columns = TraceColumns(self.hand_off, batch_rows=min(batch_rows, queue_rows))
         self.dropped = 0
         self.written = 0
         self.files_closed = 0
+        self._handed_ns = 0  # when the loop last handed a batch over (its monotonic clock)
         self._newest_ns = 0  # the newest row time written (the writer thread's)
         for table in TABLES:
             os.makedirs(os.path.join(directory, table), exist_ok=True)
@@ -79,24 +95,37 @@ class TraceWriter:
         self._thread.start()
 
     # on the event loop --------------------------------------------------------------
-    def put(self, table: str, row: dict[str, Any]) -> None:
-        """Queue one row (``metrics/rows.py`` builds them); a full queue drops and counts it."""
+    def hand_off(self, batch: TraceBatch) -> None:
+        """A batch of rows to the writer thread; a full queue drops it and counts its rows."""
+        self._handed_ns = clock.now_ns()
         if self.block:
-            self.queue.put((table, row))
+            self.queue.put(batch)
             return
         try:
-            self.queue.put_nowait((table, row))
+            self.queue.put_nowait(batch)
         except queue.Full:
-            self.dropped += 1
+            self.dropped += batch.rows
+
+    def tick(self, now_ns: int) -> None:
+        """On the proxy's timer: rows gathered but not yet handed over go once a second."""
+        if self.columns.batch.rows and now_ns - self._handed_ns >= FLUSH_EVERY_NS:
+            self.hand_off(self.columns.take())
+
+    def flush(self) -> None:
+        """Hand over every row gathered so far (before close, or at the end of a capture)."""
+        if self.columns.batch.rows:
+            self.hand_off(self.columns.take())
 
     def close(self, timeout_s: float = 10.0) -> None:
-        """Flush everything queued, close and rename the files."""
+        """Flush everything gathered and queued, close and rename the files."""
         if not self._thread.is_alive():
             return
         try:
+            if self.columns.batch.rows:
+                self.queue.put(self.columns.take(), timeout=timeout_s)
             self.queue.put(None, timeout=timeout_s)
         except queue.Full:
-            log.error("trace queue stuck; %d rows not written", self.queue.qsize())
+            log.error("trace queue stuck; %d batches not written", self.queue.qsize())
         self._thread.join(timeout_s)
 
     # on the writer thread ------------------------------------------------------------
@@ -105,51 +134,69 @@ class TraceWriter:
         for a second, or the oldest has waited HOLD (or the rotation period, if shorter); files
         are checked for rotation every second."""
         files: dict[tuple[str, int], _File] = {}
-        pending: dict[str, list[dict[str, Any]]] = {t: [] for t in TABLES}
+        pending: dict[str, list[pa.Table]] = {t: [] for t in TABLES}
+        counts: dict[str, int] = dict.fromkeys(TABLES, 0)
         since: dict[str, int] = {}  # table -> when its oldest pending row arrived
         hold_ns = min(self.rotate_ns, HOLD_NS)
         next_check = clock.now_ns() + FLUSH_EVERY_NS
         stop = False
         while not stop:
             idle = False
-            try:
-                item = self.queue.get(timeout=FLUSH_EVERY_S)
-            except queue.Empty:
-                item, idle = ("", {}), True
-            if item is None:
-                stop = True
-            elif item[0]:
-                pending[item[0]].append(item[1])
-                since.setdefault(item[0], clock.now_ns())
             now = clock.now_ns()
-            due = [t for t, rows in pending.items()
-                   if rows and (stop or idle or len(rows) >= ROWS_PER_GROUP or now - since[t] >= hold_ns)]
+            wake_ns = min([next_check, *(t + hold_ns for t in since.values())])  # the next row or file due
+            try:
+                batch = self.queue.get(timeout=min(FLUSH_EVERY_S, max(0.01, (wake_ns - now) / 1e9)))
+            except queue.Empty:
+                batch, idle = None, True
+            if batch is None and not idle:
+                stop = True
+            elif batch is not None:
+                for table, n in batch.counts.items():
+                    if n:
+                        try:
+                            pending[table].append(to_table(table, batch.columns[table]))
+                        except (pa.ArrowException, ValueError) as exc:
+                            self.dropped += n
+                            log.error("%s trace rows could not be converted (%s); %d rows dropped", table, exc, n)
+                            continue
+                        counts[table] += n
+                        since.setdefault(table, clock.now_ns())
+            now = clock.now_ns()
+            due = [t for t, n in counts.items()
+                   if n and (stop or idle or n >= ROWS_PER_GROUP or now - since[t] >= hold_ns)]
             for table in due:
-                rows = pending[table]
+                rows = pa.concat_tables(pending[table])
                 try:
                     self._write(files, table, rows)
                 except (OSError, pa.ArrowException) as exc:
-                    self.dropped += len(rows)
-                    log.error("writing %s traces failed (%s); %d rows dropped", table, exc, len(rows))
-                rows.clear()
+                    self.dropped += rows.num_rows
+                    log.error("writing %s traces failed (%s); %d rows dropped", table, exc, rows.num_rows)
+                pending[table].clear()
+                counts[table] = 0
                 del since[table]
             if stop or now >= next_check:
                 next_check = now + FLUSH_EVERY_NS
                 self._rotate(files, force=stop)
 
-    def _write(self, files: dict[tuple[str, int], _File], table: str, rows: list[dict[str, Any]]) -> None:
+    def _write(self, files: dict[tuple[str, int], _File], table: str, rows: pa.Table) -> None:
         """Rows to the open file of their hour, which this creates when there is none."""
-        by_hour: dict[int, list[dict[str, Any]]] = {}
-        for r in rows:
-            ts = r["ts_ns"]
-            self._newest_ns = max(self._newest_ns, ts)
-            by_hour.setdefault(layout.hour_of(ts), []).append(r)
-        for hour, part in by_hour.items():
+        ts = rows.column("ts_ns")
+        lo, hi = pc.min_max(ts).values()
+        self._newest_ns = max(self._newest_ns, hi.as_py())
+        first, last = layout.hour_of(lo.as_py()), layout.hour_of(hi.as_py())
+        if first == last:
+            parts = [(first, rows)]
+        else:  # rows across an hour boundary: each hour's to its own file
+            hours = pc.divide(ts, layout.HOUR_NS)  # integer division: ts_ns >= 0
+            parts = [(h, rows.filter(pc.equal(hours, h))) for h in range(first, last + 1)]
+        for hour, part in parts:
+            if not part.num_rows:
+                continue
             f = files.get((table, hour))
             if f is None:
                 f = files[(table, hour)] = _File(self.directory, table, self.proxy_id, hour)
             f.write(part)
-            self.written += len(part)
+            self.written += part.num_rows
 
     def _rotate(self, files: dict[tuple[str, int], _File], *, force: bool) -> None:
         """Close (and rename into place) files that are old, big, or of an hour the rows have left

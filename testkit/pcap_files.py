@@ -8,23 +8,28 @@ from typing import Any
 from fetchlat.capture.flows import FlowTable, capture_context
 from fetchlat.metrics.observer import Observer
 from fetchlat.metrics.prom import FetchMetrics, ProxyMetrics
+from fetchlat.metrics.rows import TraceColumns
 
 
 class Rows:
-    def __init__(self) -> None:
-        self.rows: list[tuple[str, dict[str, Any]]] = []
+    """The trace rows a capture made (gathered, never handed off)."""
 
-    def __call__(self, table: str, row: dict[str, Any]) -> None:
-        self.rows.append((table, row))
+    def __init__(self) -> None:
+        self.columns = TraceColumns()
+
+    @property
+    def rows(self) -> list[tuple[str, dict[str, Any]]]:
+        return list(self.columns.batch.all_rows())
 
     def exchanges(self) -> list[dict[str, Any]]:
-        return [r for t, r in self.rows if t == "exchanges"]
+        return self.columns.batch.table_rows("exchanges")
 
 
 def table(ports: set[int], **kw: Any) -> tuple[FlowTable, Rows]:
     rows = Rows()
     metrics = ProxyMetrics()
-    observer = Observer(metrics, FetchMetrics(metrics.registry), wall_minus_mono_ns=0, proxy_id="pcap:test", sink=rows)
+    observer = Observer(metrics, FetchMetrics(metrics.registry), wall_minus_mono_ns=0, proxy_id="pcap:test",
+                        traces=rows.columns)
     return FlowTable(capture_context(observer), ports, **kw), rows
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from fetchlat.metrics.observer import Observer
 from fetchlat.metrics.prom import FetchMetrics, ProxyMetrics
+from fetchlat.metrics.rows import TraceColumns
 from fetchlat.protocol.rewrite import ResponseRewriter
 from fetchlat.proxy.conversation import Action, Conversation, CoreContext, WriteUpstream
 from fetchlat.proxy.policy import Limits
@@ -25,13 +26,13 @@ class Playbook:
     limits: Limits = field(default_factory=Limits)
     sidecar_node: int | None = None
     tls: bool = False
-    rows: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.prom = CollectorRegistry()
         self.metrics = ProxyMetrics(self.prom)
+        self.traces = TraceColumns()  # no hand-off: the script reads every row it made
         self.observer = Observer(self.metrics, FetchMetrics(self.prom), wall_minus_mono_ns=0, proxy_id="pb",
-                                 sink=lambda table, row: self.rows.append((table, row)))
+                                 traces=self.traces)
         self.registry = BrokerRegistry(self.sidecar_node)
         self.ctx = CoreContext(observer=self.observer, registry=self.registry, limits=self.limits,
                                rewriter=ResponseRewriter(lambda node, host, port: ("proxy.test", 20000 + node)),
@@ -40,6 +41,11 @@ class Playbook:
                                  upstream=UPSTREAM, t_ns=T0, tls=self.tls, peer="client:1")
         self.upstream_writes: list[bytes] = []
         self.client_writes: list[bytes] = []
+
+    @property
+    def rows(self) -> list[tuple[str, dict[str, Any]]]:
+        """Every trace row so far, table by table, each table's in the order they came."""
+        return list(self.traces.batch.all_rows())
 
     # --------------------------------------------------------------- steps
     def connect_upstream(self, t_ns: int) -> tuple[Action, ...]:

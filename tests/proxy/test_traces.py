@@ -1,5 +1,6 @@
 """The trace writer: pinned schema, whole files only (temporary names renamed when closed),
-rotation, a clock pair per file, and a full queue dropping (and counting) instead of blocking."""
+rotation, a clock pair per file, rows handed over in batches of columns (never one by one), and
+a full queue dropping (and counting) instead of blocking."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 from fetchlat.metrics import trace_layout
 from fetchlat.metrics.model import FetchSample, PartitionSample
-from fetchlat.metrics.rows import fetch_rows
 from fetchlat.metrics.trace_schema import EXCHANGES, META_CLOCK, PARTITIONS
 from fetchlat.metrics.vocabulary import Kind, Outcome, WaitSource
 from fetchlat.protocol.events import FetchExchanged
@@ -36,9 +37,7 @@ def sample() -> tuple[FetchExchanged, FetchSample]:
 
 
 def put_fetch(w: TraceWriter, broker: str, conn_id: int, ev: FetchExchanged, s: FetchSample) -> None:
-    for table, row in fetch_rows(ev.t_request_ns + 1_700_000_000 * 10**9, w.proxy_id, broker, conn_id,
-                                 ev.correlation_id, s, []):
-        w.put(table, row)
+    w.columns.fetch(ev.t_request_ns + 1_700_000_000 * 10**9, w.proxy_id, broker, conn_id, ev.correlation_id, s, [])
 
 
 def test_pinned_exchange_columns_exist_in_order() -> None:
@@ -71,6 +70,7 @@ def test_size_rotation_closes_files(tmp_path: Path) -> None:
     w.start()
     ev, s = sample()
     put_fetch(w, "111", 1, ev, s)
+    w.flush()
     deadline = time.monotonic() + 10
     while w.files_closed < 2 and time.monotonic() < deadline:  # the idle flush closes both tables' files
         time.sleep(0.05)
@@ -104,8 +104,7 @@ def test_writers_sharing_a_directory_never_share_a_file_and_split_rows_by_hour(t
         w.start()
     for k in range(40):  # rows 2 ms apart across the hour boundary, from every writer
         for i, w in enumerate(writers):
-            for table, row in fetch_rows(base - 40_000_000 + k * 2_000_000, w.proxy_id, "111", i, k, s, []):
-                w.put(table, row)
+            w.columns.fetch(base - 40_000_000 + k * 2_000_000, w.proxy_id, "111", i, k, s, [])
     for w in writers:
         w.close()
     files = sorted((tmp_path / "exchanges").rglob("*.parquet"))
@@ -125,12 +124,45 @@ def test_steady_traffic_still_rotates_on_time(tmp_path: Path) -> None:
     ev, s = sample()
     w = TraceWriter(str(tmp_path), proxy_id="p1", rotate_s=0.5)
     w.start()
-    deadline = time.monotonic() + 3.0
-    while time.monotonic() < deadline:  # a row pair every 50 ms for 3 s
+    deadline = time.monotonic() + 4.0
+    while time.monotonic() < deadline:  # a row pair every 50 ms for 4 s, the proxy's tick after each
         put_fetch(w, "111", 1, ev, s)
+        w.tick(time.monotonic_ns())
         time.sleep(0.05)
     closed_while_running = len(list((tmp_path / "exchanges").rglob("*.parquet")))
     w.close()
     assert closed_while_running >= 2
     assert not list(tmp_path.rglob(".tmp-*"))
     assert sum(pq.read_metadata(f).num_rows for f in (tmp_path / "exchanges").rglob("*.parquet")) == w.written // 2
+
+
+def test_rows_go_to_the_writer_in_batches_not_one_by_one(tmp_path: Path) -> None:
+    """A row is a value per column list; the writer thread is handed a batch when it is full, or
+    by the proxy's tick once a second: never once per row."""
+    w = TraceWriter(str(tmp_path), proxy_id="p1", batch_rows=8)
+    ev, s = sample()
+    for _ in range(3):  # 6 rows: under a batch
+        put_fetch(w, "111", 1, ev, s)
+    assert w.queue.qsize() == 0 and w.columns.batch.rows == 6
+    put_fetch(w, "111", 1, ev, s)  # 8 rows: one batch handed over
+    assert w.queue.qsize() == 1 and w.columns.batch.rows == 0
+    put_fetch(w, "111", 1, ev, s)
+    t = time.monotonic_ns()
+    w.tick(t)  # under a second since the last hand-off: the rows wait
+    assert w.queue.qsize() == 1
+    w.tick(t + 1_000_000_000)
+    assert w.queue.qsize() == 2 and w.columns.batch.rows == 0
+    w.start()
+    w.close()
+    assert (w.written, w.dropped) == (10, 0)
+    ex = pq.read_table(next((tmp_path / "exchanges").rglob("*.parquet")))
+    assert ex.num_rows == 5 and ex.column("correlation_id").to_pylist() == [ev.correlation_id] * 5
+
+
+def test_a_row_of_the_wrong_width_is_refused() -> None:
+    from fetchlat.metrics.rows import TraceBatch, _add
+
+    b = TraceBatch()
+    with pytest.raises(ValueError, match="3 values for 7 columns"):
+        _add(b, "replication", (1, "p", "1"))
+    assert b.rows == 0
