@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 
 from ..analysis import cli as analysis_cli
 from ..capture import run as capture_cli
@@ -55,6 +54,3 @@ def main(argv: list[str] | None = None) -> int:
     parser.error(f"unknown command {args.command}")
     return 2
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -16,6 +16,11 @@ compares this checkout with itself, its proxy stamping responses from the kernel
 a socket with the kernel's stamping on throughout, so both sides run with the kernel stamping
 every packet and the difference is the proxy's reading (``--bare-kernel``: not held, so only the
 kernel side has the machine stamp packets).
+
+    python bench/ab_round_trips.py --other /tmp/base --pairs 3 --traces
+
+runs both builds with traces on (``FETCHLAT_TRACE_DIR``, a fresh directory per run), as the
+README deploys the sidecar: what a change to the trace rows costs or saves.
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ def main() -> None:
     ap.add_argument("--other", help="the other checkout (with its own .venv)")
     ap.add_argument("--stamps-ab", action="store_true", help="this checkout, kernel stamps against clock stamps")
     ap.add_argument("--bare-kernel", action="store_true", help="with --stamps-ab: hold no stamping socket")
+    ap.add_argument("--traces", action="store_true", help="every proxy writes traces (FETCHLAT_TRACE_DIR)")
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--round-trips", type=int, default=2000)
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # a single run, in this checkout
@@ -73,6 +79,8 @@ def main() -> None:
         runs = [("this", HERE, {}), ("other", Path(a.other), {})]
     for i in range(a.pairs):
         for name, root, env in (runs if i % 2 == 0 else runs[::-1]):
+            if a.traces:
+                env = {**env, "FETCHLAT_TRACE_DIR": tempfile.mkdtemp(prefix="ab-traces-")}
             r = subprocess.run([str(root / ".venv" / "bin" / "python"), str(HERE / "bench" / "ab_round_trips.py"),
                                 "--one", "--round-trips", str(a.round_trips)], cwd=root, capture_output=True,
                                text=True, timeout=600, env={**os.environ, **env})

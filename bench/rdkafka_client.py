@@ -2,7 +2,7 @@
 Python callback per record. Produce hands the same 1 KiB value to ``produce()`` in a loop and
 polls only when the local queue is full; consume takes records in batches of 10 000 with
 ``consume()``. (Debian's kcat links librdkafka 2.0.2, which cannot read Tansu's ApiVersions
-response directly: PROTOCOL-NOTES 3.4.)
+response directly: docs/proxy.md)
 
     python bench/rdkafka_client.py produce BOOTSTRAP TOPIC RECORDS [key=value ...]
     python bench/rdkafka_client.py consume BOOTSTRAP TOPIC RECORDS [key=value ...]

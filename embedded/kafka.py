@@ -105,7 +105,7 @@ logger.req.additivity = false
 logger.req.appenderRef.req.ref = REQUESTS
 """
 
-# small and fast test brokers (KAFKA-NOTES: what Kroxylicious, trivup and Kafka's test kit use)
+# small and fast test brokers (what Kroxylicious, trivup and Kafka's test kit use)
 COMMON = {
     "controller.listener.names": "CONTROLLER",
     "listener.security.protocol.map": "BROKER:PLAINTEXT,CONTROLLER:PLAINTEXT",

@@ -1,4 +1,4 @@
-"""Prometheus adapter: the metric families DESIGN.md pins, on a registry of their own.
+"""Prometheus adapter: the pinned metric families (docs/operations.md), on a registry of their own.
 
 Names and labels are a pinned interface: extend, never rename. Must never: compute latency
 (that is the model's job) or read clocks.
@@ -270,7 +270,7 @@ class _ClientChildren:
 
 
 class FetchMetrics:
-    """The latency model's samples as Prometheus families (DESIGN.md's pinned names, plus
+    """The latency model's samples as Prometheus families (the pinned names of docs/operations.md, plus
     extensions). All durations in seconds."""
 
     def __init__(self, registry: CollectorRegistry, *, topic_cap: int = 100, client_cap: int = 100) -> None:

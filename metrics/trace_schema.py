@@ -1,5 +1,5 @@
 """The trace schema: explicit and versioned, shared by the writer (proxy/traces.py) and the
-analysis job. DESIGN.md pins the minimum ``exchanges`` columns; extend, never rename.
+analysis job. The first 18 ``exchanges`` columns are pinned (docs/traces.md); extend, never rename.
 
 Tables: ``exchanges`` (one row per request/response pair), ``partitions`` (one row per
 partition of a fetch or produce) and ``replication`` (one row per replication-latency sample),
@@ -19,7 +19,7 @@ META_SCHEMA_VERSION: Final = b"fetchlat.schema_version"
 META_CLOCK: Final = b"fetchlat.clock"  # JSON {"wall_ns": ..., "mono_ns": ...}
 
 EXCHANGES: Final = pa.schema([
-    # pinned by DESIGN.md
+    # pinned (docs/traces.md)
     ("ts_ns", pa.int64()),  # wall clock, epoch ns, when the request was forwarded upstream
     ("proxy_id", pa.string()),
     ("conn_id", pa.int64()),

@@ -3,7 +3,7 @@
 Prometheus families, the trace rows and ``analysis/`` all take them from here (a ``StrEnum``
 is its string value in a label, a Parquet column and a Spark literal).
 
-Extend, never rename: the values are a pinned interface (DESIGN.md). Must never: import
+Extend, never rename: the values are a pinned interface (docs/operations.md, docs/traces.md). Must never: import
 anything but the standard library (``analysis/`` imports this on Spark's driver).
 """
 

@@ -1,6 +1,6 @@
 """The table of Kafka APIs: key -> name, request/response specs, flexible versions.
 
-Built once from the bundled specs. Owns the header-version rules (PROTOCOL-NOTES §1.2):
+Built once from the bundled specs. Owns the header-version rules (docs/proxy.md):
 request header 2 if the request version is flexible else 1 (0 for ControlledShutdown v0);
 response header 1 if flexible else 0, except ApiVersions which always uses 0.
 """

@@ -3,7 +3,7 @@
 
 Values are plain Python (dicts, lists, ints, str, bytes) or walked ``Struct``/``Span`` values
 resolved against ``src``. Unknown tags of a walked ``Struct`` are copied verbatim. Tagged
-fields holding their default are omitted, as Java Kafka does (PROTOCOL-NOTES §3.4).
+fields holding their default are omitted, as Java Kafka does (docs/proxy.md).
 Must never: do I/O.
 """
 

@@ -173,7 +173,7 @@ def _walk_tags(out: Struct, tagged: dict[int, FieldSpec], version: int, buf: Buf
 
 def walk(spec: MessageSpec, version: int, buf: Buf, pos: int = 0, *, end: int | None = None) -> Struct:
     """Decode a whole message body at ``buf[pos:end]``; trailing bytes are allowed and
-    remembered in ``Struct.end`` (PROTOCOL-NOTES §3.5: brokers ignore them, so do we)."""
+    remembered in ``Struct.end`` (brokers ignore them, so do we)."""
     if version not in spec.valid:
         raise DecodeError(f"{spec.name} v{version} is outside the spec's versions {spec.valid.lo}-{spec.valid.hi}")
     view = buf if end is None or end == len(buf) else memoryview(buf)[:end]

@@ -113,7 +113,7 @@ def test_a_session_is_the_brokers_and_its_epochs_are_checked() -> None:
 
 def test_kafka_python_asks_for_a_session_and_tansu_answers_sessionless() -> None:
     (ev,) = [e for e in replay("kafkapython") if isinstance(e, FetchExchanged)]
-    assert ev.request.session_epoch == 0  # PROTOCOL-NOTES §2b: kafka-python asks for a session
+    assert ev.request.session_epoch == 0  # docs/proxy.md: kafka-python asks for a session
     assert ev.response.session_id == 0  # Tansu has no fetch sessions: every fetch stays a full one
     assert ev.covered == (("t-kafkapython", 0, ev.request.partitions[0].fetch_offset),)
 

@@ -13,7 +13,7 @@ from fetchlat.protocol.walker import walk
 
 from testkit.captures import RUNS, conversations, frames
 
-# librdkafka #5049 (PROTOCOL-NOTES §3.5): its Metadata v12 "all topics" request leaves an int32
+# librdkafka #5049 (docs/proxy.md): its Metadata v12 "all topics" request leaves an int32
 # placeholder where a compact null belongs, so the intended "01 00 00" trails the message.
 LIBRDKAFKA_5049_TAIL = b"\x00\x00\x00\x00\x01\x00\x00"
 

@@ -168,7 +168,7 @@ def test_api_versions_unsupported_version_answer_is_read_as_v0() -> None:
 
 
 def test_tansu_api_versions_from_the_capture_lose_their_default_tags() -> None:
-    """The exact frame kcat (librdkafka 2.0.2) cannot parse (PROTOCOL-NOTES §3.4)."""
+    """The exact frame kcat (librdkafka 2.0.2) cannot parse (docs/proxy.md)."""
     import json
     from pathlib import Path
 
