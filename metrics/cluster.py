@@ -48,7 +48,12 @@ class ClusterView:
 
     def learn_topic_ids(self, topics: tuple[tuple[str, TopicKey], ...], everything: bool = False) -> None:
         """Names of topic ids, from a Metadata response; ``everything``: the answer named every
-        topic the broker has, so an id it left out is not asked about again."""
+        topic the broker has, so an id it left out is not asked about again, and the names of
+        topics deleted since go (topics come and go all day: the map holds what exists)."""
+        if everything:
+            self.topic_names = {}
+        elif len(self.topic_names) + len(topics) > MAX_PARTITIONS:
+            self.topic_names.clear()  # a bound even without full answers: names are asked for again
         for name, tid in topics:
             self.topic_names[tid] = name
             self.unnamed.discard(tid)

@@ -257,6 +257,24 @@ def test_a_topic_id_without_a_name_is_asked_about_once() -> None:
     assert m.cluster.topic(gone) == "late" and m.cluster.nameless == set()
 
 
+def test_topic_names_hold_what_exists_and_stay_bounded() -> None:
+    """Topics are created and deleted all day: a full answer (the proxy's own Metadata for every
+    topic) replaces the names, so a deleted topic's id goes; partial answers (clients' Metadata)
+    add, up to the bound every per-partition map has."""
+    import uuid
+
+    from fetchlat.metrics.cluster import MAX_PARTITIONS, ClusterView
+
+    c = ClusterView()
+    for day in range(3):  # 10 000 topics a day, each deleted by the next day's full answer
+        topics = tuple((f"t-{day}-{i}", uuid.UUID(int=day * 10_000 + i + 1)) for i in range(10_000))
+        c.learn_topic_ids(topics, everything=True)
+        assert len(c.topic_names) == 10_000 and c.topic(topics[0][1]) == f"t-{day}-0"
+    for i in range(MAX_PARTITIONS + 10):  # only partial answers, never a full one
+        c.learn_topic_ids(((f"p-{i}", uuid.UUID(int=10**9 + i)),))
+    assert len(c.topic_names) <= MAX_PARTITIONS
+
+
 def test_a_follower_serving_a_consumer_dates_its_data_by_the_answer() -> None:
     """KIP-392: broker 2 serves a consumer for a partition broker 1 leads. The record was made
     10 ms before the fetch, yet broker 2 showed it only once its high watermark moved (the
