@@ -3,12 +3,13 @@ each with a client id never seen before, go through the real proxy (traces on) t
 ApiVersions, a Metadata and a one-record Produce each, then the connection closes. After a
 warm-up of 10 000 (every per-client cache fills: the client-id memo, the metric children), the
 proxy's resident memory and open files must not grow with the 90 000 that follow (sampled every
-10 000). Long (``make test-long``): about two minutes here."""
+10 000, each time the proxy holds no connection). Long (``make test-long``): about two minutes here."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import statistics
 import struct
 import time
 import uuid
@@ -111,8 +112,12 @@ def test_a_hundred_thousand_clients_leave_nothing_behind(tansu: Broker, tmp_path
     finally:
         stop_proxy(proxy)
     print("clients, RSS MB, open files:", samples)
-    warm = samples[0]
-    assert max(s[1] for s in samples[1:]) - warm[1] < 8.0, samples  # 100 bytes a client would be 9 MB
-    assert max(s[2] for s in samples[1:]) <= warm[2] + 4, samples  # trace files rotate: a few come and go
+    # RSS moves by a few MB from sample to sample (the allocator, trace batches): compare the
+    # median of three early samples with the median of the last three, 60 000 clients apart;
+    # a leak of 150 bytes a client would add 9 MB
+    early = statistics.median(s[1] for s in samples[1:4])
+    late = statistics.median(s[1] for s in samples[-3:])
+    assert late - early < 8.0, samples
+    assert max(s[2] for s in samples[1:]) <= samples[0][2] + 4, samples  # trace files rotate: a few come and go
     assert "fetchlat_trace_rows_dropped_total 0.0" in text
     assert health.get("ready")
