@@ -34,7 +34,6 @@ from .source import Capture, CaptureError
 
 log = logging.getLogger("fetchlat.pcap")
 PROGRESS_EVERY_S: Final = 2.0
-TRACE_FLUSH_S: Final = 1.0  # rows gathered go to the writer at least this often
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -153,13 +152,6 @@ def run(args: argparse.Namespace) -> int:
             writer.hand_off(batch)
 
     columns = TraceColumns(hand_off)
-    handed = [time.monotonic()]
-
-    def tick() -> None:  # a live pipe's rows reach the files within about a second
-        now = time.monotonic()
-        if now - handed[0] >= TRACE_FLUSH_S and columns.batch.rows:
-            handed[0] = now
-            hand_off(columns.take())
 
     observer = Observer(metrics, FetchMetrics(metrics.registry), wall_minus_mono_ns=0, proxy_id=proxy_id,
                         traces=columns,
@@ -189,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
                 code = 2
                 continue  # the other captures are still read
             captures.append(cap)
-            feed(cap, flows, progress=not args.quiet, tick=tick)
+            feed(cap, flows, progress=not args.quiet, tick=lambda: columns.tick(time.monotonic_ns()))
         flows.close_all()
     except CaptureError as exc:
         print(f"fetchlat pcap: {exc}", file=sys.stderr)
@@ -198,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         flows.close_all()
     finally:
-        hand_off(columns.take())
+        columns.flush()
         if writer is not None:
             writer.close(timeout_s=60.0)
     if not captures:

@@ -22,6 +22,7 @@ from .vocabulary import Kind
 Row = tuple[str, dict[str, Any]]  # (table, row): the rows of a batch, read back (tests, tools)
 NAMES: Final = {t: tuple(s.names) for t, s in TABLES.items()}
 DEFAULT_BATCH_ROWS: Final = 4096
+HAND_OFF_EVERY_NS: Final = 1_000_000_000  # rows gathered go over at least this often (``tick``)
 
 
 class TraceBatch:
@@ -59,23 +60,44 @@ def _api(s: FetchSample) -> str:
 
 
 class TraceColumns:
-    """The rows being gathered, and the hand-off of a full batch (``on_full``: the trace
-    writer's; it never blocks the caller but in a writer made to block, offline)."""
+    """The rows being gathered, and when they go over: ``hand_off`` (the trace writer's; it never
+    blocks the caller but in a writer made to block, offline) takes a batch once it holds
+    ``batch_rows`` rows, and at the caller's timer (``tick``) once a second. Without
+    ``hand_off`` the rows stay gathered (tests read them)."""
 
-    def __init__(self, on_full: Callable[[TraceBatch], None] | None = None,
+    def __init__(self, hand_off: Callable[[TraceBatch], None] | None = None,
                  batch_rows: int = DEFAULT_BATCH_ROWS) -> None:
-        self.on_full = on_full
+        self.hand_off = hand_off
         self.batch_rows = batch_rows
         self.batch = TraceBatch()
+        self._ticked_ns = 0  # the caller's clock at the tick that last started a period
+        self._full_since_tick = False
 
     def take(self) -> TraceBatch:
         """The rows gathered so far; gathering starts again empty."""
         batch, self.batch = self.batch, TraceBatch()
         return batch
 
+    def flush(self) -> None:
+        """Every row gathered so far goes over now."""
+        if self.batch.rows and self.hand_off is not None:
+            self.hand_off(self.take())
+
+    def tick(self, now_ns: int) -> None:
+        """On the caller's timer (``now_ns`` its clock): rows gathered go over once a period has
+        passed since the last hand-off, so a quiet source's rows reach the files within about a
+        second. A full batch that went over since the last tick starts the period again."""
+        if self._full_since_tick:
+            self._full_since_tick = False
+            self._ticked_ns = now_ns
+        elif self.batch.rows and now_ns - self._ticked_ns >= HAND_OFF_EVERY_NS:
+            self._ticked_ns = now_ns
+            self.flush()
+
     def _added(self) -> None:
-        if self.batch.rows >= self.batch_rows and self.on_full is not None:
-            self.on_full(self.take())
+        if self.batch.rows >= self.batch_rows and self.hand_off is not None:
+            self._full_since_tick = True
+            self.hand_off(self.take())
 
     def fetch(self, ts_ns: int, proxy_id: str, broker: str, conn_id: int, correlation_id: int, s: FetchSample,
               replication: list[ReplicationSample]) -> None:

@@ -238,7 +238,7 @@ class Proxy:
         self._tick_due_ns = woke + TICK_NS
         self._tick_handle = asyncio.get_running_loop().call_later(TICK_S, self._tick)
         if self.traces is not None:
-            self.traces.tick(woke)  # rows gathered go to the writer thread once a second
+            self.traces.columns.tick(woke)  # rows gathered go to the writer thread once a second
         if self.observer.model.cluster.wants_topics and self.discovery.topics_due():
             self.discovery.kick()  # a topic id without a name, a leader unknown: ask now
         self._beat += 1

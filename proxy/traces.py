@@ -2,7 +2,7 @@
 
 The event loop appends each row's values to column buffers (``metrics/rows.py``:
 ``TraceColumns``) and hands a whole batch over when it holds ``batch_rows`` rows, or at the
-proxy's tick once a second (``tick``): one hand-off per batch, never one per row, so the writer
+proxy's tick once a second (``TraceColumns.tick``): one hand-off per batch, never one per row, so the writer
 thread wakes a few times a second, not once a request. A full queue of batches drops the batch
 and counts its rows (``dropped``); the loop never blocks. The writer thread turns each column
 into an Arrow array at once, gathers a table's rows into row groups, rotates files by time and
@@ -85,7 +85,6 @@ class TraceWriter:
         self.dropped = 0
         self.written = 0
         self.files_closed = 0
-        self._handed_ns = 0  # when the loop last handed a batch over (its monotonic clock)
         self._newest_ns = 0  # the newest row time written (the writer thread's)
         for table in TABLES:
             os.makedirs(os.path.join(directory, table), exist_ok=True)
@@ -97,7 +96,6 @@ class TraceWriter:
     # on the event loop --------------------------------------------------------------
     def hand_off(self, batch: TraceBatch) -> None:
         """A batch of rows to the writer thread; a full queue drops it and counts its rows."""
-        self._handed_ns = clock.now_ns()
         if self.block:
             self.queue.put(batch)
             return
@@ -105,16 +103,6 @@ class TraceWriter:
             self.queue.put_nowait(batch)
         except queue.Full:
             self.dropped += batch.rows
-
-    def tick(self, now_ns: int) -> None:
-        """On the proxy's timer: rows gathered but not yet handed over go once a second."""
-        if self.columns.batch.rows and now_ns - self._handed_ns >= FLUSH_EVERY_NS:
-            self.hand_off(self.columns.take())
-
-    def flush(self) -> None:
-        """Hand over every row gathered so far (before close, or at the end of a capture)."""
-        if self.columns.batch.rows:
-            self.hand_off(self.columns.take())
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Flush everything gathered and queued, close and rename the files."""

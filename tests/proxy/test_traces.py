@@ -70,7 +70,7 @@ def test_size_rotation_closes_files(tmp_path: Path) -> None:
     w.start()
     ev, s = sample()
     put_fetch(w, "111", 1, ev, s)
-    w.flush()
+    w.columns.flush()
     deadline = time.monotonic() + 10
     while w.files_closed < 2 and time.monotonic() < deadline:  # the idle flush closes both tables' files
         time.sleep(0.05)
@@ -127,7 +127,7 @@ def test_steady_traffic_still_rotates_on_time(tmp_path: Path) -> None:
     deadline = time.monotonic() + 4.0
     while time.monotonic() < deadline:  # a row pair every 50 ms for 4 s, the proxy's tick after each
         put_fetch(w, "111", 1, ev, s)
-        w.tick(time.monotonic_ns())
+        w.columns.tick(time.monotonic_ns())
         time.sleep(0.05)
     closed_while_running = len(list((tmp_path / "exchanges").rglob("*.parquet")))
     w.close()
@@ -148,9 +148,9 @@ def test_rows_go_to_the_writer_in_batches_not_one_by_one(tmp_path: Path) -> None
     assert w.queue.qsize() == 1 and w.columns.batch.rows == 0
     put_fetch(w, "111", 1, ev, s)
     t = time.monotonic_ns()
-    w.tick(t)  # under a second since the last hand-off: the rows wait
+    w.columns.tick(t)  # under a second since the last hand-off: the rows wait
     assert w.queue.qsize() == 1
-    w.tick(t + 1_000_000_000)
+    w.columns.tick(t + 1_000_000_000)
     assert w.queue.qsize() == 2 and w.columns.batch.rows == 0
     w.start()
     w.close()
