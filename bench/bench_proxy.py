@@ -168,7 +168,7 @@ async def round_trips(port: int, topic: str, n: int, direct_port: int | None = N
     md, _ = await c.call(apis.METADATA, 12, {"Topics": [{"Name": topic, "TopicId": uuid.UUID(int=0)}],
                                              "AllowAutoTopicCreation": False})
     tid = md["Topics"][0]["TopicId"]
-    from bench.load_connections import record_batch
+    from testkit.frames import record_batch
 
     batch = record_batch()
     calls: dict[str, tuple[int, int, dict[str, Any]]] = {

@@ -24,6 +24,7 @@ from fetchlat.protocol import apis
 
 from bench.kafka_client import AsyncClient, fetch_request
 from bench.procs import broker_and_proxy, cpu_s, histogram, quantile, rss_mb
+from testkit.frames import record_batch
 
 
 async def one(port: int, i: int, topic: str, deadline: float, stats: dict[str, list[float]], errors: list[str],
@@ -54,16 +55,6 @@ async def one(port: int, i: int, topic: str, deadline: float, stats: dict[str, l
         await c.close()
     except Exception as exc:  # counted and reported: a load run must say what failed
         errors.append(f"conn {i}: {exc!r}")
-
-
-def record_batch() -> bytes:
-    """One record, v2 batch, built by kafka-python's writer (an independent encoder)."""
-    from kafka.record.default_records import DefaultRecordBatchBuilder
-
-    b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=-1,
-                                  producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
-    b.append(0, timestamp=int(time.time() * 1000), key=None, value=b"x" * 100, headers=[])
-    return bytes(b.build())
 
 
 RECORD_BATCH = b""

@@ -18,6 +18,8 @@ from typing import Any
 from fetchlat.embedded.ports import connects, free_port_block, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
+from testkit.procfs import rss_mb  # noqa: F401 - the benches take it from here
+
 TANSU_NODE_ID = 111
 
 
@@ -87,13 +89,6 @@ def stop_processes(procs: list[subprocess.Popen[bytes]]) -> None:
             p.wait(15)
         except subprocess.TimeoutExpired:
             p.kill()
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def _stat(path: Path) -> tuple[str, float]:

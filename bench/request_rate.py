@@ -29,8 +29,8 @@ from fetchlat.protocol.framing import request_frame
 
 from bench.bench_proxy import NODE, TRACED, create_topics, target, trace_rows
 from bench.kafka_client import fetch_request
-from bench.load_connections import record_batch
 from bench.procs import cpu_s
+from testkit.frames import record_batch
 
 PATHS = ("fetchlat", "fetchlat+traces", "fetchlat-py", "relay", "haproxy")
 MIXES = ("ApiVersions", "Metadata", "Fetch(max_wait 0)", "Produce(1 record)")

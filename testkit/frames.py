@@ -1,7 +1,10 @@
-"""Small request and response frames built with fetchlat's own codec: what the scripted
-conversation tests and the fetch-road benchmark feed the proxy core."""
+"""Small request and response frames built with fetchlat's own codec (what the scripted
+conversation tests and the fetch-road benchmark feed the proxy core), and a record batch built
+by kafka-python's writer (what the load tests and benchmarks produce)."""
 
 from __future__ import annotations
+
+import time
 
 from fetchlat.protocol import apis
 from fetchlat.protocol.encoder import encode
@@ -33,3 +36,13 @@ def empty_fetch_response(corr: int, hw: int = 5, throttle_ms: int = 0) -> bytes:
         "Topic": "t", "Partitions": [{"PartitionIndex": 0, "HighWatermark": hw, "LastStableOffset": hw,
                                       "Records": None}]}]})
     return response_frame(apis.FETCH, 12, corr, body)
+
+
+def record_batch() -> bytes:
+    """One record of 100 bytes, v2 batch, built by kafka-python's writer (an independent encoder)."""
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=-1,
+                                  producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
+    b.append(0, timestamp=int(time.time() * 1000), key=None, value=b"x" * 100, headers=[])
+    return bytes(b.build())

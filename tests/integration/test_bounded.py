@@ -8,7 +8,6 @@ proxy's resident memory and open files must not grow with the 90 000 that follow
 from __future__ import annotations
 
 import asyncio
-import os
 import statistics
 import struct
 import time
@@ -20,6 +19,9 @@ from fetchlat.protocol import apis
 from fetchlat.protocol.encoder import encode
 from fetchlat.protocol.framing import request_frame
 
+from testkit.frames import record_batch
+from testkit.procfs import open_fds, rss_mb
+
 from .conftest import Broker, ProxyProc, start_proxy, stop_proxy, wait_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.long]
@@ -28,27 +30,6 @@ STEP = 10_000  # connections between samples; the first step is the warm-up
 STEPS = 10
 PARALLEL = 32
 TOPIC = "bounded"
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise AssertionError("no VmRSS")
-
-
-def open_fds(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
-
-
-def record_batch() -> bytes:
-    """One record, v2 batch, built by kafka-python's writer (an independent encoder)."""
-    from kafka.record.default_records import DefaultRecordBatchBuilder
-
-    b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=-1,
-                                  producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
-    b.append(0, timestamp=1_700_000_000_000, key=None, value=b"x" * 100, headers=[])
-    return bytes(b.build())
 
 
 BATCH = record_batch()

@@ -19,6 +19,8 @@ from fetchlat.protocol import apis
 from fetchlat.protocol.framing import request_frame
 from fetchlat.protocol.primitives import encode_string
 
+from testkit.procfs import rss_bytes
+
 from .conftest import ProxyProc, start_proxy, stop_proxy
 
 pytestmark = pytest.mark.integration
@@ -102,13 +104,6 @@ def flow_proxy(firehose: Firehose, tmp_path: Path) -> Iterator[ProxyProc]:
 
 def fetch_request(corr: int) -> bytes:
     return request_frame(apis.FETCH, 11, corr, "flow", bytes(40))
-
-
-def rss_bytes(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS")
 
 
 def test_pipelined_requests_answered_in_order(flow_proxy: ProxyProc) -> None:
