@@ -139,8 +139,14 @@ profile-proxy: deps
 load: $(STAMP)
 	$(BIN)/python bench/load_connections.py --connections 1000 --seconds 60
 
-soak: $(STAMP)
+BROKER ?= tansu
+HOURS ?= 2
+soak: $(STAMP)  # make soak (Tansu, 5 min) | make soak BROKER=kafka HOURS=2 (3 Kafka brokers, faults)
+ifeq ($(BROKER),kafka)
+	$(BIN)/python bench/soak_kafka.py --hours $(HOURS) --out build/soak-kafka
+else
 	$(BIN)/python bench/soak.py --seconds 300
+endif
 
 FUZZ_SECONDS ?= 300
 $(VENV)/.fuzz: $(STAMP)

@@ -189,6 +189,10 @@ PROXY = [
         Q(f"histogram_quantile(0.99, sum by (le, instance) (rate(fetchlat_event_loop_lag_seconds_bucket[{RI}])))",
           "p99 {{instance}}"),
     ), description="How late the loop ran a 100 ms timer: every connection of that proxy waited as long."),
+    Panel("Event-loop tasks (flat in a healthy proxy)", (
+        Q("sum by (instance) (fetchlat_event_loop_tasks)", "{{instance}}"),
+    ), unit="short", description="asyncio tasks alive on each proxy's loop: one per listener and the discovery; "
+                                 "connections are protocols, not tasks, so a count that grows is a leak."),
     Panel("Response receive stamps by source (kernel: packet arrival; clock: when the loop read it)", (
         Q(f"sum by (instance, source) (rate(fetchlat_stamps_total[{RI}]))", "{{source}} {{instance}}"),
     ), unit="short", description="With --stamps kernel every read of a plain broker connection is stamped by "

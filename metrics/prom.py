@@ -89,6 +89,9 @@ class ProxyMetrics:
             "How late the event loop ran a timer (sampled every 100 ms): time every connection waited",
             buckets=LATENCY_BUCKETS, registry=r,
         )
+        self.loop_tasks = Gauge("fetchlat_event_loop_tasks", "asyncio tasks alive on the proxy's event loop "
+                                "(flat in a healthy proxy: one per listener and discovery, none per request)",
+                                registry=r)
         self.added = Histogram(
             "fetchlat_proxy_added_seconds",
             "The proxy's own time per response chunk: read from the broker -> handed to the client socket",

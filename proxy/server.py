@@ -185,6 +185,7 @@ class Proxy:
                  f" (fronting broker {self.cfg.sidecar_node}; addresses pass unchanged)" if self.cfg.sidecar else "")
         self._tick_due_ns = clock.now_ns() + TICK_NS
         self._tick_handle = loop.call_later(TICK_S, self._tick)
+        self.metrics.loop_tasks.set_function(lambda: len(asyncio.all_tasks(loop)))  # read at scrape time
         self._tasks.append(loop.create_task(self.discovery.run()))
 
     async def stop(self, drain_s: float = 0.0) -> None:
