@@ -70,9 +70,10 @@ class ClusterView:
         return bool(self.unnamed) or self.leaders_wanted
 
     def learn_leaders(self, leaders: tuple[tuple[str, int, int], ...], everything: bool = False) -> None:
-        """Partition leaders from a Metadata response; ``everything``: every topic's."""
-        if len(self.leaders) + len(leaders) > MAX_PARTITIONS:
-            self.leaders.clear()
+        """Partition leaders from a Metadata response; ``everything``: every topic's (the
+        leaders of partitions it left out, of topics deleted since, go)."""
+        if everything or len(self.leaders) + len(leaders) > MAX_PARTITIONS:
+            self.leaders = {}
         for topic, partition, leader in leaders:
             self.leaders[(topic, partition)] = leader
             self._leaderless.discard((topic, partition))

@@ -18,6 +18,7 @@ from typing import Final
 from ..protocol.events import FetchExchanged, ProduceExchanged
 from ..protocol.fetch import FetchPartitionResponse
 from ..protocol.produce import ProduceRequestInfo
+from ..protocol.sessions import TopicKey
 from .cluster import MAX_PARTITIONS, ClusterView
 from .vocabulary import Kind, Outcome, WaitSource, fetch_kind
 
@@ -293,6 +294,23 @@ class LatencyModel:
                 self._parts.popitem(last=False)
             p = self._parts[key] = _Partition()
         return p
+
+    def learn_every_topic(self, topics: tuple[tuple[str, TopicKey], ...],
+                          leaders: tuple[tuple[str, int, int], ...]) -> int:
+        """A Metadata answer naming every topic the broker has: the cluster view takes it, and
+        what the model holds of partitions of any other topic (deleted since) goes. Returns how
+        many partitions went."""
+        self.cluster.learn_topic_ids(topics, everything=True)
+        self.cluster.learn_leaders(leaders, everything=True)
+        names = {name for name, _ in topics} | {t for t, _, _ in leaders}
+        gone = [key for key in self._parts if key[0] not in names]
+        for key in gone:
+            del self._parts[key]
+        return len(gone)
+
+    @property
+    def partitions_held(self) -> int:
+        return len(self._parts)
 
     def _mono(self, wall_ms: int) -> int:
         return wall_ms * NS_PER_MS - self.wall_minus_mono_ns

@@ -69,6 +69,7 @@ class Config:
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     connect_timeout_s: float = 10.0
     metadata_refresh_s: float = 30.0
+    topic_refresh_s: float = 300.0  # ask for every topic this often: what is held of deleted topics goes
     log_level: str = "INFO"
     wait_time_tag: int | None = None  # top-level Fetch response tag carrying a broker's WaitTimeMs
     expiry_overshoot_ms: float = DEFAULT_EXPIRY_OVERSHOOT_NS / 1e6  # the broker's purgatory timer lateness
@@ -175,6 +176,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("nodes", "per-node overrides: {id: {listen: HOST:PORT, advertise: HOST:PORT, remote: bool}}"),
     Setting("connect_timeout_s", "how long one connection attempt to a broker may take (default 10)"),
     Setting("metadata_refresh_s", "how often broker metadata is re-read (default 30)", reloadable=True),
+    Setting("topic_refresh_s", "how often every topic's id and leaders are re-read while the proxy holds state "
+                               "for some partition; what it holds of deleted topics then goes (default 300)",
+            reloadable=True),
     Setting("idle_timeout_s", "close a client connection idle this long (default 600)", reloadable=True),
     Setting("partial_frame_timeout_s", "close a client that began a request and did not finish it (default 30)",
             reloadable=True),
@@ -350,6 +354,7 @@ def load_config(cli: dict[str, Any], env: dict[str, str] | None = None) -> Confi
         max_frame_bytes=_positive_int(merged.get("max_frame_bytes", DEFAULT_MAX_FRAME_BYTES), "max_frame_bytes"),
         connect_timeout_s=float(merged.get("connect_timeout_s", 10.0)),
         metadata_refresh_s=float(merged.get("metadata_refresh_s", 30.0)),
+        topic_refresh_s=_positive_float(merged.get("topic_refresh_s", 300.0), "topic_refresh_s"),
         log_level=level,
         wait_time_tag=_tag(merged.get("wait_time_tag")),
         expiry_overshoot_ms=_positive_float(merged.get("expiry_overshoot_ms", DEFAULT_EXPIRY_OVERSHOOT_NS / 1e6),

@@ -9,7 +9,9 @@ meets an id it cannot name (``wants_topics``), the next round also asks for ever
 (Metadata v12, all topics), at most once per ``TOPICS_MIN_INTERVAL_S``. The same answer names
 every partition's leader: a sidecar whose broker serves a consumer as a follower (KIP-392)
 dates that fetch's data differently (``metrics/model.py``), and asks when it meets a partition
-whose leader it does not know.
+whose leader it does not know. Topics come and go all day: while the model holds some
+partition, the same ask repeats every ``topic_refresh_s``, and what the model holds of a topic
+the answer no longer names goes.
 
 Built on the codec: the request frame from ``protocol.framing``, the response read with the
 frame limit, decoded by the spec-driven walker; any ``ProtocolError`` (a garbled or hostile
@@ -149,8 +151,10 @@ class Discovery:
                  refresh_s: Callable[[], float], max_frame_bytes: int,
                  log_throttled: Callable[..., None],
                  wants_topics: Callable[[], bool] = lambda: False,
-                 learn_topics: Callable[[tuple[tuple[str, uuid.UUID], ...]], None] = lambda _t: None,
-                 learn_leaders: Callable[[tuple[tuple[str, int, int], ...]], None] = lambda _l: None) -> None:
+                 holds_topics: Callable[[], bool] = lambda: False,
+                 topic_refresh_s: Callable[[], float] = lambda: float("inf"),
+                 learn_every_topic: Callable[[tuple[tuple[str, uuid.UUID], ...], tuple[tuple[str, int, int], ...]],
+                                             None] = lambda _t, _l: None) -> None:
         self.upstreams = upstreams
         self.learn = learn
         self.tls = tls
@@ -160,8 +164,9 @@ class Discovery:
         self.max_frame_bytes = max_frame_bytes
         self.log_throttled = log_throttled
         self.wants_topics = wants_topics
-        self.learn_topics = learn_topics
-        self.learn_leaders = learn_leaders
+        self.holds_topics = holds_topics
+        self.topic_refresh_s = topic_refresh_s
+        self.learn_every_topic = learn_every_topic
         self._topics_at = -TOPICS_MIN_INTERVAL_S  # monotonic s of the last topic-id round
         self.metadata_ok = False
         self.failures = 0  # rounds in which no bootstrap broker answered
@@ -171,6 +176,17 @@ class Discovery:
 
     def topics_due(self) -> bool:
         return time.monotonic() - self._topics_at >= TOPICS_MIN_INTERVAL_S
+
+    def asks_topics(self) -> bool:
+        """Whether the next round asks for every topic: an id without a name or a partition
+        without a known leader was met, or ``topic_refresh_s`` passed since the last ask while
+        the model holds some partition (so what it holds of a deleted topic goes in time); at
+        most once per ``TOPICS_MIN_INTERVAL_S`` either way."""
+        if not self.topics_due():
+            return False
+        if self.wants_topics():
+            return True
+        return self.holds_topics() and time.monotonic() - self._topics_at >= self.topic_refresh_s()
 
     def kick(self) -> None:
         """Re-check now (a connection to a broker failed, or a topic id has no name)."""
@@ -195,14 +211,13 @@ class Discovery:
                                    host, port, exc or "timeout")
                 continue
             self.learn(tuple(brokers))
-            if not self._passive and self.wants_topics() and self.topics_due():
+            if not self._passive and self.asks_topics():
                 self._topics_at = time.monotonic()
                 try:
                     ids, leaders = await asyncio.wait_for(fetch_topics(
                         host, port, self.tls, self.server_hostname, max_frame_bytes=self.max_frame_bytes),
                         self.connect_timeout_s)
-                    self.learn_topics(tuple(ids))
-                    self.learn_leaders(tuple(leaders))
+                    self.learn_every_topic(tuple(ids), tuple(leaders))
                 except (TimeoutError, OSError, BadAnswer, NoAnswer) as exc:
                     self.log_throttled("topics_failed", logging.WARNING, "topic ids from %s:%d failed: %s",
                                        host, port, exc or "timeout")

@@ -65,15 +65,16 @@ class Proxy:
         self._stamping = keep_stamping_on() if self.conn.kernel_stamps else None
         self.listeners = NodeListeners(cfg, self._node_factory,
                                        lambda: metrics.connection_errors.labels("listener_bind_failed").inc())
-        cluster = self.observer.model.cluster  # what the sidecar knows of topics and leaders
+        model = self.observer.model  # what the sidecar knows of topics, leaders and partitions
         self.discovery = Discovery(cfg.upstreams, self.learn, tls=upstream_tls,
                                    server_hostname=cfg.upstream_server_hostname,
                                    connect_timeout_s=cfg.connect_timeout_s,
                                    refresh_s=lambda: self.cfg.metadata_refresh_s,
                                    max_frame_bytes=cfg.max_frame_bytes, log_throttled=self.log_throttled,
-                                   wants_topics=lambda: cluster.wants_topics,
-                                   learn_topics=lambda t: cluster.learn_topic_ids(t, everything=True),
-                                   learn_leaders=lambda lead: cluster.learn_leaders(lead, everything=True))
+                                   wants_topics=lambda: model.cluster.wants_topics,
+                                   holds_topics=lambda: model.partitions_held > 0,
+                                   topic_refresh_s=lambda: self.cfg.topic_refresh_s,
+                                   learn_every_topic=model.learn_every_topic)
         self.traces: TraceWriter | None = None  # set by the CLI when --trace-dir is given
         self.servers: list[asyncio.Server] = []
         self.last_beat_ns = clock.now_ns()
@@ -240,8 +241,8 @@ class Proxy:
         self._tick_handle = asyncio.get_running_loop().call_later(TICK_S, self._tick)
         if self.traces is not None:
             self.traces.columns.tick(woke)  # rows gathered go to the writer thread once a second
-        if self.observer.model.cluster.wants_topics and self.discovery.topics_due():
-            self.discovery.kick()  # a topic id without a name, a leader unknown: ask now
+        if self.discovery.asks_topics():
+            self.discovery.kick()  # a topic id without a name, a leader unknown, or the refresh due: ask now
         self._beat += 1
         if self._beat % BEATS_PER_HEARTBEAT == 0:
             self.last_beat_ns = woke

@@ -275,6 +275,22 @@ def test_topic_names_hold_what_exists_and_stay_bounded() -> None:
     assert len(c.topic_names) <= MAX_PARTITIONS
 
 
+def test_a_full_answer_lets_go_of_what_the_model_held_of_deleted_topics() -> None:
+    """A topic deleted (its partitions no longer in the broker's answer for every topic): the
+    model's per-partition state and the partition leaders of that topic go; the others stay."""
+    import uuid
+
+    m = LatencyModel(wall_minus_mono_ns=0)
+    m.on_produce(produce_ev(T0, T0 + MS, 0, 1))  # topic "t", partition 0
+    assert m.partitions_held == 1
+    m.cluster.learn_leaders((("t", 0, 1), ("old", 0, 1)))
+    assert m.learn_every_topic((("t", uuid.UUID(int=1)),), (("t", 0, 1),)) == 0  # "t" exists: kept
+    assert m.partitions_held == 1 and m.cluster.leaders == {("t", 0): 1}  # "old" is gone from the leaders
+    assert m.learn_every_topic((("u", uuid.UUID(int=2)),), (("u", 0, 1),)) == 1  # "t" deleted since
+    assert m.partitions_held == 0 and m.cluster.leaders == {("u", 0): 1} and m.cluster.topic_names == {
+        uuid.UUID(int=2): "u"}
+
+
 def test_a_follower_serving_a_consumer_dates_its_data_by_the_answer() -> None:
     """KIP-392: broker 2 serves a consumer for a partition broker 1 leads. The record was made
     10 ms before the fetch, yet broker 2 showed it only once its high watermark moved (the

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+import time
 import uuid
 
 import pytest
@@ -133,8 +134,8 @@ def test_a_topic_id_without_a_name_makes_the_next_round_ask_for_every_topic() ->
             d = Discovery((("127.0.0.1", port),), lambda _b: None, tls=None, server_hostname=None,
                           connect_timeout_s=2.0, refresh_s=lambda: 30.0, max_frame_bytes=1 << 20,
                           log_throttled=lambda *a: None, wants_topics=lambda: wants[0],
-                          learn_topics=lambda t: (learned.append(t), wants.__setitem__(0, False)),
-                          learn_leaders=leaders.append)
+                          learn_every_topic=lambda t, lead: (learned.append(t), leaders.append(lead),
+                                                             wants.__setitem__(0, False)))
             assert await d._one_round()
             assert not d.topics_due()  # at most one such round per TOPICS_MIN_INTERVAL_S
             assert await d._one_round()  # brokers only: nothing wants names now
@@ -147,3 +148,22 @@ def test_a_topic_id_without_a_name_makes_the_next_round_ask_for_every_topic() ->
                                                                   (apis.METADATA, 1)]
     assert tuple(topic_ids_of(response_frame(apis.METADATA, 12, 2, TOPICS)[4:])) == learned[0]
     assert topics_request(2)[12:14] == struct.pack(">h", len("fetchlat-proxy"))
+
+
+def test_every_topic_is_asked_for_again_after_topic_refresh_s_while_partitions_are_held() -> None:
+    """Topics are deleted all day: while the model holds some partition, the ask for every topic
+    repeats every ``topic_refresh_s`` (so what it holds of a deleted topic goes), and never
+    more often than ``TOPICS_MIN_INTERVAL_S``; with nothing held, it is not asked for."""
+    holds, refresh = [False], [3600.0]
+    d = Discovery((("127.0.0.1", 1),), lambda _b: None, tls=None, server_hostname=None, connect_timeout_s=1.0,
+                  refresh_s=lambda: 30.0, max_frame_bytes=1 << 20, log_throttled=lambda *a: None,
+                  holds_topics=lambda: holds[0], topic_refresh_s=lambda: refresh[0])
+    assert d.asks_topics() is False  # nothing held, nothing unnamed
+    holds[0] = True
+    assert d.asks_topics() is True  # never asked yet
+    d._topics_at = time.monotonic()
+    assert d.asks_topics() is False  # asked just now; the next in an hour
+    refresh[0] = 0.0
+    assert d.asks_topics() is False  # still at most once per TOPICS_MIN_INTERVAL_S
+    d._topics_at = time.monotonic() - 1.5
+    assert d.asks_topics() is True
