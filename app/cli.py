@@ -1,7 +1,7 @@
 """The ``fetchlat`` command: one parser built from the subcommands each package owns, and the
 dispatch. ``proxy`` (``proxy/cli.py``), ``pcap`` (``capture/run.py``), ``analyze``
-(``analysis/cli.py``) and ``perf`` (``perf/cli.py``) parse their own flags; ``demo`` is parsed
-here and runs ``app/demo.py``."""
+(``analysis/cli.py``), ``perf`` (``perf/cli.py``) and ``verify`` (``verify/cli.py``) parse
+their own flags; ``demo`` is parsed here and runs ``app/demo.py``."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from ..analysis import cli as analysis_cli
 from ..capture import run as capture_cli
 from ..perf import cli as perf_cli
 from ..proxy import cli as proxy_cli
+from ..verify import cli as verify_cli
 
 
 def _demo_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -33,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     analysis_cli.add_parser(sub)
     perf_cli.add_parser(sub)
     capture_cli.add_parser(sub)
+    verify_cli.add_parser(sub)
     return parser
 
 
@@ -47,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
         return int(perf_cli.run(args))
     if args.command == "pcap":
         return int(capture_cli.run(args))
+    if args.command == "verify":
+        return int(verify_cli.run(args))
     if args.command == "demo":
         from .demo import run_demo
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 from fetchlat.app.cli import build_parser, main
 
-PINNED = ("proxy", "demo", "analyze", "perf", "pcap")
+PINNED = ("proxy", "demo", "analyze", "perf", "pcap", "verify")
 
 
 def test_every_pinned_command_is_in_the_one_parser() -> None:
@@ -26,4 +26,4 @@ def test_a_missing_command_is_refused_with_the_list() -> None:
 def test_the_module_is_the_command() -> None:
     r = subprocess.run([sys.executable, "-m", "fetchlat.app", "--help"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0
-    assert "{proxy,demo,analyze,perf,pcap}" in r.stdout
+    assert "{proxy,demo,analyze,perf,pcap,verify}" in r.stdout
