@@ -5,13 +5,15 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 COMPILED := $(VENV)/.compiled
 # the folders pyproject maps into the fetchlat package (docs/architecture.md draws them)
-PACKAGES := protocol metrics proxy capture analysis verify perf embedded app
-HOT_SOURCES := setup.py $(wildcard protocol/*.py metrics/*.py proxy/*.py)
+PACKAGES := protocol metrics proxy capture analysis verify perf embedded app native
+HOT_SOURCES := setup.py $(wildcard protocol/*.py metrics/*.py proxy/*.py native/*.py native/src/*.rs) native/Cargo.toml
+# rustup's cargo, for a shell that never sourced ~/.cargo/env (the native core's build)
+export PATH := $(HOME)/.cargo/bin:$(PATH)
 DEB_PACKAGES := kcat haproxy prometheus chromium tcpdump tshark
 # Commands the build and the tests run, each with the Debian package that brings it when it is
 # missing: Java 17 with its compiler (Spark, Apache Kafka, the Java client's scenarios run as
-# source files), Maven (Kafka's jars), Node.js and npm (the KafkaJS tests)
-TOOLS := javac:openjdk-17-jdk-headless mvn:maven node:nodejs npm:npm
+# source files), Maven (Kafka's jars), Node.js and npm (the KafkaJS tests), cargo (the native core)
+TOOLS := javac:openjdk-17-jdk-headless mvn:maven node:nodejs npm:npm cargo:cargo
 
 .PHONY: debs test test-long test-pure demo lint typecheck unit integration deps clean bench-observe bench-analyze load soak fuzz bench-proxy \
 	bench-memory bench-codec profile-proxy bench-core bench-rate bench-accuracy profile-api bench-pcap bench-scale bench-prune bench-incremental
@@ -24,9 +26,10 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	FETCHLAT_PURE_PYTHON=1 $(BIN)/pip install -q -e '.[test]'
 	touch $(STAMP)
 
-# The hot path compiled with mypyc (setup.py), rebuilt whenever a source changes. Without a C
-# compiler, or with FETCHLAT_PURE_PYTHON=1, the same sources run as Python; it says which.
-$(COMPILED): $(STAMP) $(HOT_SOURCES)
+# The hot path compiled with mypyc and the native core built with cargo (setup.py), rebuilt
+# whenever a source changes. Without a C compiler, or with FETCHLAT_PURE_PYTHON=1, the same
+# sources run as Python; without cargo, the compiled build runs without the native core; it says which.
+$(COMPILED): $(STAMP) $(HOT_SOURCES) | debs
 	$(BIN)/pip install -q --no-deps -e . > $(VENV)/compile.log 2>&1 || (tail -40 $(VENV)/compile.log; exit 1)
 	$(BIN)/python -c "from fetchlat.proxy.build import hot_path as h, hot_path_reason as r; print('hot path:', h(), '-', r())"
 	touch $@

@@ -1,10 +1,14 @@
-"""The compiled hot path: pyproject.toml says everything else.
+"""The compiled hot path and the native core: pyproject.toml says everything else.
 
 ``pip install`` compiles the modules listed in ``protocol/compiled.py`` (``HOT``) with mypyc
 when a C compiler and the Python headers are present; without them, or with
 ``FETCHLAT_PURE_PYTHON=1``, it installs the pure-Python package (the same sources). The build
 writes ``hot_sources.json`` (each source's SHA-256) beside the extensions, so that an edited
 checkout falls back to its source instead of running stale compiled code.
+
+The native core (``native/src/lib.rs``, Rust through PyO3, ``docs/architecture.md``) is built
+by setuptools-rust when cargo is present (on PATH or in ``~/.cargo/bin``) and the build is not
+pure; without cargo, the install says so and the Python road runs (``native/__init__.py``).
 
 mypyc names a module after its path, and this checkout maps ``fetchlat.protocol`` to
 ``protocol/`` (pyproject's ``package-dir``), so the sources are staged under
@@ -25,7 +29,7 @@ from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
 HERE = Path(__file__).resolve().parent
-PACKAGES = ("protocol", "metrics", "proxy")
+PACKAGES = ("protocol", "metrics", "proxy", "native")  # staged for the type check; HOT is what compiles
 GROUP = "fetchlat.protocol.hot"  # the shared library: fetchlat/protocol/hot__mypyc.*.so
 
 
@@ -86,6 +90,43 @@ def extensions() -> list:
     return exts
 
 
+def cargo() -> str | None:
+    """cargo on PATH, or where rustup puts it (a shell that never sourced ~/.cargo/env)."""
+    found = shutil.which("cargo")
+    if found is None:
+        home = Path.home() / ".cargo" / "bin" / "cargo"
+        if home.exists():
+            os.environ["PATH"] = f"{home.parent}{os.pathsep}{os.environ.get('PATH', '')}"
+            found = str(home)
+    return found
+
+
+def why_not_native() -> str | None:
+    pure = compiled.pure_requested()
+    if pure is not None:
+        return pure
+    if os.environ.get("FETCHLAT_NATIVE", "") == "0":
+        return "FETCHLAT_NATIVE=0"
+    if cargo() is None:
+        return "no cargo (Rust) on PATH or in ~/.cargo/bin"
+    try:
+        import setuptools_rust  # noqa: F401
+    except ImportError:
+        return "setuptools-rust is not installed in the build environment"
+    return None
+
+
+def rust_extensions() -> list:
+    why = why_not_native()
+    if why is not None:
+        print(f"fetchlat: installing without the native core: {why}", file=sys.stderr)
+        return []
+    from setuptools_rust import Binding, RustExtension
+
+    return [RustExtension("fetchlat.native._core", path="native/Cargo.toml", binding=Binding.PyO3,
+                          debug=False)]
+
+
 class BuildExt(build_ext):
     """Writes the manifest of compiled sources beside the shared library."""
 
@@ -108,4 +149,4 @@ class BuildExt(build_ext):
 
 
 if __name__ == "__main__":
-    setup(ext_modules=extensions(), cmdclass={"build_ext": BuildExt})
+    setup(ext_modules=extensions(), rust_extensions=rust_extensions(), cmdclass={"build_ext": BuildExt})

@@ -1,6 +1,7 @@
 """What reading a socket for its kernel stamps costs, alone: a bare relay on uvloop between a
 client and an echo server (three processes), its broker-facing leg read either by uvloop's
-transport (``plain``) or by ``fetchlat.proxy.stamps.StampedReader`` (``stamped``), alternated.
+transport (``plain``) or by ``fetchlat.proxy.stamps.StampedReader``, on its Python road
+(``stamped``, ``FETCHLAT_NATIVE=0``) or through the native core (``native``), in rotation.
 Prints the relay's CPU per round trip of a 100-byte message.
 
     python bench/stamp_cost.py --round-trips 40000 --pairs 3
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing as mp
+import os
 import resource
 import socket
 import subprocess
@@ -62,7 +64,7 @@ async def relay(mode: str, echo_port: int, n: int) -> float:
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             self.t: Any = transport
-            if mode == "stamped":
+            if mode in ("stamped", "native"):
                 self.reader = StampedReader.open(loop, transport, StampCounts(), self.got, transport.close,
                                                  lambda exc: None)
 
@@ -126,16 +128,24 @@ def main() -> int:
     if a.one:
         print(f"{one(a.one, a.round_trips):.2f}")
         return 0
-    got: dict[str, list[float]] = {"plain": [], "stamped": []}
+    from fetchlat import native
+
+    modes = ["plain", "stamped"] + (["native"] if native.core() is not None else [])
+    if len(modes) == 2:
+        print(f"no native core: {native.reason()}")
+    got: dict[str, list[float]] = {m: [] for m in modes}
     for i in range(a.pairs):
-        for mode in ("plain", "stamped") if i % 2 == 0 else ("stamped", "plain"):
+        for mode in modes[i % len(modes):] + modes[:i % len(modes)]:  # each goes first in turn
+            env = {**os.environ, **({"FETCHLAT_NATIVE": "0"} if mode == "stamped" else {})}
             r = subprocess.run([sys.executable, __file__, "--one", mode, "--round-trips", str(a.round_trips)],
-                               capture_output=True, text=True, timeout=600, check=True)
+                               capture_output=True, text=True, timeout=600, check=True, env=env)
             got[mode].append(float(r.stdout.strip().splitlines()[-1]))
     for mode, xs in got.items():
         print(f"{mode:8s} relay CPU per round trip: " + " / ".join(f"{x:.1f}" for x in xs) + " µs")
     med = {m: sorted(xs)[len(xs) // 2] for m, xs in got.items()}
-    print(f"stamped - plain (medians): {med['stamped'] - med['plain']:+.1f} µs per round trip")
+    print(f"stamped - plain (medians): {med['stamped'] - med['plain']:+.1f} µs per round trip (the Python road)")
+    if "native" in med:
+        print(f"native - plain (medians): {med['native'] - med['plain']:+.1f} µs per round trip (the native core)")
     return 0
 
 

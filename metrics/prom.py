@@ -75,7 +75,7 @@ class ProxyMetrics:
             "(counted in e2e, not in request or fetch durations)", buckets=LATENCY_BUCKETS, registry=r,
         )
         self.build_info = Gauge("fetchlat_build_info", "1, labelled with the version, the build of the hot path "
-                                "that runs (compiled or python) and where responses' receive stamps come from "
+                                "that runs (native, compiled or python) and where responses' receive stamps come from "
                                 "(kernel or clock)", ["version", "hot_path", "stamps"], registry=r)
         self.build_info.labels(version, hot_path, stamps).set(1)
         self.stamps = StampCounters()  # fetchlat_stamps_total{source}

@@ -15,6 +15,12 @@ transport, or the socket option refused) the clock read stays. ``StampCounts`` s
 reads were stamped from each source (``fetchlat_stamps_total{source}``); the proxy logs at start
 which source it uses and labels ``fetchlat_build_info{stamps}`` with it.
 
+Where the native core is loaded (``native/``), each read is its ``StampedRecv.recv``: the same
+``recvmsg`` into a buffer the core owns, the stamp parsed there, the bytes and the kernel's time
+handed back as one pair (no tuples, ancillary list or struct unpack per read); the clock reads
+and the move onto the monotonic clock stay here. ``tests/proxy/test_stamps_native.py`` holds
+the two roads to the same bytes, stamps and errors.
+
 Requests keep the clock: the proxy writes a request to the broker the moment it reads it, so the
 clock read then is when the broker's part begins; the time the request sat in the proxy's socket
 before that was the proxy's own, not the broker's.
@@ -28,8 +34,9 @@ import socket
 import struct
 import sys
 from collections.abc import Callable
-from typing import Final
+from typing import Any, Final
 
+from .. import native
 from . import clock
 
 SO_TIMESTAMPNS: Final = 35  # Linux (SO_TIMESTAMPNS_OLD); Python's socket module does not name it
@@ -44,6 +51,14 @@ _TIMESPEC: Final = struct.Struct("qq")
 _BUF: Final = bytearray(READ_BYTES)
 _VIEW: Final = memoryview(_BUF)
 _BUFS: Final = [_VIEW]
+_CORE = native.core()
+# the native core's reader (it owns its own buffer, the same size), or None: the Python road
+_NATIVE_RECV = _CORE.StampedRecv() if _CORE is not None else None
+
+
+def road() -> str:
+    """Which road reads broker sockets: ``native`` or ``python``."""
+    return "native" if _NATIVE_RECV is not None else "python"
 
 
 def kernel_stamps_possible() -> bool:
@@ -152,6 +167,12 @@ class StampedReader:
             self.sock.close()
 
     def _readable(self) -> None:
+        if _NATIVE_RECV is not None:
+            self._readable_native(_NATIVE_RECV)
+        else:
+            self._readable_python()
+
+    def _readable_python(self) -> None:
         try:
             n, ancillary, _, _ = self.sock.recvmsg_into(_BUFS, ANCILLARY_BYTES)
         except (BlockingIOError, InterruptedError):
@@ -176,3 +197,27 @@ class StampedReader:
         else:
             self.counts.clock += 1
         self.deliver(bytes(_VIEW[:n]), t_ns)
+
+    def _readable_native(self, recv: Any) -> None:
+        """The same read through the native core: ``(bytes, wall_ns)`` (``wall_ns`` -1 without
+        a kernel stamp), None for nothing there, empty bytes at the peer's close."""
+        try:
+            got = recv.recv(self.fd)
+        except OSError as exc:
+            self.stop()
+            self.failed(exc)
+            return
+        if got is None:
+            return
+        data, wall_ns = got
+        if not data:
+            self.stop()
+            self.eof()
+            return
+        t_ns = now = clock.now_ns()
+        if wall_ns >= 0:
+            t_ns = min(now, wall_ns - (clock.wall_ns() - now))
+            self.counts.kernel += 1
+        else:
+            self.counts.clock += 1
+        self.deliver(data, t_ns)

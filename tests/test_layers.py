@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parents[1]
-PACKAGES = ("protocol", "metrics", "proxy", "capture", "analysis", "verify", "perf", "embedded", "app")
+PACKAGES = ("protocol", "metrics", "proxy", "capture", "analysis", "verify", "perf", "embedded", "app", "native")
 IO_MODULES = {"asyncio", "socket", "uvloop", "time", "selectors", "threading", "ssl"}
 RULES = {
     "protocol": IO_MODULES | {"prometheus_client", "fetchlat.metrics", "fetchlat.proxy"},
@@ -37,7 +37,7 @@ RULES = {
 TRACE_READERS_ALLOWED = {"fetchlat.metrics.trace_schema", "fetchlat.metrics.trace_layout",
                          "fetchlat.metrics.vocabulary"}
 # Each package's floor (docs/architecture.md): a package imports only packages on lower floors.
-FLOORS = {"protocol": 1, "perf": 1, "embedded": 1, "metrics": 2, "proxy": 3, "analysis": 3, "verify": 3,
+FLOORS = {"protocol": 1, "perf": 1, "embedded": 1, "native": 1, "metrics": 2, "proxy": 3, "analysis": 3, "verify": 3,
           "capture": 4, "app": 5}
 
 

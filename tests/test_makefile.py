@@ -42,7 +42,10 @@ def test_java_maven_node_and_npm_are_installed_when_missing(tmp_path: Path) -> N
     assert lines[0] == "update -qq"
     installed = lines[1].split()
     assert installed[:3] == ["install", "-y", "-qq"]
-    assert sorted(installed[3:]) == ["maven", "nodejs", "npm", "openjdk-17-jdk-headless"]
+    # cargo is asked for too unless rustup's is in ~/.cargo/bin (the Makefile puts it on PATH)
+    rustup = (Path.home() / ".cargo" / "bin" / "cargo").exists()
+    assert sorted(installed[3:]) == sorted(["maven", "nodejs", "npm", "openjdk-17-jdk-headless",
+                                            *([] if rustup else ["cargo"])])
 
 
 def test_the_debian_tools_are_installed_when_dpkg_lacks_them(tmp_path: Path) -> None:
@@ -52,11 +55,11 @@ def test_the_debian_tools_are_installed_when_dpkg_lacks_them(tmp_path: Path) -> 
     assert {"kcat", "haproxy", "prometheus", "chromium", "tcpdump", "tshark"} <= set(installed)
 
 
-@pytest.mark.skipif(not all(shutil.which(t) for t in ("javac", "mvn", "node", "npm")),
+@pytest.mark.skipif(not all(shutil.which(t) for t in ("javac", "mvn", "node", "npm", "cargo")),
                     reason="this machine lacks one of the tools itself")
 def test_nothing_is_asked_for_where_the_tools_are_found(tmp_path: Path) -> None:
     bin_dir, asked = _bare_path(tmp_path, dpkg_knows_all=True)
-    tools = {t: shutil.which(t) for t in ("javac", "mvn", "node", "npm")}
+    tools = {t: shutil.which(t) for t in ("javac", "mvn", "node", "npm", "cargo")}
     for name, where in tools.items():
         assert where is not None
         (bin_dir / name).symlink_to(where)

@@ -1,0 +1,66 @@
+"""fetchlat.native: the door to the native core, the broker side's per-read road in Rust
+(``native/src/lib.rs``, built through PyO3 by ``pip install`` / ``make`` where cargo is present).
+
+One room, one door: Python code reaches the core only through ``core()``, which returns the
+loaded module or None, and ``reason()``, which says why. The Python road stays, always: the
+core is not used when
+
+- ``FETCHLAT_PURE_PYTHON=1`` is set (everything runs as Python), or ``FETCHLAT_NATIVE=0``;
+- it was not built (no cargo at install time: the install says so);
+- the checkout's ``native/src/lib.rs`` is not the source it was built from (the module carries
+  its own source: an edited checkout must not run yesterday's core; ``make`` rebuilds it).
+
+What it does today (``docs/architecture.md``, "The native core"): ``StampedRecv.recv(fd)``, one
+``recvmsg`` of a broker socket with the kernel's receive stamp, for ``proxy/stamps.py``.
+Imports nothing of fetchlat: it is the floor the others stand on.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib
+import os
+from pathlib import Path
+from types import ModuleType
+from typing import Final
+
+PURE_ENV: Final = "FETCHLAT_PURE_PYTHON"  # protocol/compiled.py's switch: everything as Python
+NATIVE_ENV: Final = "FETCHLAT_NATIVE"  # 0: the compiled build without the native core
+SOURCE: Final = Path(__file__).resolve().parent / "src" / "lib.rs"
+
+
+def _off_by_env() -> str | None:
+    pure = os.environ.get(PURE_ENV, "")
+    if pure not in ("", "0"):
+        return f"{PURE_ENV}={pure}"
+    if os.environ.get(NATIVE_ENV, "") == "0":
+        return f"{NATIVE_ENV}=0"
+    return None
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@functools.cache
+def _load() -> tuple[ModuleType | None, str]:
+    off = _off_by_env()
+    if off is not None:
+        return None, off
+    try:
+        mod = importlib.import_module("fetchlat.native._core")
+    except ImportError as exc:
+        return None, f"not built ({exc}): pip install / make builds it where cargo is present"
+    if SOURCE.exists() and _digest(SOURCE.read_text()) != _digest(mod.SOURCE):
+        return None, "stale native build: native/src/lib.rs changed since it was built (make rebuilds it)"
+    return mod, "native core loaded (native/src/lib.rs)"
+
+
+def core() -> ModuleType | None:
+    """The native core, or None (the Python road runs; ``reason()`` says why)."""
+    return _load()[0]
+
+
+def reason() -> str:
+    return _load()[1]
