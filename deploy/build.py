@@ -189,6 +189,12 @@ PROXY = [
         Q(f"histogram_quantile(0.99, sum by (le, instance) (rate(fetchlat_event_loop_lag_seconds_bucket[{RI}])))",
           "p99 {{instance}}"),
     ), description="How late the loop ran a 100 ms timer: every connection of that proxy waited as long."),
+    Panel("The broker's expiry overshoot, as the model uses it, and the sidecars' probes", (
+        Q("max by (instance) (fetchlat_broker_expiry_overshoot_seconds)", "overshoot {{instance}}"),
+        Q(f"sum by (instance, result) (increase(fetchlat_calibration_probes_total[{RI}])) / 1000",
+          "probes/1000 {{result}} {{instance}}"),
+    ), description="A sidecar learns how late its broker's purgatory timer lets an expired fetch go (a probe "
+                   "pair every 30 s, on its own connection); --expiry-overshoot-ms sets it instead."),
     Panel("Event-loop tasks (flat in a healthy proxy)", (
         Q("sum by (instance) (fetchlat_event_loop_tasks)", "{{instance}}"),
     ), unit="short", description="asyncio tasks alive on each proxy's loop: one per listener and the discovery; "

@@ -89,6 +89,12 @@ class ProxyMetrics:
             "How late the event loop ran a timer (sampled every 100 ms): time every connection waited",
             buckets=LATENCY_BUCKETS, registry=r,
         )
+        self.expiry_overshoot = Gauge("fetchlat_broker_expiry_overshoot_seconds",
+                                      "How long past max wait the broker lets an expired fetch go, as the model "
+                                      "uses it: learned by the sidecar's probes, set (--expiry-overshoot-ms), or "
+                                      "the default", registry=r)
+        self.calibration = CalibrationCounters()  # fetchlat_calibration_probes_total{result}
+        r.register(self.calibration)
         self.loop_tasks = Gauge("fetchlat_event_loop_tasks", "asyncio tasks alive on the proxy's event loop "
                                 "(flat in a healthy proxy: one per listener and discovery, none per request)",
                                 registry=r)
@@ -128,6 +134,23 @@ class StampCounters(Collector):
                                      "event loop got to it)", labels=["source"])
         family.add_metric(["kernel"], kernel)
         family.add_metric(["clock"], clock)
+        yield family
+
+
+class CalibrationCounters(Collector):
+    """The sidecar's own probe fetches (``proxy/calibration.py``) by what came of them, read at
+    scrape time: ``counts()`` gives {result: count}."""
+
+    def __init__(self) -> None:
+        self.counts: Callable[[], dict[str, int]] = dict
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily("fetchlat_calibration_probes", "The sidecar's own probe fetch pairs to its "
+                                     "broker, by result: expired (a sample of the expiry overshoot), woken (a "
+                                     "record arrived: no sample), stalled (too late to be the timer), failed",
+                                     labels=["result"])
+        for result, n in sorted(self.counts().items()):
+            family.add_metric([result], n)
         yield family
 
 

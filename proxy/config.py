@@ -72,7 +72,9 @@ class Config:
     topic_refresh_s: float = 300.0  # ask for every topic this often: what is held of deleted topics goes
     log_level: str = "INFO"
     wait_time_tag: int | None = None  # top-level Fetch response tag carrying a broker's WaitTimeMs
-    expiry_overshoot_ms: float = DEFAULT_EXPIRY_OVERSHOOT_NS / 1e6  # the broker's purgatory timer lateness
+    # the broker's purgatory timer lateness; None: a sidecar learns it (proxy/calibration.py)
+    expiry_overshoot_ms: float | None = None
+    calibration_every_s: float = 30.0  # how often a sidecar probes its broker (proxy/calibration.py)
     proxy_id: str | None = None  # names this proxy in traces (default host:listen_port)
     idle_timeout_s: float = 600.0  # a client connection with nothing in flight and no bytes (Kafka: 9 min)
     partial_frame_timeout_s: float = 30.0  # a request begun and never finished (slowloris)
@@ -156,9 +158,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("log_level", "DEBUG, INFO (default), WARNING or ERROR", flag=True, env=True, reloadable=True),
     Setting("wait_time_tag", "top-level Fetch response tag number a broker uses to report WaitTimeMs (KIP-736)",
             flag=True, kind="int", env=True),
-    Setting("expiry_overshoot_ms", "how long past max wait the broker's purgatory timer releases an expired fetch "
-                                   f"(default {DEFAULT_EXPIRY_OVERSHOOT_NS / 1e6:g}: Apache Kafka's 1 ms timer tick; "
-                                   "docs/latency-model.md says how to measure yours)", flag=True, env=True),
+    Setting("expiry_overshoot_ms", "how long past max wait the broker's purgatory timer releases an expired fetch; "
+                                   "a sidecar learns it from probes of its own unless this is set (default until "
+                                   f"then, and for a proxy away from its brokers: {DEFAULT_EXPIRY_OVERSHOOT_NS / 1e6:g}"
+                                   ", Apache Kafka's 1 ms timer tick; docs/latency-model.md)", flag=True, env=True),
+    Setting("calibration_every_s", "how often a sidecar probes its broker to learn its expiry overshoot (default "
+                                   "30; two fetches of its own on a connection of its own)"),
     Setting("sidecar_node", "sidecar mode: front broker N only; brokers advertise their sidecars, so addresses "
                             "pass unchanged and no per-node listeners open", flag=True, kind="int", env=True),
     Setting("tls_cert", "serve TLS to clients with this PEM certificate", flag=True, env=True),
@@ -357,8 +362,9 @@ def load_config(cli: dict[str, Any], env: dict[str, str] | None = None) -> Confi
         topic_refresh_s=_positive_float(merged.get("topic_refresh_s", 300.0), "topic_refresh_s"),
         log_level=level,
         wait_time_tag=_tag(merged.get("wait_time_tag")),
-        expiry_overshoot_ms=_positive_float(merged.get("expiry_overshoot_ms", DEFAULT_EXPIRY_OVERSHOOT_NS / 1e6),
-                                            "expiry_overshoot_ms", unit="milliseconds", zero_ok=True),
+        expiry_overshoot_ms=None if merged.get("expiry_overshoot_ms") is None else _positive_float(
+            merged["expiry_overshoot_ms"], "expiry_overshoot_ms", unit="milliseconds", zero_ok=True),
+        calibration_every_s=_positive_float(merged.get("calibration_every_s", 30.0), "calibration_every_s"),
         proxy_id=merged.get("proxy_id"),
         sidecar_node=_node_id(merged.get("sidecar_node")),
         tls_cert=_readable(merged.get("tls_cert"), "tls_cert"),

@@ -14,11 +14,13 @@ import logging
 import socket
 from collections.abc import Callable
 
+from ..metrics.model import DEFAULT_EXPIRY_OVERSHOOT_NS
 from ..metrics.observer import Observer
 from ..metrics.prom import FetchMetrics, ProxyMetrics
 from ..protocol.events import BrokerAddress
 from ..protocol.rewrite import ResponseRewriter
 from . import clock
+from .calibration import Calibrator
 from .config import RELOADABLE, Config, HostPort, format_hostport
 from .conversation import CoreContext
 from .discovery import Discovery
@@ -46,7 +48,8 @@ class Proxy:
         self.registry = BrokerRegistry(cfg.sidecar_node)
         self.observer = Observer(metrics, FetchMetrics(metrics.registry),
                                  wall_minus_mono_ns=clock.wall_ns() - clock.now_ns(),
-                                 expiry_overshoot_ns=round(cfg.expiry_overshoot_ms * 1e6),
+                                 expiry_overshoot_ns=DEFAULT_EXPIRY_OVERSHOOT_NS if cfg.expiry_overshoot_ms is None
+                                 else round(cfg.expiry_overshoot_ms * 1e6),
                                  beside_broker=cfg.sidecar_node is not None)
         self.core = CoreContext(observer=self.observer, registry=self.registry, limits=Limits.from_config(cfg),
                                 rewriter=ResponseRewriter(self.advertise), max_frame_bytes=cfg.max_frame_bytes,
@@ -75,6 +78,15 @@ class Proxy:
                                    holds_topics=lambda: model.partitions_held > 0,
                                    topic_refresh_s=lambda: self.cfg.topic_refresh_s,
                                    learn_every_topic=model.learn_every_topic)
+        # a sidecar learns its broker's expiry overshoot, unless it was set (proxy/calibration.py)
+        self.calibrator: Calibrator | None = None
+        if cfg.sidecar_node is not None and cfg.expiry_overshoot_ms is None:
+            self.calibrator = Calibrator(cfg.upstreams[0], self._led_partition, self._learned_overshoot,
+                                         max_frame_bytes=cfg.max_frame_bytes, connect_timeout_s=cfg.connect_timeout_s,
+                                         every_s=cfg.calibration_every_s)
+            learner = self.calibrator.learner
+            metrics.calibration.counts = lambda: dict(learner.counts)
+        metrics.expiry_overshoot.set_function(lambda: model.expiry_overshoot_ns / 1e9)
         self.traces: TraceWriter | None = None  # set by the CLI when --trace-dir is given
         self.servers: list[asyncio.Server] = []
         self.last_beat_ns = clock.now_ns()
@@ -188,6 +200,8 @@ class Proxy:
         self._tick_handle = loop.call_later(TICK_S, self._tick)
         self.metrics.loop_tasks.set_function(lambda: len(asyncio.all_tasks(loop)))  # read at scrape time
         self._tasks.append(loop.create_task(self.discovery.run()))
+        if self.calibrator is not None and self.cfg.upstream_tls is None:  # probes speak plaintext only
+            self._tasks.append(loop.create_task(self.calibrator.run()))
 
     async def stop(self, drain_s: float = 0.0) -> None:
         """Stop accepting; let requests already sent finish (up to ``drain_s``); close every
@@ -251,6 +265,21 @@ class Proxy:
                 close = sess.conv.expire(woke)
                 if close is not None:
                     sess.apply((close,))
+
+    def _led_partition(self) -> tuple[str, int] | None:
+        """A partition this sidecar's broker leads, for the calibration probes (None: none known)."""
+        node = self.cfg.sidecar_node
+        for (topic, partition), leader in self.observer.model.cluster.leaders.items():
+            if leader == node and not topic.startswith("__"):
+                return topic, partition
+        return None
+
+    def _learned_overshoot(self, ns: int) -> None:
+        model = self.observer.model
+        if abs(ns - model.expiry_overshoot_ns) >= 100_000:
+            log.info("learned the broker's expiry overshoot: %.2f ms (was %.2f ms)", ns / 1e6,
+                     model.expiry_overshoot_ns / 1e6)
+        model.expiry_overshoot_ns = ns
 
     @property
     def metadata_ok(self) -> bool:

@@ -43,6 +43,7 @@ def test_the_core_is_loaded_where_the_install_could_build_it() -> None:
 
 
 def test_a_stale_or_switched_off_core_is_not_used(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv(native.PURE_ENV, raising=False)
     monkeypatch.setenv(native.NATIVE_ENV, "0")
     native._load.cache_clear()
     try:

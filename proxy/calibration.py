@@ -1,0 +1,175 @@
+"""Self-calibration: a sidecar learns its own broker's expiry overshoot from requests of its own.
+
+An expired fetch leaves purgatory after max wait plus the broker's timer lateness, which moves
+with the broker, its version and its load (0.5 to 2.2 ms over one day on one machine). A fixed
+default is wrong by that much on another broker; the sidecar measures it instead:
+
+every ``PROBE_EVERY_S``, on a connection of its own to its broker (never a client's), for one
+partition its broker leads:
+
+1. ListOffsets (latest): the partition's high watermark;
+2. a Fetch at that offset with max wait 0, which cannot park: its round trip is the base, what
+   an empty fetch costs the broker and the loopback between them;
+3. the same Fetch with max wait ``PROBE_WAIT_MS``, which parks: when it comes back empty (no
+   record arrived meanwhile: it expired), its round trip less the max wait and the base is one
+   sample of the overshoot. One that comes back with records was woken: no sample.
+
+The median of the last ``SAMPLES_KEPT`` samples is what the model adds to max wait for every
+expired fetch, from ``MIN_SAMPLES`` on (the default until then); ``--expiry-overshoot-ms``
+turns the learning off. Exported as ``fetchlat_broker_expiry_overshoot_seconds`` (what the model
+uses, learned or set) and ``fetchlat_calibration_fetches_total{result}``.
+
+``OvershootLearner`` is the pure part (samples in, estimate out, scripted in the tests);
+``Calibrator`` does the I/O on the codec (``protocol/``), as ``discovery.py`` does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import statistics
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Final
+
+from ..protocol import apis
+from ..protocol.encoder import encode
+from ..protocol.errors import ProtocolError
+from ..protocol.framing import frame_size, request_frame
+from ..protocol.headers import response_body_start
+from ..protocol.walker import walk
+
+log = logging.getLogger("fetchlat.proxy")
+
+PROBE_EVERY_S: Final = 30.0
+PROBE_WAIT_MS: Final = 50
+SAMPLES_KEPT: Final = 15
+MIN_SAMPLES: Final = 3
+MAX_OVERSHOOT_NS: Final = 20_000_000  # a sample above this is a stall (GC, a paused broker), not the timer
+CLIENT_ID: Final = "fetchlat-calibration"
+LIST_OFFSETS_VERSION: Final = 7
+FETCH_VERSION: Final = 12
+NS_PER_MS: Final = 1_000_000
+
+
+class OvershootLearner:
+    """The broker's expiry overshoot from probe pairs: base round trip, parked round trip."""
+
+    def __init__(self) -> None:
+        self.samples: deque[int] = deque(maxlen=SAMPLES_KEPT)
+        self.counts = {"expired": 0, "woken": 0, "failed": 0, "stalled": 0}
+
+    def add(self, *, base_ns: int, parked_ns: int, max_wait_ms: int, records: bool) -> int | None:
+        """One probe pair; the sample it gave (ns), or None (woken by a record, or a stall)."""
+        if records:
+            self.counts["woken"] += 1
+            return None
+        sample = parked_ns - max_wait_ms * NS_PER_MS - base_ns
+        if not -MAX_OVERSHOOT_NS < sample < MAX_OVERSHOOT_NS:
+            self.counts["stalled"] += 1
+            return None
+        self.counts["expired"] += 1
+        self.samples.append(max(0, sample))
+        return sample
+
+    def failed(self) -> None:
+        self.counts["failed"] += 1
+
+    def estimate_ns(self) -> int | None:
+        """The median of the samples kept, once there are ``MIN_SAMPLES``."""
+        if len(self.samples) < MIN_SAMPLES:
+            return None
+        return int(statistics.median(self.samples))
+
+
+def list_offsets_request(corr: int, topic: str, partition: int) -> bytes:
+    body = encode(apis.table()[apis.LIST_OFFSETS].request(), LIST_OFFSETS_VERSION, {
+        "ReplicaId": -1, "IsolationLevel": 0, "Topics": [{"Name": topic, "Partitions": [
+            {"PartitionIndex": partition, "CurrentLeaderEpoch": -1, "Timestamp": -1}]}]})
+    return bytes(request_frame(apis.LIST_OFFSETS, LIST_OFFSETS_VERSION, corr, CLIENT_ID, body))
+
+
+def fetch_request(corr: int, topic: str, partition: int, offset: int, max_wait_ms: int) -> bytes:
+    body = encode(apis.table()[apis.FETCH].request(), FETCH_VERSION, {
+        "ReplicaId": -1, "MaxWaitMs": max_wait_ms, "MinBytes": 1, "MaxBytes": 1 << 16, "IsolationLevel": 0,
+        "SessionId": 0, "SessionEpoch": -1, "Topics": [{"Topic": topic, "Partitions": [
+            {"Partition": partition, "CurrentLeaderEpoch": -1, "FetchOffset": offset, "LastFetchedEpoch": -1,
+             "LogStartOffset": -1, "PartitionMaxBytes": 1 << 16}]}],
+        "ForgottenTopicsData": [], "RackId": ""})
+    return bytes(request_frame(apis.FETCH, FETCH_VERSION, corr, CLIENT_ID, body))
+
+
+class ProbeFailed(Exception):
+    """A probe's answer was an error, or not the answer expected; the message says which."""
+
+
+class Calibrator:
+    """The probe loop of one sidecar (its broker is ``upstream``)."""
+
+    def __init__(self, upstream: tuple[str, int], partition: Callable[[], tuple[str, int] | None],
+                 learned: Callable[[int], None], *, max_frame_bytes: int, connect_timeout_s: float,
+                 every_s: float = PROBE_EVERY_S, wait_ms: int = PROBE_WAIT_MS,
+                 clock_ns: Callable[[], int] = time.monotonic_ns) -> None:
+        self.upstream = upstream
+        self.partition = partition  # one partition the broker leads (None: none known yet)
+        self.learned = learned
+        self.max_frame_bytes = max_frame_bytes
+        self.connect_timeout_s = connect_timeout_s
+        self.every_s = every_s
+        self.wait_ms = wait_ms
+        self.clock_ns = clock_ns
+        self.learner = OvershootLearner()
+        self._corr = 0
+
+    async def run(self) -> None:
+        while True:
+            target = self.partition()
+            if target is not None:
+                try:
+                    await asyncio.wait_for(self.probe(*target), self.connect_timeout_s + self.wait_ms / 1000 + 5)
+                except (OSError, TimeoutError, ProbeFailed, ProtocolError, asyncio.IncompleteReadError) as exc:
+                    self.learner.failed()
+                    log.debug("calibration probe of %s-%d failed: %s", target[0], target[1], exc or "timeout")
+            await asyncio.sleep(self.every_s)
+
+    async def probe(self, topic: str, partition: int) -> int | None:
+        """One probe pair on a connection of its own; the sample it gave, if any."""
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(*self.upstream), self.connect_timeout_s)
+        try:
+            async def call(key: int, version: int, frame: bytes) -> Any:
+                writer.write(frame)
+                size = frame_size(await reader.readexactly(4), self.max_frame_bytes, "calibration response")
+                body = await reader.readexactly(size)
+                return walk(apis.table()[key].response(), version, body, response_body_start(key, version, body))
+
+            self._corr += 1
+            offsets = await call(apis.LIST_OFFSETS, LIST_OFFSETS_VERSION,
+                                 list_offsets_request(self._corr, topic, partition))
+            part = offsets["Topics"][0]["Partitions"][0]
+            if part["ErrorCode"] != 0:
+                raise ProbeFailed(f"ListOffsets error {part['ErrorCode']}")
+            offset = part["Offset"]
+            times: list[int] = []
+            records = False
+            for wait_ms in (0, self.wait_ms):
+                self._corr += 1
+                frame = fetch_request(self._corr, topic, partition, offset, wait_ms)
+                t0 = self.clock_ns()
+                answer = await call(apis.FETCH, FETCH_VERSION, frame)
+                times.append(self.clock_ns() - t0)
+                fp = answer["Responses"][0]["Partitions"][0] if answer["Responses"] else None
+                if answer["ErrorCode"] != 0 or fp is None or fp["ErrorCode"] != 0:
+                    raise ProbeFailed("Fetch answered with an error")
+                span = fp["Records"]  # the walker's Span of the records' bytes, or None
+                records = span is not None and span.end > span.start
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+        sample = self.learner.add(base_ns=times[0], parked_ns=times[1], max_wait_ms=self.wait_ms, records=records)
+        estimate = self.learner.estimate_ns()
+        if estimate is not None:
+            self.learned(estimate)
+        return sample

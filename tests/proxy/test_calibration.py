@@ -1,0 +1,109 @@
+"""Self-calibration (``proxy/calibration.py``): the expiry overshoot learned from probe pairs
+(scripted: base and parked round trips in, the median out), and the probe itself against a
+broker stand-in that parks the second fetch for its max wait plus a known lateness: the
+requests a real broker gets (the partition's high watermark, max wait 0 then 50 ms, a client
+id of its own) and the sample it gives."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from typing import Any
+
+from fetchlat.protocol import apis
+from fetchlat.protocol.encoder import encode
+from fetchlat.protocol.framing import response_frame
+from fetchlat.protocol.headers import parse_request_header
+from fetchlat.protocol.walker import walk
+from fetchlat.proxy.calibration import CLIENT_ID, MIN_SAMPLES, SAMPLES_KEPT, Calibrator, OvershootLearner
+
+from testkit.frames import record_batch
+
+MS = 1_000_000
+
+
+def test_the_median_of_expired_probes_once_there_are_enough() -> None:
+    learner = OvershootLearner()
+    for over_us in (1300, 900):
+        assert learner.add(base_ns=400_000, parked_ns=50 * MS + 400_000 + over_us * 1000, max_wait_ms=50,
+                           records=False) == over_us * 1000
+    assert learner.estimate_ns() is None  # fewer than MIN_SAMPLES
+    assert learner.add(base_ns=400_000, parked_ns=60 * MS, max_wait_ms=50, records=True) is None  # woken
+    assert learner.add(base_ns=400_000, parked_ns=50 * MS + 400_000 + 25 * MS, max_wait_ms=50,
+                       records=False) is None  # a 25 ms stall is not the timer
+    learner.add(base_ns=300_000, parked_ns=50 * MS + 300_000 + 1_100_000, max_wait_ms=50, records=False)
+    assert MIN_SAMPLES == 3 and learner.estimate_ns() == 1_100_000
+    assert learner.counts == {"expired": 3, "woken": 1, "failed": 0, "stalled": 1}
+    for _ in range(SAMPLES_KEPT):  # the broker changed: the old samples age out
+        learner.add(base_ns=0, parked_ns=50 * MS + 2 * MS, max_wait_ms=50, records=False)
+    assert learner.estimate_ns() == 2 * MS
+
+
+class StandIn:
+    """Answers ListOffsets (offset 42) and Fetch: max wait 0 at once, otherwise after max wait
+    plus ``late_ms``; with ``records`` the parked fetch is woken with a record instead."""
+
+    def __init__(self, late_ms: float, records: bool = False) -> None:
+        self.late_ms, self.records = late_ms, records
+        self.seen: list[tuple[int, str | None, dict[str, Any]]] = []
+
+    async def serve(self, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                size = struct.unpack(">i", await r.readexactly(4))[0]
+                frame = await r.readexactly(size)
+                h = parse_request_header(frame)
+                body = walk(apis.table()[h.api_key].request(), h.api_version, frame, h.body_start)
+                self.seen.append((h.api_key, h.client_id, body))
+                if h.api_key == apis.LIST_OFFSETS:
+                    out = encode(apis.table()[h.api_key].response(), h.api_version, {"ThrottleTimeMs": 0, "Topics": [
+                        {"Name": "t", "Partitions": [{"PartitionIndex": 0, "ErrorCode": 0, "Timestamp": -1,
+                                                      "Offset": 42, "LeaderEpoch": 0}]}]})
+                else:
+                    wait = body["MaxWaitMs"]
+                    if wait:
+                        await asyncio.sleep((wait / 2 if self.records else wait + self.late_ms) / 1000)
+                    part = {"PartitionIndex": 0, "ErrorCode": 0, "HighWatermark": 42, "LastStableOffset": 42,
+                            "LogStartOffset": 0, "AbortedTransactions": [], "PreferredReadReplica": -1,
+                            "Records": record_batch() if (wait and self.records) else b""}
+                    out = encode(apis.table()[h.api_key].response(), h.api_version, {
+                        "ThrottleTimeMs": 0, "ErrorCode": 0, "SessionId": 0,
+                        "Responses": [{"Topic": "t", "Partitions": [part]}]})
+                w.write(response_frame(h.api_key, h.api_version, h.correlation_id, out))
+        except asyncio.IncompleteReadError:
+            w.close()
+
+
+def probe(stand_in: StandIn, rounds: int) -> tuple[list[int | None], Calibrator, list[int]]:
+    learned: list[int] = []
+
+    async def run() -> tuple[list[int | None], Calibrator]:
+        server = await asyncio.start_server(stand_in.serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        cal = Calibrator(("127.0.0.1", port), lambda: ("t", 0), learned.append, max_frame_bytes=1 << 20,
+                         connect_timeout_s=5)
+        samples = [await cal.probe("t", 0) for _ in range(rounds)]
+        server.close()
+        return samples, cal
+
+    samples, cal = asyncio.run(run())
+    return samples, cal, learned
+
+
+def test_a_probe_measures_the_lateness_of_a_parked_fetch() -> None:
+    stand_in = StandIn(late_ms=3.0)
+    samples, cal, learned = probe(stand_in, MIN_SAMPLES)
+    # asyncio's timer is never early: each sample is the 3 ms lateness plus this loop's own delay
+    # (well under the 47 ms that would mean max wait was not taken off, or the base counted twice)
+    assert all(s is not None and 2.5 * MS <= s < 20 * MS for s in samples), samples
+    assert len(learned) == 1 and learned[0] == cal.learner.estimate_ns()
+    keys = [(k, cid) for k, cid, _ in stand_in.seen]
+    assert keys == [(apis.LIST_OFFSETS, CLIENT_ID), (apis.FETCH, CLIENT_ID), (apis.FETCH, CLIENT_ID)] * MIN_SAMPLES
+    fetches = [b for k, _, b in stand_in.seen if k == apis.FETCH]
+    assert [f["MaxWaitMs"] for f in fetches[:2]] == [0, 50]
+    assert all(f["Topics"][0]["Partitions"][0]["FetchOffset"] == 42 for f in fetches)  # at the high watermark
+
+
+def test_a_probe_woken_by_a_record_gives_no_sample() -> None:
+    samples, cal, learned = probe(StandIn(late_ms=3.0, records=True), 2)
+    assert samples == [None, None] and not learned and cal.learner.counts["woken"] == 2
