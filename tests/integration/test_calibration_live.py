@@ -1,0 +1,61 @@
+"""A sidecar learns its broker's expiry overshoot (``proxy/calibration.py``), judged by the
+broker's own clock: Apache Kafka (one KRaft node with its request log on) behind its sidecar,
+probing every second; a quiet consumer long-polls an idle partition (every fetch expires). The
+overshoot the sidecar learned must be the broker's own (the median of ``remoteTimeMs -
+maxWaitMs`` of the consumer's expired fetches, from the request log), and the expired fetches'
+waits must meet the goal with it (|wait - remoteTimeMs| ≤ 0.5 ms at p50). The probes never
+reach the consumer: they have a connection and a client id of their own."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from fetchlat.verify import report
+from fetchlat.verify import request_log as rl
+from prometheus_client.parser import text_string_to_metric_families
+
+from .conftest import JUDGED_BY_THE_BROKERS_CLOCK
+from .test_ground_truth import confluent_consume, create_topic
+
+pytestmark = [pytest.mark.integration, JUDGED_BY_THE_BROKERS_CLOCK]
+
+
+def _samples(text: str, name: str) -> dict[str, float]:
+    return {s.labels.get("result", ""): s.value for fam in text_string_to_metric_families(text)
+            for s in fam.samples if s.name == name}
+
+
+def test_the_sidecar_learns_its_brokers_expiry_overshoot(tmp_path: Path) -> None:
+    from fetchlat.embedded import kafka
+
+    cfg = tmp_path / "probe.yaml"
+    cfg.write_text("calibration_every_s: 1\n")  # 30 s by default: a test cannot wait for three
+    traces = tmp_path / "traces"
+    with kafka.cluster(tmp_path / "kafka", brokers=1, sidecars=True,
+                       sidecar_args=["--trace-dir", str(traces), "--trace-rotate-s", "1", "--config", str(cfg)]) as c:
+        create_topic(c.bootstrap, "calibration-idle", 0)
+        confluent_consume(c.bootstrap, "calibration-idle", "calibration-idle", 12.0, 1 << 20, max_wait_ms=100,
+                          from_start=False)
+        text = c.sidecars[0].metrics()
+        time.sleep(2.5)  # the sidecar closes its trace files every second
+        log = c.nodes[0].request_log
+    probes = _samples(text, "fetchlat_calibration_probes_total")
+    learned_ms = _samples(text, "fetchlat_broker_expiry_overshoot_seconds")[""] * 1000
+    requests = [r for r in rl.read(log, "0", [rl.API_KEYS["Fetch"]]) if r.client_id == "calibration-idle"]
+    brokers_ms, n = report.expiry_overshoot_ms(requests)
+    rows = [r for r in rl.trace_rows(traces) if r["client_id"] == "calibration-idle"]
+    start = min(r["ts_ns"] for r in rows)
+    pairs, unmatched = rl.join([r for r in rows if r["ts_ns"] >= start + 3_000_000_000], requests)  # once learned
+    figures = rl.agreement(pairs, len(unmatched))
+    print({"learned_ms": learned_ms, "brokers_ms": brokers_ms, "expired_in_log": n, "probes": probes,
+           "abs_err_p50_ms": figures["abs_err_p50_ms"], "abs_err_p99_ms": figures["abs_err_p99_ms"]})
+    assert probes.get("expired", 0) >= 3, probes
+    # the probes reached the broker on their own connection; no client's traffic holds them
+    assert any(r.client_id == "fetchlat-calibration" for r in rl.read(log, "0", [rl.API_KEYS["Fetch"]]))
+    assert not any(r["client_id"] == "fetchlat-calibration" for r in rl.trace_rows(traces))
+    assert n >= 50, n
+    assert abs(learned_ms - brokers_ms) <= 0.5, (learned_ms, brokers_ms)
+    assert figures["outcome_agree_share"] >= 0.99, figures
+    assert figures["abs_err_p50_ms"] <= 0.5, figures
