@@ -5,7 +5,7 @@ with the broker, its version and its load (0.5 to 2.2 ms over one day on one mac
 default is wrong by that much on another broker; the sidecar measures it instead:
 
 every ``PROBE_EVERY_S``, on a connection of its own to its broker (never a client's), for one
-partition its broker leads:
+partition its broker leads (one the model knows, else one its own Metadata request names):
 
 1. ListOffsets (latest): the partition's high watermark;
 2. a Fetch at that offset with max wait 0, which cannot park: its round trip is the base, what
@@ -49,6 +49,7 @@ SAMPLES_KEPT: Final = 15
 MIN_SAMPLES: Final = 3
 MAX_OVERSHOOT_NS: Final = 20_000_000  # a sample above this is a stall (GC, a paused broker), not the timer
 CLIENT_ID: Final = "fetchlat-calibration"
+METADATA_VERSION: Final = 12
 LIST_OFFSETS_VERSION: Final = 7
 FETCH_VERSION: Final = 12
 NS_PER_MS: Final = 1_000_000
@@ -84,6 +85,12 @@ class OvershootLearner:
         return int(statistics.median(self.samples))
 
 
+def metadata_request(corr: int) -> bytes:
+    body = encode(apis.table()[apis.METADATA].request(), METADATA_VERSION, {
+        "Topics": None, "AllowAutoTopicCreation": False, "IncludeTopicAuthorizedOperations": False})
+    return bytes(request_frame(apis.METADATA, METADATA_VERSION, corr, CLIENT_ID, body))
+
+
 def list_offsets_request(corr: int, topic: str, partition: int) -> bytes:
     body = encode(apis.table()[apis.LIST_OFFSETS].request(), LIST_OFFSETS_VERSION, {
         "ReplicaId": -1, "IsolationLevel": 0, "Topics": [{"Name": topic, "Partitions": [
@@ -109,11 +116,12 @@ class Calibrator:
     """The probe loop of one sidecar (its broker is ``upstream``)."""
 
     def __init__(self, upstream: tuple[str, int], partition: Callable[[], tuple[str, int] | None],
-                 learned: Callable[[int], None], *, max_frame_bytes: int, connect_timeout_s: float,
+                 learned: Callable[[int], None], *, node_id: int, max_frame_bytes: int, connect_timeout_s: float,
                  every_s: float = PROBE_EVERY_S, wait_ms: int = PROBE_WAIT_MS,
                  clock_ns: Callable[[], int] = time.monotonic_ns) -> None:
         self.upstream = upstream
-        self.partition = partition  # one partition the broker leads (None: none known yet)
+        self.partition = partition  # one partition the broker leads, as the model knows (None: none known)
+        self.node_id = node_id
         self.learned = learned
         self.max_frame_bytes = max_frame_bytes
         self.connect_timeout_s = connect_timeout_s
@@ -125,17 +133,16 @@ class Calibrator:
 
     async def run(self) -> None:
         while True:
-            target = self.partition()
-            if target is not None:
-                try:
-                    await asyncio.wait_for(self.probe(*target), self.connect_timeout_s + self.wait_ms / 1000 + 5)
-                except (OSError, TimeoutError, ProbeFailed, ProtocolError, asyncio.IncompleteReadError) as exc:
-                    self.learner.failed()
-                    log.debug("calibration probe of %s-%d failed: %s", target[0], target[1], exc or "timeout")
+            try:
+                await asyncio.wait_for(self.probe(self.partition()), self.connect_timeout_s + self.wait_ms / 1000 + 5)
+            except (OSError, TimeoutError, ProbeFailed, ProtocolError, asyncio.IncompleteReadError) as exc:
+                self.learner.failed()
+                log.debug("calibration probe failed: %s", exc or "timeout")
             await asyncio.sleep(self.every_s)
 
-    async def probe(self, topic: str, partition: int) -> int | None:
-        """One probe pair on a connection of its own; the sample it gave, if any."""
+    async def probe(self, target: tuple[str, int] | None) -> int | None:
+        """One probe pair on a connection of its own, of ``target`` or (None) of a partition the
+        broker's own Metadata says it leads; the sample it gave, if any."""
         reader, writer = await asyncio.wait_for(asyncio.open_connection(*self.upstream), self.connect_timeout_s)
         try:
             async def call(key: int, version: int, frame: bytes) -> Any:
@@ -143,6 +150,18 @@ class Calibrator:
                 size = frame_size(await reader.readexactly(4), self.max_frame_bytes, "calibration response")
                 body = await reader.readexactly(size)
                 return walk(apis.table()[key].response(), version, body, response_body_start(key, version, body))
+
+            if target is None:
+                self._corr += 1
+                md = await call(apis.METADATA, METADATA_VERSION, metadata_request(self._corr))
+                target = next(((t["Name"], p["PartitionIndex"]) for t in md["Topics"]
+                               if t["ErrorCode"] == 0 and t["Name"] and not t["IsInternal"]
+                               and not t["Name"].startswith("__")
+                               for p in t["Partitions"] if p["ErrorCode"] == 0 and p["LeaderId"] == self.node_id),
+                              None)
+                if target is None:
+                    return None  # the broker leads no partition yet: nothing to probe
+            topic, partition = target
 
             self._corr += 1
             offsets = await call(apis.LIST_OFFSETS, LIST_OFFSETS_VERSION,

@@ -82,8 +82,8 @@ class Proxy:
         self.calibrator: Calibrator | None = None
         if cfg.sidecar_node is not None and cfg.expiry_overshoot_ms is None:
             self.calibrator = Calibrator(cfg.upstreams[0], self._led_partition, self._learned_overshoot,
-                                         max_frame_bytes=cfg.max_frame_bytes, connect_timeout_s=cfg.connect_timeout_s,
-                                         every_s=cfg.calibration_every_s)
+                                         node_id=cfg.sidecar_node, max_frame_bytes=cfg.max_frame_bytes,
+                                         connect_timeout_s=cfg.connect_timeout_s, every_s=cfg.calibration_every_s)
             learner = self.calibrator.learner
             metrics.calibration.counts = lambda: dict(learner.counts)
         metrics.expiry_overshoot.set_function(lambda: model.expiry_overshoot_ns / 1e9)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+import uuid
 from typing import Any
 
 from fetchlat.protocol import apis
@@ -55,7 +56,17 @@ class StandIn:
                 h = parse_request_header(frame)
                 body = walk(apis.table()[h.api_key].request(), h.api_version, frame, h.body_start)
                 self.seen.append((h.api_key, h.client_id, body))
-                if h.api_key == apis.LIST_OFFSETS:
+                if h.api_key == apis.METADATA:  # "t" 0 led by node 2, 1 by node 1; an internal topic by node 1
+                    def part(i: int, leader: int) -> dict[str, Any]:
+                        return {"ErrorCode": 0, "PartitionIndex": i, "LeaderId": leader, "LeaderEpoch": 0,
+                                "ReplicaNodes": [leader], "IsrNodes": [leader], "OfflineReplicas": []}
+                    topics = [{"ErrorCode": 0, "Name": "__consumer_offsets", "TopicId": uuid.UUID(int=1),
+                               "IsInternal": True, "Partitions": [part(0, 1)], "TopicAuthorizedOperations": 0},
+                              {"ErrorCode": 0, "Name": "t", "TopicId": uuid.UUID(int=2), "IsInternal": False,
+                               "Partitions": [part(0, 2), part(1, 1)], "TopicAuthorizedOperations": 0}]
+                    out = encode(apis.table()[h.api_key].response(), h.api_version, {
+                        "ThrottleTimeMs": 0, "Brokers": [], "ClusterId": None, "ControllerId": 1, "Topics": topics})
+                elif h.api_key == apis.LIST_OFFSETS:
                     out = encode(apis.table()[h.api_key].response(), h.api_version, {"ThrottleTimeMs": 0, "Topics": [
                         {"Name": "t", "Partitions": [{"PartitionIndex": 0, "ErrorCode": 0, "Timestamp": -1,
                                                       "Offset": 42, "LeaderEpoch": 0}]}]})
@@ -80,9 +91,9 @@ def probe(stand_in: StandIn, rounds: int) -> tuple[list[int | None], Calibrator,
     async def run() -> tuple[list[int | None], Calibrator]:
         server = await asyncio.start_server(stand_in.serve, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
-        cal = Calibrator(("127.0.0.1", port), lambda: ("t", 0), learned.append, max_frame_bytes=1 << 20,
+        cal = Calibrator(("127.0.0.1", port), lambda: ("t", 0), learned.append, node_id=1, max_frame_bytes=1 << 20,
                          connect_timeout_s=5)
-        samples = [await cal.probe("t", 0) for _ in range(rounds)]
+        samples = [await cal.probe(("t", 0)) for _ in range(rounds)]
         server.close()
         return samples, cal
 
@@ -107,3 +118,20 @@ def test_a_probe_measures_the_lateness_of_a_parked_fetch() -> None:
 def test_a_probe_woken_by_a_record_gives_no_sample() -> None:
     samples, cal, learned = probe(StandIn(late_ms=3.0, records=True), 2)
     assert samples == [None, None] and not learned and cal.learner.counts["woken"] == 2
+
+
+def test_without_a_partition_known_the_probe_asks_its_broker_which_it_leads() -> None:
+    stand_in = StandIn(late_ms=3.0)
+
+    async def run() -> int | None:
+        server = await asyncio.start_server(stand_in.serve, "127.0.0.1", 0)
+        cal = Calibrator(("127.0.0.1", server.sockets[0].getsockname()[1]), lambda: None, lambda _ns: None,
+                         node_id=1, max_frame_bytes=1 << 20, connect_timeout_s=5)
+        sample = await cal.probe(None)
+        server.close()
+        return sample
+
+    assert asyncio.run(run()) is not None
+    assert [k for k, _, _ in stand_in.seen] == [apis.METADATA, apis.LIST_OFFSETS, apis.FETCH, apis.FETCH]
+    listed = stand_in.seen[1][2]["Topics"][0]
+    assert (listed["Name"], listed["Partitions"][0]["PartitionIndex"]) == ("t", 1)  # node 1's, not internal
