@@ -200,7 +200,7 @@ class Proxy:
         self._tick_handle = loop.call_later(TICK_S, self._tick)
         self.metrics.loop_tasks.set_function(lambda: len(asyncio.all_tasks(loop)))  # read at scrape time
         self._tasks.append(loop.create_task(self.discovery.run()))
-        if self.calibrator is not None and self.cfg.upstream_tls is None:  # probes speak plaintext only
+        if self.calibrator is not None and not self.cfg.upstream_tls:  # probes speak plaintext only
             self._tasks.append(loop.create_task(self.calibrator.run()))
 
     async def stop(self, drain_s: float = 0.0) -> None:
