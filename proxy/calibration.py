@@ -15,7 +15,8 @@ partition its broker leads (one the model knows, else one its own Metadata reque
    sample of the overshoot. One that comes back with records was woken: no sample.
 
 The median of the last ``SAMPLES_KEPT`` samples is what the model adds to max wait for every
-expired fetch, from ``MIN_SAMPLES`` on (the default until then); ``--expiry-overshoot-ms``
+expired fetch, from ``MIN_SAMPLES`` on (the default until then; the first ``WARM_UP_SAMPLES``
+are left out: a fresh broker's first expiries run cold code); ``--expiry-overshoot-ms``
 turns the learning off. Exported as ``fetchlat_broker_expiry_overshoot_seconds`` (what the model
 uses, learned or set) and ``fetchlat_calibration_fetches_total{result}``.
 
@@ -47,6 +48,9 @@ PROBE_EVERY_S: Final = 30.0
 PROBE_WAIT_MS: Final = 50
 SAMPLES_KEPT: Final = 15
 MIN_SAMPLES: Final = 3
+# the first expiries a fresh broker (or a fresh JVM's code path) runs are cold: late by several
+# ms (a first fetch 7.5 ms late, docs/kafka.md); these first samples are not kept
+WARM_UP_SAMPLES: Final = 3
 MAX_OVERSHOOT_NS: Final = 20_000_000  # a sample above this is a stall (GC, a paused broker), not the timer
 CLIENT_ID: Final = "fetchlat-calibration"
 METADATA_VERSION: Final = 12
@@ -61,6 +65,7 @@ class OvershootLearner:
     def __init__(self) -> None:
         self.samples: deque[int] = deque(maxlen=SAMPLES_KEPT)
         self.counts = {"expired": 0, "woken": 0, "failed": 0, "stalled": 0}
+        self._warming = WARM_UP_SAMPLES
 
     def add(self, *, base_ns: int, parked_ns: int, max_wait_ms: int, records: bool) -> int | None:
         """One probe pair; the sample it gave (ns), or None (woken by a record, or a stall)."""
@@ -72,6 +77,9 @@ class OvershootLearner:
             self.counts["stalled"] += 1
             return None
         self.counts["expired"] += 1
+        if self._warming:
+            self._warming -= 1
+            return sample
         self.samples.append(max(0, sample))
         return sample
 
