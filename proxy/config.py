@@ -116,6 +116,12 @@ class Config:
         return (self.advertise_host, listen[1])
 
     @property
+    def expiry_overshoot_ns(self) -> int:
+        """What the model starts with: the setting, or the default (a sidecar then learns its broker's)."""
+        ms = self.expiry_overshoot_ms
+        return DEFAULT_EXPIRY_OVERSHOOT_NS if ms is None else round(ms * 1e6)
+
+    @property
     def sidecar(self) -> bool:
         return self.sidecar_node is not None
 

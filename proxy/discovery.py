@@ -154,7 +154,7 @@ class Discovery:
                  holds_topics: Callable[[], bool] = lambda: False,
                  topic_refresh_s: Callable[[], float] = lambda: float("inf"),
                  learn_every_topic: Callable[[tuple[tuple[str, uuid.UUID], ...], tuple[tuple[str, int, int], ...]],
-                                             None] = lambda _t, _l: None) -> None:
+                                             object] = lambda _t, _l: None) -> None:
         self.upstreams = upstreams
         self.learn = learn
         self.tls = tls

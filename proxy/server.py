@@ -14,7 +14,6 @@ import logging
 import socket
 from collections.abc import Callable
 
-from ..metrics.model import DEFAULT_EXPIRY_OVERSHOOT_NS
 from ..metrics.observer import Observer
 from ..metrics.prom import FetchMetrics, ProxyMetrics
 from ..protocol.events import BrokerAddress
@@ -48,8 +47,7 @@ class Proxy:
         self.registry = BrokerRegistry(cfg.sidecar_node)
         self.observer = Observer(metrics, FetchMetrics(metrics.registry),
                                  wall_minus_mono_ns=clock.wall_ns() - clock.now_ns(),
-                                 expiry_overshoot_ns=DEFAULT_EXPIRY_OVERSHOOT_NS if cfg.expiry_overshoot_ms is None
-                                 else round(cfg.expiry_overshoot_ms * 1e6),
+                                 expiry_overshoot_ns=cfg.expiry_overshoot_ns,
                                  beside_broker=cfg.sidecar_node is not None)
         self.core = CoreContext(observer=self.observer, registry=self.registry, limits=Limits.from_config(cfg),
                                 rewriter=ResponseRewriter(self.advertise), max_frame_bytes=cfg.max_frame_bytes,
