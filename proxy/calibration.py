@@ -12,7 +12,9 @@ partition its broker leads (one the model knows, else one its own Metadata reque
    an empty fetch costs the broker and the loopback between them;
 3. the same Fetch with max wait ``PROBE_WAIT_MS``, which parks: when it comes back empty (no
    record arrived meanwhile: it expired), its round trip less the max wait and the base is one
-   sample of the overshoot. One that comes back with records was woken: no sample.
+   sample of the overshoot. One that comes back with records was woken: no sample. The base
+   taken off is the floor of the last bases: a round trip is only ever made late (the
+   sidecar's own loop, a busy machine), never early.
 
 The median of the last ``SAMPLES_KEPT`` samples is what the model adds to max wait for every
 expired fetch, from ``MIN_SAMPLES`` on (the default until then; the first ``WARM_UP_SAMPLES``
@@ -64,15 +66,20 @@ class OvershootLearner:
 
     def __init__(self) -> None:
         self.samples: deque[int] = deque(maxlen=SAMPLES_KEPT)
+        # the base: what an empty fetch that cannot park takes, its floor over the last probes
+        # (a round trip is only ever late: the sidecar's own loop, the machine; never early)
+        self.bases: deque[int] = deque(maxlen=SAMPLES_KEPT)
         self.counts = {"expired": 0, "woken": 0, "failed": 0, "stalled": 0}
         self._warming = WARM_UP_SAMPLES
 
     def add(self, *, base_ns: int, parked_ns: int, max_wait_ms: int, records: bool) -> int | None:
-        """One probe pair; the sample it gave (ns), or None (woken by a record, or a stall)."""
+        """One probe pair; the sample it gave (ns), or None (woken by a record, or a stall).
+        The parked round trip less max wait and the floor of the base round trips."""
+        self.bases.append(base_ns)
         if records:
             self.counts["woken"] += 1
             return None
-        sample = parked_ns - max_wait_ms * NS_PER_MS - base_ns
+        sample = parked_ns - max_wait_ms * NS_PER_MS - min(self.bases)
         if not -MAX_OVERSHOOT_NS < sample < MAX_OVERSHOOT_NS:
             self.counts["stalled"] += 1
             return None

@@ -33,7 +33,7 @@ MS = 1_000_000
 def test_the_median_of_expired_probes_once_there_are_enough() -> None:
     learner = OvershootLearner()
     for _ in range(WARM_UP_SAMPLES):  # a fresh broker's first expiries are cold: seen, not kept
-        assert learner.add(base_ns=0, parked_ns=58 * MS, max_wait_ms=50, records=False) == 8 * MS
+        assert learner.add(base_ns=400_000, parked_ns=58 * MS + 400_000, max_wait_ms=50, records=False) == 8 * MS
     for over_us in (1300, 900):
         assert learner.add(base_ns=400_000, parked_ns=50 * MS + 400_000 + over_us * 1000, max_wait_ms=50,
                            records=False) == over_us * 1000
@@ -41,9 +41,12 @@ def test_the_median_of_expired_probes_once_there_are_enough() -> None:
     assert learner.add(base_ns=400_000, parked_ns=60 * MS, max_wait_ms=50, records=True) is None  # woken
     assert learner.add(base_ns=400_000, parked_ns=50 * MS + 400_000 + 25 * MS, max_wait_ms=50,
                        records=False) is None  # a 25 ms stall is not the timer
+    # a base of 0.3 ms: the floor of the bases is taken off (a late base never makes a sample short)
     learner.add(base_ns=300_000, parked_ns=50 * MS + 300_000 + 1_100_000, max_wait_ms=50, records=False)
     assert MIN_SAMPLES == 3 and learner.estimate_ns() == 1_100_000
-    assert learner.counts == {"expired": 3 + WARM_UP_SAMPLES, "woken": 1, "failed": 0, "stalled": 1}
+    assert learner.add(base_ns=5 * MS, parked_ns=50 * MS + 300_000 + 1_000_000, max_wait_ms=50,
+                       records=False) == 1_000_000
+    assert learner.counts == {"expired": 4 + WARM_UP_SAMPLES, "woken": 1, "failed": 0, "stalled": 1}
     for _ in range(SAMPLES_KEPT):  # the broker changed: the old samples age out
         learner.add(base_ns=0, parked_ns=50 * MS + 2 * MS, max_wait_ms=50, records=False)
     assert learner.estimate_ns() == 2 * MS
