@@ -42,10 +42,12 @@ COALESCE_BYTES: Final = 256 << 10  # pieces of a response up to this size are jo
 
 
 def tcp_rtt_ns(sock: object) -> int | None:
-    """The kernel's smoothed RTT of a TCP socket (Linux TCP_INFO), or None."""
+    """The kernel's smoothed RTT of a TCP socket (Linux TCP_INFO), or None (not TCP, not Linux,
+    or a transport closing: uvloop's pseudo-socket of a closed transport raises ValueError for
+    its descriptor of -1)."""
     try:
         raw = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, TCP_INFO_LEN)  # type: ignore[attr-defined]
-    except (OSError, AttributeError):
+    except (OSError, AttributeError, ValueError):
         return None
     if len(raw) < TCP_INFO_RTT_OFFSET + 4:
         return None
