@@ -350,7 +350,9 @@ class FetchMetrics:
                                 ["broker", "follower"])
         self.topic_label = BoundedLabel(topic_cap)
         self._by_kind: dict[tuple[str, str], _KindChildren] = {}
-        self._by_client: dict[tuple[str, str, str | None], _ClientChildren] = {}
+        # by (broker, kind, client label): past the label cap every new client id shares "other",
+        # so this holds at most brokers x kinds x (cap + 1) entries, whatever the churn of ids
+        self._by_client: dict[tuple[str, str, str], _ClientChildren] = {}
         self.client_label = BoundedLabel(client_cap)
         self.follower_label = BoundedLabel(client_cap)  # replica ids come off the wire: cap them too
         self.record_latency_max = WindowedMax(MAX_WINDOW_NS)
@@ -370,12 +372,13 @@ class FetchMetrics:
         return c
 
     def _client_children(self, broker: str, k: str, client_id: str | None) -> _ClientChildren:
-        key = (broker, k, client_id)
+        label = self.client_label(client_id)
+        key = (broker, k, label)
         c = self._by_client.get(key)
         if c is None:
             if len(self._by_client) >= CHILD_CACHE_CAP:
-                self._by_client.clear()  # client ids past the label cap all map to "other": rebuilt on use
-            c = self._by_client[key] = _ClientChildren(self, broker, k, self.client_label(client_id))
+                self._by_client.clear()  # brokers learned without end (a bound all the same): rebuilt on use
+            c = self._by_client[key] = _ClientChildren(self, broker, k, label)
         return c
 
     def observe_fetch(self, broker: str, s: FetchSample, replication: list[ReplicationSample], now_ns: int) -> None:

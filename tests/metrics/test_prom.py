@@ -48,3 +48,14 @@ def test_pinned_metric_names_are_exported() -> None:
                  "fetchlat_fetches_total", "fetchlat_record_latency_seconds", "fetchlat_decode_errors_total"):
         assert f"# TYPE {name.removesuffix('_total')}" in text, name
     assert 'fetchlat_record_latency_max_seconds{broker="1",topic="t"} 2.503' in text
+
+
+def test_new_client_ids_past_the_label_cap_hold_no_memory_of_their_own() -> None:
+    """A sidecar meets tens of thousands of client ids over a day: past the client label cap
+    they all share ``other``, and so does what the families hold for them (at most brokers x
+    kinds x (cap + 1) entries), so memory does not grow with the ids."""
+    fm = FetchMetrics(CollectorRegistry(), client_cap=3)
+    for i in range(5000):
+        fm._client_children("1", "consumer", f"churn-{i}")
+    assert len(fm._by_client) == 4  # three kept names and "other"
+    assert fm._client_children("1", "consumer", "churn-4999") is fm._client_children("1", "consumer", "churn-7")
