@@ -20,7 +20,7 @@ The median of the last ``SAMPLES_KEPT`` samples is what the model adds to max wa
 expired fetch, from ``MIN_SAMPLES`` on (the default until then; the first ``WARM_UP_SAMPLES``
 are left out: a fresh broker's first expiries run cold code); ``--expiry-overshoot-ms``
 turns the learning off. Exported as ``fetchlat_broker_expiry_overshoot_seconds`` (what the model
-uses, learned or set) and ``fetchlat_calibration_fetches_total{result}``.
+uses, learned or set) and ``fetchlat_calibration_probes_total{result}``.
 
 ``OvershootLearner`` is the pure part (samples in, estimate out, scripted in the tests);
 ``Calibrator`` does the I/O on the codec (``protocol/``), as ``discovery.py`` does.
@@ -34,7 +34,7 @@ import logging
 import statistics
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Final
 
 from ..protocol import apis
@@ -43,6 +43,7 @@ from ..protocol.errors import ProtocolError
 from ..protocol.framing import frame_size, request_frame
 from ..protocol.headers import response_body_start
 from ..protocol.walker import walk
+from .discovery import BadAnswer, NoAnswer, fetch_topics
 
 log = logging.getLogger("fetchlat.proxy")
 
@@ -55,7 +56,6 @@ MIN_SAMPLES: Final = 3
 WARM_UP_SAMPLES: Final = 3
 MAX_OVERSHOOT_NS: Final = 20_000_000  # a sample above this is a stall (GC, a paused broker), not the timer
 CLIENT_ID: Final = "fetchlat-calibration"
-METADATA_VERSION: Final = 12
 LIST_OFFSETS_VERSION: Final = 7
 FETCH_VERSION: Final = 12
 NS_PER_MS: Final = 1_000_000
@@ -100,10 +100,10 @@ class OvershootLearner:
         return int(statistics.median(self.samples))
 
 
-def metadata_request(corr: int) -> bytes:
-    body = encode(apis.table()[apis.METADATA].request(), METADATA_VERSION, {
-        "Topics": None, "AllowAutoTopicCreation": False, "IncludeTopicAuthorizedOperations": False})
-    return bytes(request_frame(apis.METADATA, METADATA_VERSION, corr, CLIENT_ID, body))
+def led_partition(leaders: Iterable[tuple[str, int, int]], node_id: int) -> tuple[str, int] | None:
+    """A partition ``node_id`` leads, of a topic of the clients' (not an internal ``__`` one),
+    from (topic, partition, leader) triples; None: it leads none."""
+    return next(((t, p) for t, p, leader in leaders if leader == node_id and not t.startswith("__")), None)
 
 
 def list_offsets_request(corr: int, topic: str, partition: int) -> bytes:
@@ -130,12 +130,12 @@ class ProbeFailed(Exception):
 class Calibrator:
     """The probe loop of one sidecar (its broker is ``upstream``)."""
 
-    def __init__(self, upstream: tuple[str, int], partition: Callable[[], tuple[str, int] | None],
+    def __init__(self, upstream: tuple[str, int], leaders: Callable[[], Iterable[tuple[str, int, int]]],
                  learned: Callable[[int], None], *, node_id: int, max_frame_bytes: int, connect_timeout_s: float,
                  every_s: float = PROBE_EVERY_S, wait_ms: int = PROBE_WAIT_MS,
                  clock_ns: Callable[[], int] = time.monotonic_ns) -> None:
         self.upstream = upstream
-        self.partition = partition  # one partition the broker leads, as the model knows (None: none known)
+        self.leaders = leaders  # (topic, partition, leader) of the partitions the model knows
         self.node_id = node_id
         self.learned = learned
         self.max_frame_bytes = max_frame_bytes
@@ -149,8 +149,10 @@ class Calibrator:
     async def run(self) -> None:
         while True:
             try:
-                await asyncio.wait_for(self.probe(self.partition()), self.connect_timeout_s + self.wait_ms / 1000 + 5)
-            except (OSError, TimeoutError, ProbeFailed, ProtocolError, asyncio.IncompleteReadError) as exc:
+                target = led_partition(self.leaders(), self.node_id)
+                await asyncio.wait_for(self.probe(target), self.connect_timeout_s + self.wait_ms / 1000 + 5)
+            except (OSError, TimeoutError, ProbeFailed, ProtocolError, asyncio.IncompleteReadError, BadAnswer,
+                    NoAnswer) as exc:
                 self.learner.failed()
                 log.debug("calibration probe failed: %s", exc or "timeout")
             await asyncio.sleep(self.every_s)
@@ -158,6 +160,11 @@ class Calibrator:
     async def probe(self, target: tuple[str, int] | None) -> int | None:
         """One probe pair on a connection of its own, of ``target`` or (None) of a partition the
         broker's own Metadata says it leads; the sample it gave, if any."""
+        if target is None:
+            _, leaders = await fetch_topics(*self.upstream, max_frame_bytes=self.max_frame_bytes)
+            target = led_partition(leaders, self.node_id)
+            if target is None:
+                return None  # the broker leads no partition yet: nothing to probe
         reader, writer = await asyncio.wait_for(asyncio.open_connection(*self.upstream), self.connect_timeout_s)
         try:
             async def call(key: int, version: int, frame: bytes) -> Any:
@@ -166,16 +173,6 @@ class Calibrator:
                 body = await reader.readexactly(size)
                 return walk(apis.table()[key].response(), version, body, response_body_start(key, version, body))
 
-            if target is None:
-                self._corr += 1
-                md = await call(apis.METADATA, METADATA_VERSION, metadata_request(self._corr))
-                target = next(((t["Name"], p["PartitionIndex"]) for t in md["Topics"]
-                               if t["ErrorCode"] == 0 and t["Name"] and not t["IsInternal"]
-                               and not t["Name"].startswith("__")
-                               for p in t["Partitions"] if p["ErrorCode"] == 0 and p["LeaderId"] == self.node_id),
-                              None)
-                if target is None:
-                    return None  # the broker leads no partition yet: nothing to probe
             topic, partition = target
 
             self._corr += 1

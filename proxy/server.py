@@ -79,7 +79,10 @@ class Proxy:
         # a sidecar learns its broker's expiry overshoot, unless it was set (proxy/calibration.py)
         self.calibrator: Calibrator | None = None
         if cfg.sidecar_node is not None and cfg.expiry_overshoot_ms is None:
-            self.calibrator = Calibrator(cfg.upstreams[0], self._led_partition, self._learned_overshoot,
+            # the leaders the model knows, read each round (a full answer replaces the view's map)
+            self.calibrator = Calibrator(cfg.upstreams[0], lambda: ((t, p, lead) for (t, p), lead in
+                                                                     model.cluster.leaders.items()),
+                                         self._learned_overshoot,
                                          node_id=cfg.sidecar_node, max_frame_bytes=cfg.max_frame_bytes,
                                          connect_timeout_s=cfg.connect_timeout_s, every_s=cfg.calibration_every_s)
             learner = self.calibrator.learner
@@ -263,14 +266,6 @@ class Proxy:
                 close = sess.conv.expire(woke)
                 if close is not None:
                     sess.apply((close,))
-
-    def _led_partition(self) -> tuple[str, int] | None:
-        """A partition this sidecar's broker leads, for the calibration probes (None: none known)."""
-        node = self.cfg.sidecar_node
-        for (topic, partition), leader in self.observer.model.cluster.leaders.items():
-            if leader == node and not topic.startswith("__"):
-                return topic, partition
-        return None
 
     def _learned_overshoot(self, ns: int) -> None:
         model = self.observer.model

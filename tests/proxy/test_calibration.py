@@ -103,7 +103,7 @@ def probe(stand_in: StandIn, rounds: int) -> tuple[list[int | None], Calibrator,
     async def run() -> tuple[list[int | None], Calibrator]:
         server = await asyncio.start_server(stand_in.serve, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
-        cal = Calibrator(("127.0.0.1", port), lambda: ("t", 0), learned.append, node_id=1, max_frame_bytes=1 << 20,
+        cal = Calibrator(("127.0.0.1", port), lambda: [("t", 0, 1)], learned.append, node_id=1, max_frame_bytes=1 << 20,
                          connect_timeout_s=5)
         samples = [await cal.probe(("t", 0)) for _ in range(rounds)]
         server.close()
@@ -138,7 +138,7 @@ def test_without_a_partition_known_the_probe_asks_its_broker_which_it_leads() ->
 
     async def run() -> int | None:
         server = await asyncio.start_server(stand_in.serve, "127.0.0.1", 0)
-        cal = Calibrator(("127.0.0.1", server.sockets[0].getsockname()[1]), lambda: None, lambda _ns: None,
+        cal = Calibrator(("127.0.0.1", server.sockets[0].getsockname()[1]), list, lambda _ns: None,
                          node_id=1, max_frame_bytes=1 << 20, connect_timeout_s=5)
         sample = await cal.probe(None)
         server.close()
