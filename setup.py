@@ -33,17 +33,20 @@ PACKAGES = ("protocol", "metrics", "proxy", "native")  # staged for the type che
 GROUP = "fetchlat.protocol.hot"  # the shared library: fetchlat/protocol/hot__mypyc.*.so
 
 
-def _load_compiled():  # type: ignore[no-untyped-def]
-    """protocol/compiled.py on its own (the package is not installed yet while it builds): the
-    list of hot modules, where their sources are, the pure switch and the manifest's digest."""
-    spec = importlib.util.spec_from_file_location("fetchlat_build_compiled", HERE / "protocol" / "compiled.py")
+def _load(name: str, path: Path):  # type: ignore[no-untyped-def]
+    """A module of the checkout on its own (the package is not installed yet while it builds);
+    both imports only the standard library."""
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
 
 
-compiled = _load_compiled()
+# the list of hot modules, where their sources are, the pure switch and the manifest's digest
+compiled = _load("fetchlat_build_compiled", HERE / "protocol" / "compiled.py")
+# the native core's door: the switches that keep it off
+native = _load("fetchlat_build_native", HERE / "native" / "__init__.py")
 
 
 def why_not_compiled() -> str | None:
@@ -102,11 +105,9 @@ def cargo() -> str | None:
 
 
 def why_not_native() -> str | None:
-    pure = compiled.pure_requested()
-    if pure is not None:
-        return pure
-    if os.environ.get("FETCHLAT_NATIVE", "") == "0":
-        return "FETCHLAT_NATIVE=0"
+    off = native.off_by_env()
+    if off is not None:
+        return off
     if cargo() is None:
         return "no cargo (Rust) on PATH or in ~/.cargo/bin"
     try:

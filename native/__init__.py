@@ -18,7 +18,6 @@ Imports nothing of fetchlat: it is the floor the others stand on.
 from __future__ import annotations
 
 import functools
-import hashlib
 import importlib
 import os
 from pathlib import Path
@@ -30,7 +29,8 @@ NATIVE_ENV: Final = "FETCHLAT_NATIVE"  # 0: the compiled build without the nativ
 SOURCE: Final = Path(__file__).resolve().parent / "src" / "lib.rs"
 
 
-def _off_by_env() -> str | None:
+def off_by_env() -> str | None:
+    """Why the environment keeps the core off (``setup.py`` asks too, before building it), or None."""
     pure = os.environ.get(PURE_ENV, "")
     if pure not in ("", "0"):
         return f"{PURE_ENV}={pure}"
@@ -39,20 +39,16 @@ def _off_by_env() -> str | None:
     return None
 
 
-def _digest(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
 @functools.cache
 def _load() -> tuple[ModuleType | None, str]:
-    off = _off_by_env()
+    off = off_by_env()
     if off is not None:
         return None, off
     try:
         mod = importlib.import_module("fetchlat.native._core")
     except ImportError as exc:
         return None, f"not built ({exc}): pip install / make builds it where cargo is present"
-    if SOURCE.exists() and _digest(SOURCE.read_text()) != _digest(mod.SOURCE):
+    if SOURCE.exists() and SOURCE.read_text() != mod.SOURCE:
         return None, "stale native build: native/src/lib.rs changed since it was built (make rebuilds it)"
     return mod, "native core loaded (native/src/lib.rs)"
 
