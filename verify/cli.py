@@ -34,31 +34,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def run(args: argparse.Namespace) -> int:
-    logs: list[report.LogFile] = []
-    unnamed: list[Path] = []
-    for text in args.request_log:
-        node, path = report.parse_log_arg(text)
-        if not path.exists():
-            print(f"fetchlat verify: no such request log: {path}", file=sys.stderr)
+    logs = [report.LogFile(*report.parse_log_arg(text)) for text in args.request_log]
+    for lf in logs:
+        if not lf.path.exists():
+            print(f"fetchlat verify: no such request log: {lf.path}", file=sys.stderr)
             return 2
-        if node is None:
-            unnamed.append(path)
-        else:
-            logs.append(report.LogFile(node, path))
     if not args.traces.is_dir():
         print(f"fetchlat verify: no such trace directory: {args.traces}", file=sys.stderr)
         return 2
-    if unnamed:
-        from . import request_log as rl
-
-        brokers = {str(r["broker"]) for api in ("Fetch", "ShareFetch") for r in rl.trace_rows(args.traces, api)}
-        if len(unnamed) > 1 or len(brokers) != 1:
-            print(f"fetchlat verify: the traces name brokers {sorted(brokers) or 'none'}: give each log as "
-                  "NODE=FILE", file=sys.stderr)
-            return 2
-        logs.append(report.LogFile(brokers.pop(), unnamed[0]))
     since_ns = 0 if args.since_minutes is None else time.time_ns() - int(args.since_minutes * 60e9)
-    result = report.verify(logs, args.traces, listener=args.listener, network_ms=args.network_ms, since_ns=since_ns)
+    try:
+        result = report.verify(logs, args.traces, listener=args.listener, network_ms=args.network_ms,
+                               since_ns=since_ns)
+    except report.UnnamedLog as exc:
+        print(f"fetchlat verify: {exc}", file=sys.stderr)
+        return 2
     if not result["kinds"]:
         print(f"fetchlat verify: no fetch in {args.traces} for brokers {', '.join(result['brokers'])}",
               file=sys.stderr)

@@ -27,8 +27,12 @@ GOALS = {"matched_share": 0.99, "outcome_agree_share": 0.99, "abs_err_p50_ms": 0
 
 @dataclass(frozen=True)
 class LogFile:
-    node: str  # the broker's node id, as the traces' ``broker`` label names it
+    node: str | None  # the broker's node id, as the traces' ``broker`` label names it (None: the traces')
     path: Path
+
+
+class UnnamedLog(ValueError):
+    """A log given without its node id, where the traces name more than one broker (or none)."""
 
 
 def parse_log_arg(text: str) -> tuple[str | None, Path]:
@@ -61,12 +65,19 @@ def expiry_overshoot_ms(requests: Sequence[rl.BrokerRequest]) -> tuple[float, in
 def verify(logs: Sequence[LogFile], trace_dir: Path | str, *, listener: str | None = None,
            network_ms: float = 0.0, since_ns: int = 0) -> dict[str, Any]:
     """Every fetch and share fetch in the traces of the brokers whose logs are given, joined
-    with those logs and judged, per kind."""
-    nodes = {lf.node for lf in logs}
-    rows = [r for api in ("Fetch", "ShareFetch") for r in rl.trace_rows(trace_dir, api)
-            if str(r["broker"]) in nodes and r["ts_ns"] >= since_ns]
+    with those logs and judged, per kind. A log given without its node (one at most) is the
+    one broker the traces name (``UnnamedLog`` if they name more, or none)."""
+    traced = [r for r in rl.trace_rows(trace_dir, ("Fetch", "ShareFetch")) if r["ts_ns"] >= since_ns]
+    unnamed = [lf for lf in logs if lf.node is None]
+    if unnamed:
+        brokers = {str(r["broker"]) for r in traced}
+        if len(unnamed) > 1 or len(brokers) != 1:
+            raise UnnamedLog(f"the traces name brokers {sorted(brokers) or 'none'}: give each log as NODE=FILE")
+        logs = [LogFile(brokers.pop(), lf.path) if lf.node is None else lf for lf in logs]
+    nodes = {str(lf.node) for lf in logs}
+    rows = [r for r in traced if str(r["broker"]) in nodes]
     keys = [rl.API_KEYS["Fetch"], rl.API_KEYS["ShareFetch"]]
-    requests = [r for lf in logs for r in rl.read(lf.path, lf.node, keys, listener=listener)]
+    requests = [r for lf in logs for r in rl.read(lf.path, str(lf.node), keys, listener=listener)]
     out: dict[str, Any] = {"brokers": sorted(nodes), "trace_rows": len(rows), "log_lines": len(requests),
                            "network_ms": network_ms, "kinds": {}}
     pool = list(requests)

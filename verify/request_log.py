@@ -252,14 +252,16 @@ def agreement(pairs: Sequence[Pair], unmatched: int) -> dict[str, Any]:
     }
 
 
-def trace_rows(trace_dir: Path | str, api: str = "Fetch") -> list[dict[str, Any]]:
-    """The exchanges rows of one API in a trace directory (every hour, every writer)."""
+def trace_rows(trace_dir: Path | str, api: str | Sequence[str] = "Fetch") -> list[dict[str, Any]]:
+    """The exchanges rows of one API (or of several, read in one pass) in a trace directory
+    (every hour, every writer)."""
     import pyarrow.parquet as pq
 
     cols = ["ts_ns", "broker", "api", "client_id", "correlation_id", "kind", "replica_id", "max_wait_ms",
             "min_bytes", "total_ns", "wait_ns", "local_ns", "outcome", "wait_basis", "records", "error_code",
             "throttle_ms"]
+    wanted = {api} if isinstance(api, str) else set(api)
     rows: list[dict[str, Any]] = []
     for f in trace_layout.local_files(str(trace_dir), "exchanges"):
-        rows += [r for r in pq.read_table(f, columns=cols).to_pylist() if r["api"] == api]
+        rows += [r for r in pq.read_table(f, columns=cols).to_pylist() if r["api"] in wanted]
     return rows
