@@ -24,6 +24,7 @@ from .config import RELOADABLE, Config, HostPort, format_hostport
 from .conversation import CoreContext
 from .discovery import Discovery
 from .listeners import NodeListeners, bind_listener
+from .memory import RELEASE_EVERY_S, release_free_memory
 from .policy import Limits
 from .registry import BrokerRegistry
 from .session import ClientSide, ConnContext, as_protocol
@@ -36,6 +37,7 @@ log = logging.getLogger("fetchlat.proxy")
 TICK_S = 0.1  # the proxy's own timer: loop lag, and the asks for unnamed topics (Proxy._tick)
 TICK_NS = int(TICK_S * 1e9)
 BEATS_PER_HEARTBEAT = 5  # liveness, the trace clock pair and connection expiry: every 0.5 s
+BEATS_PER_RELEASE = int(RELEASE_EVERY_S / TICK_S)  # freed memory back to the system (proxy/memory.py)
 
 
 class Proxy:
@@ -249,7 +251,7 @@ class Proxy:
         broker about a topic id or a partition's leader the model met and cannot name (the
         fetches until the answer cannot be dated by it). Every half second: mark the loop alive,
         refresh the trace clock pair, close connections that overstayed (each one's policy says
-        why). The next tick is set first, so one that raises does not stop the ticking."""
+        why). Every minute: give freed memory back to the system. The next tick is set first, so one that raises does not stop the ticking."""
         woke = clock.now_ns()
         self.metrics.loop_lag.observe(max(0, woke - self._tick_due_ns) / 1e9)
         self._tick_due_ns = woke + TICK_NS
@@ -266,6 +268,8 @@ class Proxy:
                 close = sess.conv.expire(woke)
                 if close is not None:
                     sess.apply((close,))
+        if self._beat % BEATS_PER_RELEASE == 0:
+            release_free_memory()
 
     def _learned_overshoot(self, ns: int) -> None:
         model = self.observer.model
