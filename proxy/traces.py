@@ -2,14 +2,15 @@
 
 The event loop appends each row's values to column buffers (``metrics/rows.py``:
 ``TraceColumns``) and hands a whole batch over when it holds ``batch_rows`` rows, or at the
-proxy's tick once a second (``TraceColumns.tick``): one hand-off per batch, never one per row, so the writer
-thread wakes a few times a second, not once a request. A full queue of batches drops the batch
-and counts its rows (``dropped``); the loop never blocks. The writer thread turns each column
-into an Arrow array at once, gathers a table's rows into row groups, rotates files by time and
-size, and writes each file under a temporary name (``.tmp-*``) that it renames into place when
-closed: readers see only whole files. Each file records one (wall, monotonic) clock pair. Where
-files go (an hour directory per row's UTC hour, a name no other writer picks) is
-``metrics/trace_layout.py``'s.
+proxy's tick once a second (``TraceColumns.tick``): one hand-off per batch, never one per row,
+so the writer thread wakes a few times a second, not once a request. A full queue of batches
+drops the batch and counts its rows (``dropped``); the loop never blocks. The writer thread
+turns each column into an Arrow array at once, letting go of the interpreter between columns
+(``yield_gil``: the loop never waits for a whole batch), gathers a table's rows into row
+groups, rotates files by time and size, and writes each file under a temporary name
+(``.tmp-*``) that it renames into place when closed: readers see only whole files. Each file
+records one (wall, monotonic) clock pair. Where files go (an hour directory per row's UTC
+hour, a name no other writer picks) is ``metrics/trace_layout.py``'s.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import logging
 import os
 import queue
 import threading
+import time
+from collections.abc import Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -38,11 +41,26 @@ HOLD_NS = 10 * 10**9  # the longest a row waits in memory under steady traffic
 LATE_ROWS_NS = 60 * 10**9  # a past hour's file stays open this long for rows still in flight
 
 
-def to_table(table: str, columns: list[list[object]]) -> pa.Table:
-    """One table's columns of a batch as Arrow, each column converted at once."""
+def to_table(table: str, columns: list[list[object]], between: Callable[[], None] | None = None) -> pa.Table:
+    """One table's columns of a batch as Arrow, each column converted at once. ``between`` runs
+    after each column: the writer thread passes ``yield_gil``."""
     schema = TABLES[table]
-    return pa.Table.from_arrays([pa.array(col, type=f.type) for col, f in zip(columns, schema, strict=True)],
-                                schema=schema)
+    arrays = []
+    for col, f in zip(columns, schema, strict=True):
+        arrays.append(pa.array(col, type=f.type))
+        if between is not None:
+            between()
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def yield_gil() -> None:
+    """Let the event loop's thread run if it waits for the interpreter. Converting a column of
+    Python values holds the GIL for its whole length (~150 µs for 4 096 values here), a whole
+    batch's tables for 4-5 ms; a loop thread waking meanwhile would wait for all of it (Python
+    hands the GIL over only every 5 ms, and not inside a C call). Released after each column,
+    the loop waits at most one column's conversion (``tests/proxy/test_traces.py``;
+    ``bench/trace_gil.py`` measures it)."""
+    time.sleep(0)
 
 
 class _File:
@@ -142,7 +160,7 @@ class TraceWriter:
                 for table, n in batch.counts.items():
                     if n:
                         try:
-                            pending[table].append(to_table(table, batch.columns[table]))
+                            pending[table].append(to_table(table, batch.columns[table], yield_gil))
                         except (pa.ArrowException, ValueError) as exc:
                             self.dropped += n
                             log.error("%s trace rows could not be converted (%s); %d rows dropped", table, exc, n)

@@ -3,7 +3,6 @@
 import time
 
 import pytest
-
 from fetchlat.proxy import memory, server
 
 

@@ -166,3 +166,19 @@ def test_a_row_of_the_wrong_width_is_refused() -> None:
     with pytest.raises(ValueError, match="3 values for 7 columns"):
         _add(b, "replication", (1, "p", "1"))
     assert b.rows == 0
+
+
+def test_the_writer_lets_go_of_the_interpreter_between_columns(tmp_path: Path, monkeypatch) -> None:
+    """Converting a batch holds the GIL for milliseconds; the event loop's thread must never wait
+    for a whole batch, only for one column (proxy/traces.py, ``yield_gil``)."""
+    from fetchlat.proxy import traces
+
+    yields: list[int] = []
+    monkeypatch.setattr(traces, "yield_gil", lambda: yields.append(1))
+    w = TraceWriter(str(tmp_path), proxy_id="p1")
+    w.start()
+    ev, s = sample()
+    for _ in range(10):
+        put_fetch(w, "111", 7, ev, s)
+    w.close()
+    assert len(yields) == len(EXCHANGES.names) + len(PARTITIONS.names)  # once after each column of each table

@@ -1,0 +1,72 @@
+"""How long the event loop's thread waits for the interpreter while the trace writer converts
+batches: a thread converts full batches (4 096 rows of each table) to Arrow, as the writer does,
+while the main thread sleeps 1 ms at a time and records how late it wakes. Converted at once
+(the way before) and column by column letting go of the GIL in between (``yield_gil``), in turns.
+
+    python bench/trace_gil.py [--wakes 2000] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from fetchlat.metrics.model import ProduceSample
+from fetchlat.metrics.rows import DEFAULT_BATCH_ROWS, TraceBatch, TraceColumns
+from fetchlat.proxy.traces import to_table, yield_gil
+
+
+def batch() -> TraceBatch:
+    cols = TraceColumns(None)
+    for i in range(DEFAULT_BATCH_ROWS):
+        cols.produce(time.time_ns(), "10.0.0.1:9092", "0", i % 50, i, 80, ProduceSample(
+            client_id=f"client-{i % 30}", acks=-1, api_version=11, records=1, accepted=True, request_bytes=120,
+            error_code=0, total_ns=123_456 + i, throttle_ms=0, partitions=(("topic-a", i % 3, 5 + i, 1),)))
+    return cols.take()
+
+
+def overruns(b: TraceBatch, between: object, wakes: int) -> list[float]:
+    stop = threading.Event()
+
+    def writer() -> None:
+        while not stop.is_set():
+            for table in ("exchanges", "partitions"):
+                to_table(table, b.columns[table], between)  # type: ignore[arg-type]
+            time.sleep(0.02)
+
+    th = threading.Thread(target=writer)
+    th.start()
+    late = []
+    try:
+        for _ in range(wakes):
+            t = time.perf_counter_ns()
+            time.sleep(0.001)
+            late.append((time.perf_counter_ns() - t) / 1e6 - 1.0)
+    finally:
+        stop.set()
+        th.join()
+    return sorted(late)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--wakes", type=int, default=2000)
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    b = batch()
+    for r in range(args.rounds):
+        for name, between in (("whole batch", None), ("column by column", yield_gil)):
+            late = overruns(b, between, args.wakes)
+            p50, p99, p999 = (late[min(len(late) - 1, int(p * len(late)))] for p in (0.5, 0.99, 0.999))
+            print(f"round {r + 1} {name:17s} loop wake late: p50 {p50:.3f} p99 {p99:.3f} "
+                  f"p99.9 {p999:.3f} max {late[-1]:.3f} ms", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
