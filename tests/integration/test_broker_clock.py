@@ -6,9 +6,11 @@ same request (verify/request_log.py). fetchlat's purgatory wait is judged
 against the broker's ``remoteTimeMs``, fetch by fetch; the figures go to
 ``FETCHLAT_BROKER_CLOCK_OUT`` (docs/kafka.md quotes them).
 
-The bars asserted here are looser than the goals in docs/kafka.md where a goal is not met
-yet (woken fetches), and say so; each still fails if the model regresses (for instance with
-the expiry overshoot taken out, expired fetches miss by 1.1-1.3 ms at p50).
+Each test ends by holding its fetches to the goals (``testkit/goals.py``: outcome agreement and
+matched share ≥ 99 %, |wait - remoteTimeMs| ≤ 0.5 ms at p50 and ≤ 3 ms at p99, the bias of true
+local within ±0.2 ms per outcome). A goal not met yet is listed as a known miss with what the
+runs measured and why: the test is then an expected failure naming the figure, never a bar
+widened until it passes; any other goal missed fails it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +32,8 @@ import pytest
 from fetchlat.metrics import trace_layout
 from fetchlat.verify import request_log as rl
 from prometheus_client.parser import text_string_to_metric_families
+
+from testkit.goals import KnownMiss, hold, hold_all, judge
 
 from .conftest import DELAY_RELAY, JUDGED_BY_THE_BROKERS_CLOCK, free_ports, start_proxy, stop_proxy, wait_port
 from .test_ground_truth import confluent_consume, create_topic
@@ -104,7 +109,13 @@ def _judge(node: Setup, client_id: str, warm_up_ns: int = WARM_UP_NS) -> tuple[d
     rows = [r for r in rows if r["ts_ns"] >= start + warm_up_ns]
     requests = list(rl.read(node.request_log, "0", [rl.API_KEYS["Fetch"]]))
     pairs, unmatched = rl.join(rows, requests)
-    return rl.agreement(pairs, len(unmatched)), pairs
+    return judge(pairs, len(unmatched), node.network_ms), pairs
+
+
+def _fresh(name: str) -> str:
+    """A topic (and client id) of this attempt alone: a rerun meets the first attempt's on the
+    module's broker."""
+    return f"{name}-{uuid.uuid4().hex[:6]}"
 
 
 def _record(name: str, figures: dict[str, Any]) -> None:
@@ -112,64 +123,95 @@ def _record(name: str, figures: dict[str, Any]) -> None:
         fh.write(json.dumps({"test": name, **figures}) + "\n")
 
 
+# What the expired fetches miss by rests on the broker's expiry lateness, which the sidecar learns
+# (proxy/calibration.py) and a proxy away from its broker takes as the default
+EXPIRY_LATENESS = "the broker's expiry lateness moves with its load (0.5-2.2 ms over a day here)"
+# A proxy away from its broker takes the round trip it is given off (here the relay's 2 x 10 ms);
+# the relay's own time on top, and the network delay in general, it does not learn yet
+AWAY = "; away from the broker, the relay's own time on top of its 2 x 10 ms is not learned"
+QUIET_KNOWN = [
+    KnownMiss("abs_err_p50_ms", "0.41-1.22 ms over a day of runs", EXPIRY_LATENESS + "; the sidecar's learned "
+              "overshoot came out 0.3-0.75 ms above the broker's own on busy runs (docs/latency-model.md)"),
+    KnownMiss("abs_err_p99_ms", "1.0-3.3 ms, 9.5 ms inside a whole make test", "the p99 of ~45 expired fetches "
+              "is the single latest expiry, late by the broker's own load"),
+    KnownMiss("local_bias_ms:expired", "+0.12/+0.14 ms with a set overshoot; +0.98 ms beside the broker, +1.74 "
+              "ms across the relay (2026-11-27, a soak on the other core)", EXPIRY_LATENESS + AWAY),
+]
+
+
 def test_quiet_consumer_expired_fetches_against_remote_time(kafka_node: Setup) -> None:
     """An idle partition: every fetch parks for max wait; the broker's remote time says how long."""
     bootstrap = kafka_node.bootstrap
-    create_topic(bootstrap, "clock-idle", 0)
-    confluent_consume(bootstrap, "clock-idle", "clock-idle", 7.0, 1 << 20, max_wait_ms=100, from_start=False)
-    figures, _ = _judge(kafka_node, "clock-idle")
+    idle = _fresh("clock-idle")
+    create_topic(bootstrap, idle, 0)
+    confluent_consume(bootstrap, idle, idle, 7.0, 1 << 20, max_wait_ms=100, from_start=False)
+    figures, _ = _judge(kafka_node, idle)
     _record("quiet_expired" + kafka_node.name, figures)
     assert figures["matched"] >= 5000 / (100 + kafka_node.network_ms + 10), figures  # 6 s judged
-    assert figures["matched_share"] >= 0.99, figures
-    assert figures["outcome_agree_share"] >= 0.99, figures
-    # goal 0.5: met in some of docs/kafka.md's runs (0.41-1.22 over the day, the worst one inside the whole
-    # suite: the broker's expiry lateness moves with its load, the overshoot setting is one number)
-    assert figures["abs_err_p50_ms"] <= 1.5, figures
-    # goal 3.0: 1.0-3.3 ms in docs/kafka.md's runs; the p99 of ~45 expired fetches is the single
-    # latest expiry, 9.5 ms once inside a whole fresh make test on 2 busy cores
-    assert figures["abs_err_p99_ms"] <= 12.0, figures
+    assert figures["by_broker_outcome"]["expired"]["n"] >= 0.9 * figures["matched"], figures
     # the naive total shows the long poll; fetchlat's local is the broker's local (plus the
     # network between proxy and broker) within a few ms
     assert figures["fetchlat_local_p50_ms"] < 10 + kafka_node.network_ms, figures
+    hold("quiet_expired" + kafka_node.name, figures, QUIET_KNOWN)
+
+
+BUSY_WOKEN_KNOWN = [
+    KnownMiss("abs_err_p50_ms", "0.45-0.65 ms beside the broker; 0.57-2.8 ms across the delay relay",
+              "across the relay (a Python process) a produce's trip and the fetch's carry its jitter"),
+    KnownMiss("abs_err_p99_ms", "3.8-28.8 ms", "a woken fetch is dated by the produce's answer, which a "
+              "busy broker or relay delays by a few ms now and then"),
+    KnownMiss("local_bias_ms:woken", "-0.06 to +0.32 ms beside the broker; +2.44 ms across the relay",
+              "away from its broker a proxy dates woken data by its forwarding of the produce, not the "
+              "produce's answer less the network (issue: woken fetches dated in every placement)"),
+    KnownMiss("matched_share", "100 % in the recorded runs", "a consumer's last fetch may die with it"),
+    KnownMiss("outcome_agree_share", "98.4-100 %", "a fetch whose data's produce reached the broker within "
+              "about a millisecond of it is immediate or woken as the broker's queues order the two"),
+]
+BUSY_WOKEN_KNOWN += [
+    KnownMiss("local_bias_ms:expired", "-0.4 ms over 6 fetches", EXPIRY_LATENESS),
+    KnownMiss("local_bias_ms:immediate", "seldom any", "fetchlat's local includes the socket's time" + AWAY),
+]
+BUSY_IMMEDIATE_KNOWN = [
+    KnownMiss("local_bias_ms:immediate", "+0.05 ms beside the broker, +0.91 ms across the relay (2026-11-27)",
+              "fetchlat's local includes the socket's time" + AWAY),
+    KnownMiss("local_bias_ms:expired", "-0.4 ms over 6 fetches", EXPIRY_LATENESS),
+    KnownMiss("matched_share", "100 % in the recorded runs", "a consumer's last fetch may die with it"),
+]
 
 
 def test_busy_consumer_woken_and_immediate_fetches_against_remote_time(kafka_node: Setup) -> None:
     """A producer (acks=all) feeds a topic a consumer long-polls (woken fetches), and a second
     consumer catches up over a filled topic with small fetches (immediate ones)."""
     bootstrap = kafka_node.bootstrap
-    create_topic(bootstrap, "clock-fed", 0)
-    create_topic(bootstrap, "clock-full", 0)
+    fed, full = _fresh("clock-fed"), _fresh("clock-full")
+    create_topic(bootstrap, fed, 0)
+    create_topic(bootstrap, full, 0)
     stop = threading.Event()
     sent: list[int] = []
-    feeder = threading.Thread(target=_produce, args=(bootstrap, "clock-fed", stop, 0.137, sent))
-    filler = threading.Thread(target=_produce, args=(bootstrap, "clock-full", stop, 0.001, sent))
+    feeder = threading.Thread(target=_produce, args=(bootstrap, fed, stop, 0.137, sent))
+    filler = threading.Thread(target=_produce, args=(bootstrap, full, stop, 0.001, sent))
     feeder.start()
     filler.start()
     try:
         time.sleep(2.0)
-        got_fed = confluent_consume(bootstrap, "clock-fed", "clock-fed", 7.0, 1 << 20, max_wait_ms=500,
-                                    from_start=False)
+        got_fed = confluent_consume(bootstrap, fed, fed, 7.0, 1 << 20, max_wait_ms=500, from_start=False)
     finally:
         stop.set()
         feeder.join(30)
         filler.join(30)
-    got_full = confluent_consume(bootstrap, "clock-full", "clock-full", 4.0, 2048, max_wait_ms=500)
+    got_full = confluent_consume(bootstrap, full, full, 4.0, 2048, max_wait_ms=500)
     assert sum(sent) == 0, "a record was not acknowledged"
     assert got_fed >= 20 and got_full >= 200, (got_fed, got_full)
-    woken, _ = _judge(kafka_node, "clock-fed")
-    immediate, _ = _judge(kafka_node, "clock-full", warm_up_ns=0)  # the broker is warm by now
+    woken, _ = _judge(kafka_node, fed)
+    immediate, _ = _judge(kafka_node, full, warm_up_ns=0)  # the broker is warm by now
     _record("busy_woken" + kafka_node.name, woken)
     _record("busy_immediate" + kafka_node.name, immediate)
-    for figures in (woken, immediate):
-        assert figures["matched_share"] >= 0.97, figures  # goal 0.99: a consumer's last fetch may die with it
-        assert figures["outcome_agree_share"] >= 0.97, figures
     assert woken["by_broker_outcome"]["woken"]["n"] >= 20, woken
-    # goal 0.5: docs/kafka.md has the runs. Across the delay relay (a Python process) a produce's
-    # trip to the broker and the fetch's carry the relay's own jitter, which lands in the error:
-    # 0.6-1.35 ms at p50 in the runs until 2026-11-25, 1.8-2.8 ms on 2026-11-26's slower machine
-    assert woken["abs_err_p50_ms"] <= (1.5 if not kafka_node.network_ms else 3.0), woken
     assert immediate["by_broker_outcome"]["immediate"]["n"] >= 20, immediate
+    # an immediate fetch has no wait, and fetchlat's says so: stricter than the goal
     assert immediate["by_broker_outcome"]["immediate"]["abs_err_p50_ms"] == 0.0, immediate
+    hold_all([("busy_immediate" + kafka_node.name, immediate, BUSY_IMMEDIATE_KNOWN),
+              ("busy_woken" + kafka_node.name, woken, BUSY_WOKEN_KNOWN)])
 
 
 def test_cluster_follower_fetches_cross_the_sidecars_and_join_the_leaders_logs(tmp_path: Path) -> None:
@@ -214,12 +256,10 @@ def test_cluster_follower_fetches_cross_the_sidecars_and_join_the_leaders_logs(t
                 for r in rl.read(n.request_log, str(n.node_id), [rl.API_KEYS["Fetch"]], listener="BROKER")]
     pairs, unmatched = rl.join(rows, requests)
     assert all(p.broker.replica_id == p.row["replica_id"] for p in pairs)
-    figures = rl.agreement(pairs, len(unmatched))
+    figures = judge(pairs, len(unmatched))
     _record("cluster_followers", figures)
-    assert figures["matched_share"] >= 0.97, figures  # goal 0.99 (met in docs/kafka.md's runs: 0.991)
     expired = figures["by_broker_outcome"]["expired"]
     assert expired["n"] >= 5 and expired["agree"] >= 0.95 * expired["n"], figures  # 41 of 41 in docs/kafka.md
-    # woken follower fetches: fetchlat's wait is short by the append's own time (docs/kafka.md, not met yet)
     # acks=all: the broker's remote time of a produce is its wait for the followers; fetchlat's
     # replication latency (append begun -> the follower's fetch confirming it) measures the same
     # road from the sidecar, plus the append itself
@@ -234,4 +274,22 @@ def test_cluster_follower_fetches_cross_the_sidecars_and_join_the_leaders_logs(t
     _record("cluster_replication", compared)
     assert compared["samples"] >= len(produces), compared  # one per follower per answered produce, at least
     assert abs(compared["replication_p50_ms"] - compared["produce_remote_p50_ms"]) <= 5.0, compared
+    hold("cluster_followers", figures, FOLLOWERS_KNOWN, kind="follower")
+
+
+# woken follower fetches: fetchlat's wait is short by the append's own time, which the leader's
+# sidecar cannot see (the produce's answer comes after the followers fetched it)
+APPEND_UNSEEN = ("a follower's fetch is woken by the leader's append, whose end no proxy sees: dated by "
+                 "the produce's answer, after the followers already fetched")
+FOLLOWERS_KNOWN = [
+    KnownMiss("outcome_agree_share", "57-92 %", APPEND_UNSEEN),
+    KnownMiss("abs_err_p50_ms", "0.72-3.5 ms", APPEND_UNSEEN),
+    KnownMiss("abs_err_p99_ms", "18-103 ms", APPEND_UNSEEN + "; a leader's appends queue behind each other"),
+    KnownMiss("local_bias_ms:woken", "+3.71 ms (local p50 4.0-5.7 ms against the broker's 1.8-2.4 ms)",
+              APPEND_UNSEEN),
+    KnownMiss("local_bias_ms:immediate", "+0.08 ms over 22 fetches", APPEND_UNSEEN),
+    KnownMiss("local_bias_ms:expired", "+0.42 ms",
+              "the leader's expiry lateness, learned by each sidecar from its own probes"),
+    KnownMiss("matched_share", "99.1-99.5 %", "a follower's fetch in flight when the cluster stops"),
+]
 

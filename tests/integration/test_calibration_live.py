@@ -16,6 +16,8 @@ from fetchlat.verify import report
 from fetchlat.verify import request_log as rl
 from prometheus_client.parser import text_string_to_metric_families
 
+from testkit.goals import KnownMiss, hold, judge
+
 from .conftest import JUDGED_BY_THE_BROKERS_CLOCK
 from .test_ground_truth import confluent_consume, create_topic
 
@@ -49,7 +51,7 @@ def test_the_sidecar_learns_its_brokers_expiry_overshoot(tmp_path: Path) -> None
     start = min(r["ts_ns"] for r in rows)
     # judged once learned: the topic exists from the consumer's start; 3 warm-up probes, then 3 kept
     pairs, unmatched = rl.join([r for r in rows if r["ts_ns"] >= start + 7_000_000_000], requests)
-    figures = rl.agreement(pairs, len(unmatched))
+    figures = judge(pairs, len(unmatched))
     print({"learned_ms": learned_ms, "brokers_ms": brokers_ms, "expired_in_log": n, "probes": probes,
            "abs_err_p50_ms": figures["abs_err_p50_ms"], "abs_err_p99_ms": figures["abs_err_p99_ms"]})
     assert probes.get("expired", 0) >= 3, probes
@@ -58,12 +60,21 @@ def test_the_sidecar_learns_its_brokers_expiry_overshoot(tmp_path: Path) -> None
     assert not any(r["client_id"] == "fetchlat-calibration" for r in rl.trace_rows(traces))
     assert n >= 50, n
     assert 0.0 <= learned_ms <= 5.0, learned_ms  # a lateness, not a stall: the learner keeps no sample above 20 ms
-    assert figures["outcome_agree_share"] >= 0.99, figures
-    # The goals: the broker's own figure within 0.5 ms, and the expired fetches within 0.5 ms at p50.
+    # The goals: the fetches' (testkit/goals.py), and the broker's own overshoot within 0.5 ms.
     # Met in a quiet window (learned 1.26 ms against 1.29; p50 0.30 ms, p99 1.86 ms). Not held yet on
     # 2 cores saturated by a full test run beside a 3-broker soak (2026-11-27): learned 1.94 and
     # 1.56 ms against 1.19 and 1.20; p50 1.10 and 0.82 ms. The probe times its own round trips
     # inside the sidecar's event loop, and a busy loop makes them late.
-    if abs(learned_ms - brokers_ms) > 0.5 or figures["abs_err_p50_ms"] > 0.5:
+    hold(f"calibration (learned {learned_ms:.2f} ms, the broker's {brokers_ms:.2f} ms)", figures, KNOWN)
+    if abs(learned_ms - brokers_ms) > 0.5:
         pytest.xfail(f"goal not held on this run: learned {learned_ms:.2f} ms against the broker's "
-                     f"{brokers_ms:.2f} ms, |wait - remoteTimeMs| p50 {figures['abs_err_p50_ms']:.2f} ms")
+                     f"{brokers_ms:.2f} ms")
+
+
+LEARNED_HIGH = ("the probe times its own round trips inside the sidecar's event loop: a busy loop makes them "
+                "late, and the overshoot learned high (0.3-0.75 ms above the broker's own on busy runs)")
+KNOWN = [
+    KnownMiss("abs_err_p50_ms", "0.30 ms quiet; 0.82-1.10 ms on 2 saturated cores", LEARNED_HIGH),
+    KnownMiss("abs_err_p99_ms", "1.86 ms quiet", LEARNED_HIGH + "; the p99 is the latest single expiry"),
+    KnownMiss("local_bias_ms:expired", "not measured before this test held the bias", LEARNED_HIGH),
+]

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from fetchlat.verify import request_log as rl
 
+from testkit.goals import KnownMiss, hold, judge
+
 from .conftest import JUDGED_BY_THE_BROKERS_CLOCK
 from .test_broker_clock import RESULTS
 from .test_kafka_sessions import java_consumer
@@ -79,12 +81,26 @@ def test_a_consumer_in_a_followers_rack_fetches_through_that_followers_sidecar(t
            if r.client_id == CLIENT]
     pairs, unmatched = rl.join(at_follower, log)
     assert len(pairs) == len(log), "a fetch reached the follower without crossing its sidecar"
-    figures = rl.agreement(pairs, len(unmatched))
+    figures = judge(pairs, len(unmatched))
     with RESULTS.open("a") as fh:
         fh.write(json.dumps({"test": "fetch_from_follower", "leader": leader, "follower": follower,
                              "fetches_by_broker": by_broker, **figures}) + "\n")
-    assert figures["matched_share"] >= 0.97, figures
-    # the follower shows the data once its high watermark moves: dated from the answer (before
-    # that was modelled: 0.8 % agreed, |err| p50 44.5 ms; now 99.2 % and 1.7 ms in docs/kafka.md)
-    assert figures["outcome_agree_share"] >= 0.97, figures
-    assert figures["abs_err_p50_ms"] <= 3.0, figures  # goal 0.5: the broker's start of an answer is estimated
+    hold("fetch_from_follower", figures, KNOWN)
+
+
+# the follower shows the data once its high watermark moves, which only the leader's answer to
+# the follower's own fetch says: the consumer's fetch is dated from when the follower's sidecar
+# saw that (before that was modelled: 0.8 % agreed, |err| p50 44.5 ms)
+HW_UNSEEN = ("a consumer's fetch at a follower is woken when the follower's high watermark moves, which its "
+             "sidecar sees only in the leader's answer to the follower's fetch: estimated")
+KNOWN = [
+    KnownMiss("abs_err_p50_ms", "1.7 ms (docs/kafka.md)", HW_UNSEEN),
+    KnownMiss("abs_err_p99_ms", "not held before", HW_UNSEEN),
+    KnownMiss("outcome_agree_share", "99.2 % (docs/kafka.md)", HW_UNSEEN),
+    KnownMiss("local_bias_ms:woken", "not measured before this test held the bias", HW_UNSEEN),
+    KnownMiss("local_bias_ms:expired", "not measured before this test held the bias",
+              "the follower's expiry lateness, learned by its sidecar's probes"),
+    KnownMiss("local_bias_ms:immediate", "not measured before this test held the bias",
+              "fetchlat's local includes the socket's time"),
+    KnownMiss("matched_share", "100 % in the recorded runs", "a consumer's last fetch may die with it"),
+]

@@ -23,6 +23,8 @@ import pytest
 from fetchlat.verify import request_log as rl
 from prometheus_client.parser import text_string_to_metric_families
 
+from testkit.goals import KnownMiss, hold, judge
+
 from .conftest import JUDGED_BY_THE_BROKERS_CLOCK
 from .test_broker_clock import RESULTS
 
@@ -127,14 +129,24 @@ def test_java_incremental_sessions_are_mirrored_in_step_and_recover_from_a_lost_
     rows = [r for r in rl.trace_rows(traces) if r["client_id"] == "sessions-a"]
     pairs, unmatched = rl.join(rows, requests)
     incremental = [p for p in pairs if (p.broker.session_epoch or 0) > 0 and p.broker.error_code == 0]
-    figures = rl.agreement(incremental, len(unmatched))
+    figures = judge(incremental, len(unmatched))
     with RESULTS.open("a") as fh:
         fh.write(json.dumps({"test": "java_incremental_sessions", "sessions": events, **figures}) + "\n")
     assert figures["matched"] >= 1000, figures
-    assert figures["matched_share"] >= 0.99, figures
-    # a fetch whose data's produce went upstream within about a millisecond of it, either way,
-    # is immediate or woken as the broker's queues order the two: no proxy can tell. With a
-    # produce every 10 ms that is a few percent of the fetches (97.7-98.2 % agree on a quiet
-    # machine, 95.7 % with other tests' processes running: docs/kafka.md)
-    assert figures["outcome_agree_share"] >= 0.95, figures
-    assert figures["abs_err_p50_ms"] <= 1.5, figures  # the bar of test_broker_clock's busy (full) fetches
+    hold("java_incremental_sessions", figures, KNOWN)
+
+
+# a fetch whose data's produce went upstream within about a millisecond of it, either way, is
+# immediate or woken as the broker's queues order the two: no proxy can tell. With a produce
+# every 10 ms that is a few percent of the fetches
+RACE = "a fetch and the produce of its data within a millisecond of each other: the broker's queues order them"
+KNOWN = [
+    KnownMiss("outcome_agree_share", "95.7-99.6 % (97.7-98.2 % on a quiet machine, docs/kafka.md)", RACE),
+    KnownMiss("abs_err_p50_ms", "0.30-0.36 ms, more with other tests' processes running", RACE),
+    KnownMiss("abs_err_p99_ms", "3.9-4.7 ms", RACE + "; a woken fetch is dated by the produce's answer"),
+    KnownMiss("local_bias_ms:woken", "not measured before this test held the bias", RACE),
+    KnownMiss("local_bias_ms:immediate", "not measured before this test held the bias",
+              "fetchlat's local includes the socket's time"),
+    KnownMiss("local_bias_ms:expired", "not measured before this test held the bias",
+              "the broker's expiry lateness, learned by the sidecar's probes"),
+]

@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 from fetchlat.verify import request_log as rl
 
+from testkit.goals import KnownMiss, hold_all, judge
+
 from .conftest import JUDGED_BY_THE_BROKERS_CLOCK
 from .test_broker_clock import RESULTS
 
@@ -113,15 +115,26 @@ def test_committed_and_compressed_records_are_read_and_judged_by_the_brokers_clo
         rows = [r for r in rl.trace_rows(traces) if r["client_id"] == client]
         start = min(r["ts_ns"] for r in rows)
         pairs, unmatched = rl.join([r for r in rows if r["ts_ns"] >= start + 1_000_000_000], requests)
-        figures[client] = rl.agreement(pairs, len(unmatched))
+        figures[client] = judge(pairs, len(unmatched))
     with RESULTS.open("a") as fh:
         fh.write(json.dumps({"test": "transactions", **figures}) + "\n")
     for client, f in figures.items():
-        assert f["matched_share"] >= 0.97, (client, f)
         assert f["by_broker_outcome"]["woken"]["n"] >= 10, (client, f)
-        assert f["outcome_agree_share"] >= 0.95, (client, f)
-    assert figures["lz4-uncommitted"]["abs_err_p50_ms"] <= 1.5, figures
-    # woken by the commit marker: dated by the answer (before that rule: |err| p50 205 ms, the
-    # fetch dated by the produce of records the open transaction still hid). 25 fetches, 17 of
-    # them woken: measured 0.64-1.08 ms alone, 1.77 inside a whole fresh make test
-    assert figures["txn-committed"]["abs_err_p50_ms"] <= 2.5, figures
+    hold_all([(client, f, KNOWN) for client, f in figures.items()])
+
+
+# woken by the commit marker: dated by the answer (before that rule: |err| p50 205 ms, the fetch
+# dated by the produce of records the open transaction still hid); 25 fetches, 17 of them woken
+MARKER = ("a read_committed fetch is woken by the commit marker's append, dated by the answer; lz4 batches "
+          "and transactions make the broker's own read longer and more variable")
+KNOWN = [
+    KnownMiss("abs_err_p50_ms", "0.64-1.08 ms alone, 1.77 ms inside a whole fresh make test", MARKER),
+    KnownMiss("abs_err_p99_ms", "4.1-4.7 ms", MARKER),
+    KnownMiss("outcome_agree_share", "95-100 %", MARKER),
+    KnownMiss("matched_share", "97-100 %", "a consumer's last fetch may die with it"),
+    KnownMiss("local_bias_ms:woken", "not measured before this test held the bias", MARKER),
+    KnownMiss("local_bias_ms:immediate", "not measured before this test held the bias",
+              "fetchlat's local includes the socket's time"),
+    KnownMiss("local_bias_ms:expired", "not measured before this test held the bias",
+              "the broker's expiry lateness, learned by the sidecar's probes"),
+]

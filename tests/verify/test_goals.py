@@ -1,0 +1,39 @@
+"""testkit/goals.py: a goal missed fails a test judged by the broker's clock, a known miss makes
+it an expected failure naming the figure and the reason, a known miss that holds says so."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from testkit.goals import GoalMetNow, KnownMiss, hold
+
+
+def figures(p50: float = 0.3, p99: float = 2.0, woken_bias: float = 0.1, matched: float = 1.0) -> dict:
+    return {"matched_share": matched, "outcome_agree_share": 1.0, "abs_err_p50_ms": p50, "abs_err_p99_ms": p99,
+            "local_bias_p50_ms": {"immediate": 0.0, "woken": woken_bias, "expired": math.nan}}
+
+
+def test_every_goal_held_passes():
+    hold("t", figures())
+
+
+def test_a_goal_missed_and_not_known_fails():
+    with pytest.raises(AssertionError, match=r"p99 4\.00 ms"):
+        hold("t", figures(p50=0.8, p99=4.0), [KnownMiss("abs_err_p50_ms", "0.8 ms", "why")])
+
+
+def test_a_known_miss_is_an_expected_failure_with_its_figure_and_reason():
+    with pytest.raises(pytest.xfail.Exception, match=r"bias of true local for woken fetches -2.05 ms.*dated by"):
+        hold("t", figures(woken_bias=-2.05), [KnownMiss("local_bias_ms:woken", "-2.05 ms", "dated by the answer")])
+
+
+def test_a_known_miss_that_holds_says_so():
+    with pytest.warns(GoalMetNow, match="abs_err_p99_ms held"):
+        hold("t", figures(), [KnownMiss("abs_err_p99_ms", "4 ms", "the latest expiry")])
+
+
+def test_an_unknown_miss_fails_even_beside_known_ones():
+    with pytest.raises(AssertionError, match="matched"):
+        hold("t", figures(p50=0.9, matched=0.9), [KnownMiss("abs_err_p50_ms", "0.9 ms", "why")])
