@@ -54,6 +54,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    help="the tagged field a broker reports WaitTimeMs in (as for the proxy)")
     p.add_argument("--expiry-overshoot-ms", type=float, default=DEFAULT_EXPIRY_OVERSHOOT_NS / 1e6,
                    help="how long past max wait the broker releases an expired fetch (as for the proxy)")
+    p.add_argument("--away-from-broker", action="store_true",
+                   help="the capture was taken away from the brokers (on a client host): a produce's answer "
+                        "dates its append less the round trip learned from immediate fetches, not as it is")
     p.add_argument("--linger-s", type=float, default=0.0,
                    help="with --metrics-listen: keep serving this long after the capture ends")
     p.add_argument("--quiet", action="store_true", help="no progress line")
@@ -154,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
     columns = TraceColumns(hand_off)
 
     observer = Observer(metrics, FetchMetrics(metrics.registry), wall_minus_mono_ns=0, proxy_id=proxy_id,
-                        traces=columns,
+                        traces=columns, beside_broker=not args.away_from_broker,
                         expiry_overshoot_ns=round(args.expiry_overshoot_ms * 1e6))
     ctx = capture_context(observer, max_frame_bytes=args.max_frame_bytes, wait_time_tag=args.wait_time_tag)
     flows = FlowTable(ctx, set(args.broker_ports), on_end=_flow_ended)

@@ -148,7 +148,8 @@ def test_a_capture_behind_the_proxy_measures_what_the_proxy_measures(tmp_path: P
             procs.append(pipe)
             metrics_port = free_ports(0)
             live = subprocess.Popen([sys.executable, "-m", "fetchlat.app", "pcap", "-", "--broker-port",
-                                     str(relay_port), "--metrics-listen", f"127.0.0.1:{metrics_port}", "--quiet"],
+                                     str(relay_port), "--away-from-broker", "--metrics-listen",
+                                     f"127.0.0.1:{metrics_port}", "--quiet"],
                                     stdin=pipe.stdout, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             procs.append(live)
             for d in (dump, pipe):
@@ -175,9 +176,11 @@ def test_a_capture_behind_the_proxy_measures_what_the_proxy_measures(tmp_path: P
                     p.wait(10)
 
     legs = {}
-    for leg, port in (("proxy-relay", relay_port), ("relay-tansu", tansu_port)):
+    # the proxy -> relay leg is 2 x D from Tansu, as the proxy is; the relay -> Tansu leg beside it
+    for leg, port, where in (("proxy-relay", relay_port, ["--away-from-broker"]), ("relay-tansu", tansu_port, [])):
         r = subprocess.run([sys.executable, "-m", "fetchlat.app", "pcap", str(cap), "--broker-port", str(port),
-                            "--trace-dir", str(tmp_path / leg), "--quiet"], capture_output=True, text=True, timeout=120)
+                            "--trace-dir", str(tmp_path / leg), "--quiet", *where], capture_output=True, text=True,
+                           timeout=120)
         assert r.returncode == 0, r.stderr
         assert "fetches" in r.stdout and "conversations:" in r.stdout
         legs[leg] = fetches(tmp_path / leg)
