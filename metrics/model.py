@@ -38,10 +38,11 @@ MAX_PENDING_PER_PARTITION: Final = 64  # produces in flight to one partition (5 
 # response: the first byte, less what an answer takes the broker to start (learned from fetches
 # answered at once; this until then).
 DEFAULT_FIRST_BYTE_NS: Final = 300_000
-FIRST_BYTE_GAIN: Final = 16  # the smoothing of that learning: a mean of the first 16, then 1/16 of each
-# Away from its broker, a proxy dates a produce's append by its answer less the round trip it has
-# learned (the first byte of immediate answers) once it has seen this many; before, by its forwarding.
-FIRST_BYTES_TO_TRUST: Final = 8
+# Away from its brokers, a proxy dates a produce's append by its answer less the round trip
+# (``RoundTrips``): the lower quartile of the last ROUND_TRIPS_KEPT requests the broker answers
+# without waiting, once ROUND_TRIPS_TO_TRUST were seen; before, by its forwarding.
+ROUND_TRIPS_KEPT: Final = 32
+ROUND_TRIPS_TO_TRUST: Final = 4
 # A share fetch parks only once the broker has done its share-group work on it (the share
 # session, acknowledgements, trying to acquire): Kafka 4.4's request log gives the parked ones
 # requestQueueTimeMs + localTimeMs p50 1.0 ms (0.6-1.5) on the test machine, against 0.1-0.3 ms
@@ -276,6 +277,32 @@ class _Partition:
     confirmed: dict[int, int] = field(default_factory=dict)  # follower -> offset it has
 
 
+class RoundTrips:
+    """The round trip to the brokers, as a proxy away from them sees it: the lower quartile of
+    the last ``ROUND_TRIPS_KEPT`` requests they answer without waiting (fetches answered at once,
+    and what the observer names in ``ROUND_TRIP_APIS``: ApiVersions, Metadata, ...), so a slow
+    answer now and then does not move it; -1 until ``ROUND_TRIPS_TO_TRUST`` were seen. One for
+    every broker of the proxy: a central proxy's brokers sit in one network."""
+
+    def __init__(self) -> None:
+        self._recent: list[int] = []
+        self._next = 0
+        self._est = -1
+
+    def add(self, ns: int) -> None:
+        if len(self._recent) < ROUND_TRIPS_KEPT:
+            self._recent.append(ns)
+        else:
+            self._recent[self._next] = ns
+            self._next = (self._next + 1) % ROUND_TRIPS_KEPT
+        self._est = -1
+
+    def estimate(self) -> int:
+        if self._est < 0 and len(self._recent) >= ROUND_TRIPS_TO_TRUST:
+            self._est = sorted(self._recent)[len(self._recent) // 4]
+        return self._est
+
+
 class LatencyModel:
     """Per-proxy state and the samples each exchange yields."""
 
@@ -288,7 +315,7 @@ class LatencyModel:
         self.cluster = ClusterView()  # topic names by id, partition leaders
         self._parts: OrderedDict[tuple[str, int], _Partition] = OrderedDict()
         self.first_byte_ns = DEFAULT_FIRST_BYTE_NS  # an immediate answer's first byte, smoothed
-        self.first_bytes_seen = 0  # how many immediate answers taught it
+        self.round_trips = RoundTrips()  # to the brokers, for a proxy away from them
 
     # --------------------------------------------------------------------- knowledge
     def _part(self, topic: str, partition: int) -> _Partition:
@@ -367,17 +394,20 @@ class LatencyModel:
         on the proxy's clock of fetches it forwards (-1: not known, the forwarding dates it).
 
         Beside the broker (a sidecar, a capture on the broker host) the answer comes within
-        microseconds of the append: ``answer_ns``. Away from it the answer comes a round trip
-        later, and a fetch is forwarded that much ahead of reaching the broker's purgatory: the
-        answer less the round trip (``first_byte_ns``, learned from immediate answers, once
-        ``FIRST_BYTES_TO_TRUST`` taught it), never before the produce was forwarded. Measured
-        against Kafka's request log across a 2 x 10 ms relay, the forwarding alone dated woken
-        fetches 2.05-2.44 ms early (the produce's own time in the broker)."""
+        microseconds of the append: ``answer_ns``. Away from it the answer comes back a round
+        trip after the append, and a fetch reached the broker's purgatory half a round trip after
+        it was forwarded: the answer less the round trip learned (``RoundTrips``), never before
+        the produce was forwarded. Measured against Kafka's request log across a 2 x 10 ms relay,
+        the forwarding alone dated woken fetches 2.05-2.44 ms early (the produce's own time in
+        the broker)."""
         if self.beside_broker:
             return answer_ns
-        if self.first_bytes_seen < FIRST_BYTES_TO_TRUST:
-            return -1
-        return max(forwarded_ns, answer_ns - self.first_byte_ns)
+        rtt = self.round_trips.estimate()
+        return -1 if rtt < 0 else max(forwarded_ns, answer_ns - rtt)
+
+    def learn_round_trip(self, ns: int) -> None:
+        """A request the broker answers without waiting took ``ns`` from forwarding to answer."""
+        self.round_trips.add(ns)
 
     def _appended(self, topic: str, partition: int, end_offset: int, t_ns: int, ack_ns: int = -1) -> None:
         """The leader began appending up to ``end_offset`` at ``t_ns`` (the produce request
@@ -472,8 +502,8 @@ class LatencyModel:
                           expiry_overshoot_ns=self.expiry_overshoot_ns)
         if w.outcome == IMMEDIATE and w.basis == "known_log_end":
             first = ev.t_first_ns - ev.t_request_ns
-            self.first_bytes_seen += 1
-            self.first_byte_ns += (first - self.first_byte_ns) // min(self.first_bytes_seen, FIRST_BYTE_GAIN)
+            self.first_byte_ns += (first - self.first_byte_ns) // 16
+            self.round_trips.add(first)
         local = total - w.wait_ns
         error_code = resp.error_code or next((p.error_code for p in resp.partitions if p.error_code), 0)
         sample = FetchSample(

@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TypeVar
 
-from ..protocol.apis import api_name
+from ..protocol.apis import API_VERSIONS, DESCRIBE_CLUSTER, FIND_COORDINATOR, LIST_OFFSETS, METADATA, api_name
 from ..protocol.events import (
     DecodeFailed,
     Event,
@@ -42,6 +42,9 @@ from .prom import FetchMetrics, ProxyMetrics
 from .rows import TraceColumns
 
 Exchanged = TypeVar("Exchanged", FetchExchanged, ProduceExchanged)
+# Requests a broker answers without waiting on anything: their round trips teach the model the
+# network between a proxy and its brokers (``LatencyModel.learn_round_trip``)
+ROUND_TRIP_APIS = frozenset((API_VERSIONS, METADATA, LIST_OFFSETS, FIND_COORDINATOR, DESCRIBE_CLUSTER))
 
 
 class Observer:
@@ -161,6 +164,8 @@ class ConnectionObserver:
                 self.broker_free_ns = ev.t_last_ns  # every answer ends with this event, after its exchange's
                 c = self._children.get(ev.api_key) or self._api(ev.api_key)
                 c[1].observe((ev.t_last_ns - fwd) / 1e9)
+                if ev.api_key in ROUND_TRIP_APIS:
+                    obs.model.learn_round_trip(ev.t_last_ns - fwd)
                 if ev.rewritten:
                     obs.metrics.rewrites.labels(api_name(ev.api_key)).inc()
                 if obs.traces is not None and not observed(ev.api_key, ev.api_version):

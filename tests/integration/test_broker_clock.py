@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -55,13 +56,50 @@ class Setup:
     request_log: Path
     traces: Path
     network_ms: float = 0.0  # the round trip between the proxy and the broker
+    capture: Capture | None = None  # nothing in the path: fetchlat pcap measures a capture instead
 
 
-@pytest.fixture(scope="module", params=["sidecar", "delay"])
+class Capture:
+    """``tcpdump`` of the broker's port on loopback (nothing in the path), cut per test: ``cut``
+    ends the capture so far, measures it with ``fetchlat pcap`` into a fresh trace directory,
+    and starts the next one."""
+
+    def __init__(self, home: Path, port: int) -> None:
+        self.home, self.port, self.n = home, port, 0
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.start()
+
+    def start(self) -> None:
+        self.n += 1
+        self.file = self.home / f"broker-{self.n}.pcap"
+        self.proc = subprocess.Popen(["tcpdump", "-i", "lo", "-U", "-s", "0", "-n", "-w", str(self.file),
+                                      f"tcp port {self.port}"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        assert self.proc.stderr is not None
+        assert b"listening on" in self.proc.stderr.readline()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)  # flushes and closes the file
+            self.proc.wait(10)
+        self.proc = None
+
+    def cut(self) -> Path:
+        self.stop()
+        traces = self.home / f"traces-{self.n}"
+        r = subprocess.run([sys.executable, "-m", "fetchlat.app", "pcap", str(self.file), "--broker-port",
+                            str(self.port), "--trace-dir", str(traces), "--quiet"], capture_output=True, text=True,
+                           timeout=300)
+        assert r.returncode == 0, r.stderr[-3000:]
+        self.start()
+        return traces
+
+
+@pytest.fixture(scope="module", params=["sidecar", "delay", "pcap"])
 def kafka_node(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     """A single node behind its sidecar; or, for ``delay``, behind a proxy across a known
     network delay (the delay relay, ``DELAY_MS`` each way: the broker advertises the relay, so
-    every byte between proxy and broker crosses it)."""
+    every byte between proxy and broker crosses it); or, for ``pcap``, with nothing in the path
+    and ``tcpdump`` on its port, the capture measured by ``fetchlat pcap`` (on the broker host)."""
     from fetchlat.embedded import kafka
 
     home = tmp_path_factory.mktemp(f"kafka-clock-{request.param}")
@@ -70,6 +108,14 @@ def kafka_node(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
     if request.param == "sidecar":
         with kafka.cluster(home, brokers=1, sidecars=True, sidecar_args=trace_args) as c:
             yield Setup("", c.bootstrap, c.nodes[0].request_log, traces)
+        return
+    if request.param == "pcap":
+        with kafka.cluster(home, brokers=1) as c:
+            capture = Capture(home, c.nodes[0].port)
+            try:
+                yield Setup("_pcap", c.bootstrap, c.nodes[0].request_log, traces, capture=capture)
+            finally:
+                capture.stop()
         return
     relay_port = kafka.free_port()
     with kafka.cluster(home, brokers=1, advertised_ports=[relay_port]) as c:
@@ -100,14 +146,24 @@ def _produce(bootstrap: str, topic: str, stop: threading.Event, every_s: float, 
 WARM_UP_NS = 1_000_000_000
 
 
-def _judge(node: Setup, client_id: str, warm_up_ns: int = WARM_UP_NS) -> tuple[dict[str, Any], list[rl.Pair]]:
+def _traces(node: Setup) -> Path:
+    """The traces of the test so far: the proxy's, or a cut of the capture measured."""
+    if node.capture is not None:
+        return node.capture.cut()
+    time.sleep(2.5)  # the sidecar closes its trace files every second
+    return node.traces
+
+
+def _judge(node: Setup, client_id: str, traces: Path, warm_up_ns: int = WARM_UP_NS
+           ) -> tuple[dict[str, Any], list[rl.Pair]]:
     """The client's fetches after its first second (a fresh JVM's first expiry runs cold code:
     its first fetch missed by 7.5 ms, remote 108.5 ms for a 100 ms wait), joined and judged."""
-    time.sleep(2.5)  # the sidecar closes its trace files every second
-    rows = [r for r in rl.trace_rows(node.traces) if r["client_id"] == client_id]
+    rows = [r for r in rl.trace_rows(traces) if r["client_id"] == client_id]
     start = min((r["ts_ns"] for r in rows), default=0)
     rows = [r for r in rows if r["ts_ns"] >= start + warm_up_ns]
-    requests = list(rl.read(node.request_log, "0", [rl.API_KEYS["Fetch"]]))
+    # the node as the rows name it: a sidecar its node id, a capture the broker's address
+    node_label = str(rows[0]["broker"]) if rows else "0"
+    requests = list(rl.read(node.request_log, node_label, [rl.API_KEYS["Fetch"]]))
     pairs, unmatched = rl.join(rows, requests)
     return judge(pairs, len(unmatched), node.network_ms), pairs
 
@@ -145,7 +201,7 @@ def test_quiet_consumer_expired_fetches_against_remote_time(kafka_node: Setup) -
     idle = _fresh("clock-idle")
     create_topic(bootstrap, idle, 0)
     confluent_consume(bootstrap, idle, idle, 7.0, 1 << 20, max_wait_ms=100, from_start=False)
-    figures, _ = _judge(kafka_node, idle)
+    figures, _ = _judge(kafka_node, idle, _traces(kafka_node))
     _record("quiet_expired" + kafka_node.name, figures)
     assert figures["matched"] >= 5000 / (100 + kafka_node.network_ms + 10), figures  # 6 s judged
     assert figures["by_broker_outcome"]["expired"]["n"] >= 0.9 * figures["matched"], figures
@@ -202,8 +258,9 @@ def test_busy_consumer_woken_and_immediate_fetches_against_remote_time(kafka_nod
     got_full = confluent_consume(bootstrap, full, full, 4.0, 2048, max_wait_ms=500)
     assert sum(sent) == 0, "a record was not acknowledged"
     assert got_fed >= 20 and got_full >= 200, (got_fed, got_full)
-    woken, _ = _judge(kafka_node, fed)
-    immediate, _ = _judge(kafka_node, full, warm_up_ns=0)  # the broker is warm by now
+    traces = _traces(kafka_node)
+    woken, _ = _judge(kafka_node, fed, traces)
+    immediate, _ = _judge(kafka_node, full, traces, warm_up_ns=0)  # the broker is warm by now
     _record("busy_woken" + kafka_node.name, woken)
     _record("busy_immediate" + kafka_node.name, immediate)
     assert woken["by_broker_outcome"]["woken"]["n"] >= 20, woken
