@@ -39,7 +39,7 @@ MAX_PENDING_PER_PARTITION: Final = 64  # produces in flight to one partition (5 
 # answered at once; this until then).
 DEFAULT_FIRST_BYTE_NS: Final = 300_000
 # Away from its brokers, a proxy dates a produce's append by its answer less the round trip
-# (``RoundTrips``): the lower quartile of the last ROUND_TRIPS_KEPT requests the broker answers
+# (``RoundTrips``): the shortest of the last ROUND_TRIPS_KEPT requests the brokers answer
 # without waiting, once ROUND_TRIPS_TO_TRUST were seen; before, by its forwarding.
 ROUND_TRIPS_KEPT: Final = 32
 ROUND_TRIPS_TO_TRUST: Final = 4
@@ -278,11 +278,14 @@ class _Partition:
 
 
 class RoundTrips:
-    """The round trip to the brokers, as a proxy away from them sees it: the lower quartile of
-    the last ``ROUND_TRIPS_KEPT`` requests they answer without waiting (fetches answered at once,
-    and what the observer names in ``ROUND_TRIP_APIS``: ApiVersions, Metadata, ...), so a slow
-    answer now and then does not move it; -1 until ``ROUND_TRIPS_TO_TRUST`` were seen. One for
-    every broker of the proxy: a central proxy's brokers sit in one network."""
+    """The round trip to the brokers, as a proxy away from them sees it: the shortest of the
+    last ``ROUND_TRIPS_KEPT`` requests they answer without waiting (fetches answered at once, and
+    what the observer names in ``ROUND_TRIP_APIS``: ApiVersions, Metadata, ...). No answer comes
+    faster than the network carries it, and a slow one (a busy broker, a queue on the way) only
+    adds: the shortest is the network's (as TCP's own minimum RTT). Measured across the test's
+    2 x 10 ms relay: the lower quartile came 2.7 ms above the produces' own round trips, the
+    shortest 0.2 ms above its 20 ms. -1 until ``ROUND_TRIPS_TO_TRUST`` were seen; one for every
+    broker of the proxy (a central proxy's brokers sit in one network)."""
 
     def __init__(self) -> None:
         self._recent: list[int] = []
@@ -299,7 +302,7 @@ class RoundTrips:
 
     def estimate(self) -> int:
         if self._est < 0 and len(self._recent) >= ROUND_TRIPS_TO_TRUST:
-            self._est = sorted(self._recent)[len(self._recent) // 4]
+            self._est = min(self._recent)
         return self._est
 
 

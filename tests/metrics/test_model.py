@@ -146,11 +146,11 @@ def test_away_from_the_broker_the_answer_never_dates_data_before_its_produce_was
     assert (s.outcome, s.wait_ns) == (WOKEN, 100 * MS)
 
 
-def test_the_round_trip_is_the_lower_quartile_of_the_recent_ones() -> None:
+def test_the_round_trip_is_the_shortest_of_the_recent_ones() -> None:
     """A slow answer now and then (a coordinator busy, a GC pause) does not move it; the oldest
     of more than 32 go; fetches answered at once teach it too."""
     m = LatencyModel(wall_minus_mono_ns=0)
-    for ns in [5 * MS] * 8 + [90 * MS] * 3:
+    for ns in [6 * MS, 5 * MS, 90 * MS, 6 * MS, 90 * MS]:
         m.learn_round_trip(ns)
     assert m.round_trips.estimate() == 5 * MS
     for _ in range(32):
