@@ -7,6 +7,11 @@ from what asyncio costs, and it says which build ran (compiled or pure Python).
     python bench/core_cost.py                      # the build that imports
     FETCHLAT_PURE_PYTHON=1 python bench/core_cost.py
     python bench/core_cost.py --json               # one line, for scripts
+    python bench/core_cost.py --traces both        # a trace row per exchange (as deployed), and none
+
+With ``--traces`` (``on``, ``off`` or ``both``) each exchange writes its trace row into column
+buffers, as a proxy with ``--trace-dir`` does on its event loop (the writer thread's share,
+converting and writing the batches, is not counted); ``both`` runs the two in turns.
 
 Each conversation is replayed ``--rounds`` times on one core object (the first round warms the
 metric children, as a long-lived connection has them), and each request/response pair is timed
@@ -36,7 +41,7 @@ RUNS = ("confluent", "kafkapython", "aiokafka", "kcat")
 NAMES = {apis.API_VERSIONS: "ApiVersions", apis.METADATA: "Metadata", apis.FETCH: "Fetch", apis.PRODUCE: "Produce"}
 
 
-def replay(rounds: int) -> dict[str, list[int]]:
+def replay(rounds: int, traced: bool = True) -> dict[str, list[int]]:
     per_api: dict[str, list[int]] = defaultdict(list)
     clock = time.perf_counter_ns
     for run in RUNS:
@@ -55,7 +60,7 @@ def replay(rounds: int) -> dict[str, list[int]]:
             pairs = [p for p in pairs if p[1] is not None and p[2] in NAMES]
             if not pairs:
                 continue
-            pb = Playbook()
+            pb = Playbook(traced=traced)
             pb.connect_upstream(T0)
             t = T0
             for r in range(rounds):
@@ -73,16 +78,28 @@ def replay(rounds: int) -> dict[str, list[int]]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=200)
+    ap.add_argument("--traces", choices=("on", "off", "both"), default="on")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
-    per_api = replay(a.rounds)
-    out = {"hot_path": hot_path(), **{k: round(statistics.median(v) / 1000, 2) for k, v in sorted(per_api.items())}}
+    modes = {"on": [True], "off": [False], "both": [False, True, False, True]}[a.traces]
+    runs: dict[bool, dict[str, list[int]]] = {}
+    for traced in modes:  # in turns: a drift of the machine's speed falls on both alike
+        for k, v in replay(a.rounds, traced).items():
+            runs.setdefault(traced, {}).setdefault(k, []).extend(v)
+    out: dict[str, object] = {"hot_path": hot_path()}
+    for traced, per_api in runs.items():
+        label = "" if len(runs) == 1 else ("traces on: " if traced else "traces off: ")
+        out.update({label + k: round(statistics.median(v) / 1000, 2) for k, v in sorted(per_api.items())})
     if a.json:
         print(json.dumps(out))
         return
     print(f"hot path: {out.pop('hot_path')}")
     for k, v in out.items():
-        print(f"  {k:12s} {v:8.2f} us per exchange (median of {len(per_api[k])})")
+        print(f"  {k:24s} {v:8.2f} us per exchange")
+    if len(runs) == 2:
+        for k in sorted(runs[True]):
+            on, off = statistics.median(runs[True][k]), statistics.median(runs[False][k])
+            print(f"  {k:12s} traces on / off {on / off:.3f}")
 
 
 if __name__ == "__main__":

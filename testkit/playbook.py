@@ -26,13 +26,14 @@ class Playbook:
     limits: Limits = field(default_factory=Limits)
     sidecar_node: int | None = None
     tls: bool = False
+    traced: bool = True  # rows gathered (False: a proxy without --trace-dir)
 
     def __post_init__(self) -> None:
         self.prom = CollectorRegistry()
         self.metrics = ProxyMetrics(self.prom)
         self.traces = TraceColumns()  # no hand-off: the script reads every row it made
         self.observer = Observer(self.metrics, FetchMetrics(self.prom), wall_minus_mono_ns=0, proxy_id="pb",
-                                 traces=self.traces)
+                                 traces=self.traces if self.traced else None)
         self.registry = BrokerRegistry(self.sidecar_node)
         self.ctx = CoreContext(observer=self.observer, registry=self.registry, limits=self.limits,
                                rewriter=ResponseRewriter(lambda node, host, port: ("proxy.test", 20000 + node)),
