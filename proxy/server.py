@@ -48,7 +48,7 @@ class Proxy:
         upstream_tls = client_context(cfg)
         self.registry = BrokerRegistry(cfg.sidecar_node)
         self.observer = Observer(metrics, FetchMetrics(metrics.registry),
-                                 wall_minus_mono_ns=clock.wall_ns() - clock.now_ns(),
+                                 wall_minus_mono_ns=clock.read_wall_minus_mono_ns(),
                                  expiry_overshoot_ns=cfg.expiry_overshoot_ns,
                                  beside_broker=cfg.sidecar_node is not None)
         self.core = CoreContext(observer=self.observer, registry=self.registry, limits=Limits.from_config(cfg),

@@ -8,7 +8,9 @@ hands it over only as ancillary data of ``recvmsg``, which uvloop's transports d
 plain TCP connection to the broker is read here: the transport keeps writing and closing, its own
 reading stays paused, and a duplicate of its descriptor is read with ``recvmsg_into`` into one
 buffer the whole process reuses. The stamp of a read is the kernel's time for the last packet it returned (a
-``CLOCK_REALTIME`` time, moved onto the monotonic clock the rest of fetchlat uses).
+``CLOCK_REALTIME`` time, moved onto the monotonic clock the rest of fetchlat uses by an offset
+read apart from the reads, ``clock.WallOffset``: a preemption between two clock reads of a busy
+proxy cannot move a stamp).
 
 Where no stamp can be had (not Linux, TLS towards the broker: its records are decrypted by the
 transport, or the socket option refused) the clock read stays. ``StampCounts`` says how many
@@ -54,6 +56,7 @@ _BUFS: Final = [_VIEW]
 _CORE = native.core()
 # the native core's reader (it owns its own buffer, the same size), or None: the Python road
 _NATIVE_RECV = _CORE.StampedRecv() if _CORE is not None else None
+_WALL: Final = clock.WallOffset()  # moves the kernel's CLOCK_REALTIME stamps onto the monotonic clock
 
 
 def road() -> str:
@@ -190,7 +193,7 @@ class StampedReader:
         for level, kind, payload in ancillary:
             if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(payload) >= 16:
                 sec, nsec = _TIMESPEC.unpack_from(payload)
-                t_ns = min(now, sec * 1_000_000_000 + nsec - (clock.wall_ns() - now))
+                t_ns = min(now, sec * 1_000_000_000 + nsec - _WALL.at(now))
                 stamped = True
         if stamped:
             self.counts.kernel += 1
@@ -216,7 +219,7 @@ class StampedReader:
             return
         t_ns = now = clock.now_ns()
         if wall_ns >= 0:
-            t_ns = min(now, wall_ns - (clock.wall_ns() - now))
+            t_ns = min(now, wall_ns - _WALL.at(now))
             self.counts.kernel += 1
         else:
             self.counts.clock += 1
