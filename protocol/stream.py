@@ -17,6 +17,7 @@ from typing import Any, Final, TypeVar
 
 from librt.strings import read_i16_be, read_i32_be, read_i64_be
 
+from .. import native
 from .errors import DecodeError
 from .primitives import I8, I16, I32, I64, NATIVE, Buf, uvarint_at
 
@@ -32,6 +33,13 @@ BATCH_HEADER_BYTES: Final = 61
 TIMESTAMP_TYPE_LOG_APPEND: Final = 0x08
 CONTROL_BATCH: Final = 0x20
 MAX_ARRAY: Final = 1 << 24  # a sanity bound: arrays longer than this are corrupt
+_CORE = native.core()
+# The native core's walk of a records blob whole in the buffer (``native/src/lib.rs``), or None:
+# ``walk`` below, the same rules in Python (tests/protocol/test_batches_native.py holds the two
+# to the same figures)
+WALK: Final = _CORE.walk_batches if _CORE is not None else None
+# and of the batches lying whole in a chunk of records that arrive in pieces (``walk``'s ``whole``)
+WALK_WHOLE: Final = _CORE.walk_whole if _CORE is not None else None
 
 
 class Reader:
@@ -244,12 +252,63 @@ def batch_header(buf: Buf, p: int) -> tuple[int, int, int, int, int, int, int, i
 
 
 def records(r: Reader, flexible: bool) -> Parser[BatchStats | None]:
+    """A partition's records: their batch headers walked, the batches passed over. Whole in the
+    buffer (a frame parsed after it was forwarded, mostly), the native core walks them where it
+    is loaded; otherwise ``walk``."""
     n = yield from length(r, flexible)
     if n < 0:
         return None
+    if WALK is not None and len(r.buf) - r.pos >= n:
+        return walk_native(r, n)
+    return (yield from walk(r, n, WALK_WHOLE))
+
+
+def walk_whole_native(whole: Callable[..., Any], r: Reader, remaining: int, stats: BatchStats) -> int:
+    """The batches whole in ``r.buf`` from ``r.pos`` walked by the native core into ``stats``,
+    merged as ``walk`` would have met them one by one; the records left."""
+    got: tuple[int, int, int, int, int, int, int, bool, int] = whole(
+        r.buf, r.pos, min(len(r.buf) - r.pos, remaining), remaining)
+    passed, batches, recs, first_offset, first_ts, next_offset, max_ts, log_append, control = got
+    if batches:
+        r.pos += passed
+        stats.batches += batches
+        stats.records += recs
+        if stats.first_offset < 0:  # walk's rule, batch by batch: taken while it is negative
+            stats.first_offset = first_offset
+            stats.first_timestamp_ms = first_ts
+        stats.next_offset = next_offset
+        if max_ts > stats.max_timestamp_ms:
+            stats.max_timestamp_ms = max_ts
+        stats.log_append_time = log_append
+        stats.control_batches += control
+        return remaining - passed
+    return remaining
+
+
+def walk_native(r: Reader, n: int) -> BatchStats:
+    """The native core's walk of the ``n`` bytes of records at ``r.pos``, whole in ``r.buf``."""
+    assert WALK is not None
+    got: tuple[int, int, int, int, int, int, bool, int, int, bool] = WALK(r.buf, r.pos, n)
+    batches, recs, first_offset, first_ts, next_offset, max_ts, log_append, control, partial, legacy = got
+    r.pos += n
+    return BatchStats(size_bytes=n, batches=batches, records=recs, first_offset=first_offset,
+                      first_timestamp_ms=first_ts, next_offset=next_offset, max_timestamp_ms=max_ts,
+                      log_append_time=log_append, control_batches=control, partial_bytes=partial, legacy=legacy)
+
+
+def walk(r: Reader, n: int, whole: Callable[..., Any] | None = None) -> Parser[BatchStats]:
+    """The batch headers of the ``n`` bytes of records at ``r.pos``: a tail shorter than a
+    header, or a batch whose length runs past the records, is a partial last batch (the broker
+    cuts at max bytes); a magic other than 2 stops the walk (``legacy``). With ``whole`` (the
+    native core's ``walk_whole``), the batches lying whole in the current chunk are walked by
+    it, and only a batch across two chunks (and the end of a walk) here."""
     stats = BatchStats(size_bytes=n)
     remaining = n
     while remaining > 0:
+        if whole is not None and len(r.buf) - r.pos >= BATCH_HEADER_BYTES:
+            remaining = walk_whole_native(whole, r, remaining, stats)
+            if remaining == 0:
+                break
         if remaining < BATCH_HEADER_BYTES:
             stats.partial_bytes += remaining
             yield from skip(r, remaining)

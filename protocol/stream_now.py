@@ -9,6 +9,8 @@ file is stale.
 from __future__ import annotations
 
 import uuid as _uuid
+from collections.abc import Callable
+from typing import Any
 
 from .errors import DecodeError
 from .primitives import I8, I16, I32, I64
@@ -17,11 +19,15 @@ from .stream import (
     CONTROL_BATCH,
     MAX_ARRAY,
     TIMESTAMP_TYPE_LOG_APPEND,
+    WALK,
+    WALK_WHOLE,
     BatchStats,
     Reader,
     batch_header,
     need_now,
     uvarint_here,
+    walk_native,
+    walk_whole_native,
 )
 from .stream import skip_now as skip_now  # the message twins call s.skip_now
 from .stream import uvarint_now as uvarint_now
@@ -130,12 +136,30 @@ def tags_now(r: Reader, wanted: dict[int, str] | None = None) -> dict[str, tuple
 
 
 def records_now(r: Reader, flexible: bool) -> BatchStats | None:
+    """A partition's records: their batch headers walked, the batches passed over. Whole in the
+    buffer (a frame parsed after it was forwarded, mostly), the native core walks them where it
+    is loaded; otherwise ``walk``."""
     n = length_now(r, flexible)
     if n < 0:
         return None
+    if WALK is not None and len(r.buf) - r.pos >= n:
+        return walk_native(r, n)
+    return (walk_now(r, n, WALK_WHOLE))
+
+
+def walk_now(r: Reader, n: int, whole: Callable[..., Any] | None = None) -> BatchStats:
+    """The batch headers of the ``n`` bytes of records at ``r.pos``: a tail shorter than a
+    header, or a batch whose length runs past the records, is a partial last batch (the broker
+    cuts at max bytes); a magic other than 2 stops the walk (``legacy``). With ``whole`` (the
+    native core's ``walk_whole``), the batches lying whole in the current chunk are walked by
+    it, and only a batch across two chunks (and the end of a walk) here."""
     stats = BatchStats(size_bytes=n)
     remaining = n
     while remaining > 0:
+        if whole is not None and len(r.buf) - r.pos >= BATCH_HEADER_BYTES:
+            remaining = walk_whole_native(whole, r, remaining, stats)
+            if remaining == 0:
+                break
         if remaining < BATCH_HEADER_BYTES:
             stats.partial_bytes += remaining
             skip_now(r, remaining)

@@ -8,11 +8,18 @@
 //!   `(bytes, wall_ns)`; what `proxy/stamps.py` does with `recvmsg_into` and the ancillary
 //!   data, without the tuples, the list and the struct unpack per read.
 //!
+//! - `walk_batches(buf, start, n)`: the record batch headers of a fetch partition's records
+//!   (`buf[start..start + n]`), what `protocol/stream.py`'s `walk` reads of them, as one tuple:
+//!   a fetch of one-record batches pays that walk once per record. `walk_whole(buf, start,
+//!   avail, remaining)`: the same over the batches lying whole in a chunk of a frame that
+//!   arrives in pieces, up to the first one that does not (the streaming parser takes that one).
+//!
 //! Every length read from the kernel or the bytes is checked before it is used; nothing here
 //! keeps a pointer past the call that made it. `SOURCE` is this file, so the door can tell a
 //! build made from another version of it (a stale build falls back to Python).
 
-use pyo3::exceptions::PyOSError;
+use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
@@ -128,10 +135,190 @@ impl StampedRecv {
     }
 }
 
+/// A record batch header (magic v2) is this long: base offset 8, length 4, leader epoch 4,
+/// magic 1, crc 4, attributes 2, last offset delta 4, base and max timestamps 8 + 8, producer
+/// id 8, producer epoch 2, base sequence 4, record count 4.
+pub const BATCH_HEADER_BYTES: usize = 61;
+const TIMESTAMP_TYPE_LOG_APPEND: i16 = 0x08;
+const CONTROL_BATCH: i16 = 0x20;
+
+/// What the batch headers of a records blob say: `protocol/stream.py`'s `BatchStats` fields
+/// but its size, in the order `walk_batches` returns them.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Batches {
+    pub batches: i64,
+    pub records: i64,
+    pub first_offset: i64,
+    pub first_timestamp_ms: i64,
+    pub next_offset: i128, // base offset + last offset delta + 1: wider than either
+    pub max_timestamp_ms: i64,
+    pub log_append_time: bool,
+    pub control_batches: i64,
+    pub partial_bytes: i64,
+    pub legacy: bool,
+}
+
+fn be_i16(b: &[u8], at: usize) -> i16 {
+    i16::from_be_bytes([b[at], b[at + 1]])
+}
+fn be_i32(b: &[u8], at: usize) -> i32 {
+    i32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+fn be_i64(b: &[u8], at: usize) -> i64 {
+    let mut x = [0u8; 8];
+    x.copy_from_slice(&b[at..at + 8]);
+    i64::from_be_bytes(x)
+}
+
+/// The walk of `stream.py`'s `walk`, rule for rule, over `blob` (a partition's records, whole):
+/// a tail shorter than a header, or a batch whose length runs past the blob, is a partial last
+/// batch (normal in fetch responses: the broker cuts at max bytes); a magic other than 2 stops
+/// the walk (`legacy`). Every index is inside `blob`: a header is read only when
+/// `BATCH_HEADER_BYTES` remain, and a batch is passed over only when its length fits.
+pub fn walk(blob: &[u8]) -> Batches {
+    let mut s = Batches { first_offset: -1, first_timestamp_ms: -1, next_offset: -1, max_timestamp_ms: -1,
+                          ..Batches::default() };
+    let mut p = 0usize;
+    let mut remaining = blob.len();
+    while remaining > 0 {
+        if remaining < BATCH_HEADER_BYTES {
+            s.partial_bytes += remaining as i64;
+            break;
+        }
+        let h = &blob[p..p + BATCH_HEADER_BYTES];
+        let base = be_i64(h, 0);
+        let blen = be_i32(h, 8);
+        let magic = h[16] as i8;
+        let attrs = be_i16(h, 21);
+        let last_delta = be_i32(h, 23);
+        let base_ts = be_i64(h, 27);
+        let max_ts = be_i64(h, 35);
+        let count = be_i32(h, 57);
+        if magic != 2 {
+            s.legacy = true;
+            break;
+        }
+        let total = 12i64 + blen as i64;
+        if (blen as i64) < (BATCH_HEADER_BYTES as i64 - 12) || total > remaining as i64 {
+            s.partial_bytes += remaining as i64; // the broker cut the last batch short
+            break;
+        }
+        let total = total as usize; // >= BATCH_HEADER_BYTES and <= remaining: checked above
+        p += total;
+        remaining -= total;
+        s.batches += 1;
+        if s.first_offset < 0 {
+            s.first_offset = base;
+            s.first_timestamp_ms = base_ts;
+        }
+        s.next_offset = base as i128 + last_delta as i128 + 1;
+        if attrs & CONTROL_BATCH != 0 {
+            s.control_batches += 1;
+        } else {
+            s.records += count as i64;
+        }
+        if max_ts > s.max_timestamp_ms {
+            s.max_timestamp_ms = max_ts;
+        }
+        s.log_append_time = attrs & TIMESTAMP_TYPE_LOG_APPEND != 0;
+    }
+    s
+}
+
+/// `walk`'s rules over the batches that lie whole in `chunk`, in records that go on for
+/// `remaining` bytes from its start: it stops before the first batch it cannot settle from the
+/// chunk alone (its header or its body not whole in it) and before every case that ends a walk
+/// (a tail shorter than a header, another magic, a length that lies): the caller's walk takes
+/// those. Returns the bytes passed over and what those batches say.
+pub fn walk_prefix(chunk: &[u8], remaining: usize) -> (usize, Batches) {
+    let mut s = Batches { first_offset: -1, first_timestamp_ms: -1, next_offset: -1, max_timestamp_ms: -1,
+                          ..Batches::default() };
+    let mut p = 0usize;
+    let mut left = remaining;
+    while left >= BATCH_HEADER_BYTES && chunk.len() - p >= BATCH_HEADER_BYTES {
+        let h = &chunk[p..p + BATCH_HEADER_BYTES];
+        let blen = be_i32(h, 8);
+        if h[16] != 2 || (blen as i64) < (BATCH_HEADER_BYTES as i64 - 12) {
+            break;
+        }
+        let total = 12i64 + blen as i64;
+        if total > left as i64 || total > (chunk.len() - p) as i64 {
+            break;
+        }
+        let base = be_i64(h, 0);
+        let attrs = be_i16(h, 21);
+        let max_ts = be_i64(h, 35);
+        p += total as usize;
+        left -= total as usize;
+        s.batches += 1;
+        if s.first_offset < 0 {
+            s.first_offset = base;
+            s.first_timestamp_ms = be_i64(h, 27);
+        }
+        s.next_offset = base as i128 + be_i32(h, 23) as i128 + 1;
+        if attrs & CONTROL_BATCH != 0 {
+            s.control_batches += 1;
+        } else {
+            s.records += be_i32(h, 57) as i64;
+        }
+        if max_ts > s.max_timestamp_ms {
+            s.max_timestamp_ms = max_ts;
+        }
+        s.log_append_time = attrs & TIMESTAMP_TYPE_LOG_APPEND != 0;
+    }
+    (p, s)
+}
+
+type BatchesTuple = (i64, i64, i64, i64, i128, i64, bool, i64, i64, bool);
+type PrefixTuple = (usize, i64, i64, i64, i64, i128, i64, bool, i64);
+
+/// The bytes of `buf` (any contiguous buffer of bytes) from `start`, `start + n` checked to lie
+/// inside it. The slice lives no longer than the `PyBuffer` that holds the buffer.
+fn with_range<T>(buf: &Bound<'_, PyAny>, start: usize, n: usize, f: impl FnOnce(&[u8]) -> T) -> PyResult<T> {
+    let pybuf: PyBuffer<u8> = PyBuffer::get(buf)?;
+    if !pybuf.is_c_contiguous() {
+        return Err(PyValueError::new_err("the native walk needs a contiguous buffer"));
+    }
+    let len = pybuf.len_bytes();
+    let end = start.checked_add(n).filter(|&e| e <= len)
+        .ok_or_else(|| PyValueError::new_err(format!("records [{start}, +{n}) outside a buffer of {len} bytes")))?;
+    // SAFETY: the buffer is held (pybuf) for as long as the slice lives, is contiguous and is
+    // len bytes long; the GIL is held, so nothing resizes it meanwhile
+    let all: &[u8] = unsafe { std::slice::from_raw_parts(pybuf.buf_ptr() as *const u8, len) };
+    Ok(f(&all[start..end]))
+}
+
+/// `walk_prefix` of `buf[start..start + avail]` in records with `remaining` bytes left, as
+/// `(passed, batches, records, first_offset, first_timestamp_ms, next_offset,
+/// max_timestamp_ms, log_append_time, control_batches)`.
+#[pyfunction]
+fn walk_whole(buf: &Bound<'_, PyAny>, start: usize, avail: usize, remaining: usize) -> PyResult<PrefixTuple> {
+    with_range(buf, start, avail, |chunk| {
+        let (p, s) = walk_prefix(chunk, remaining);
+        (p, s.batches, s.records, s.first_offset, s.first_timestamp_ms, s.next_offset, s.max_timestamp_ms,
+         s.log_append_time, s.control_batches)
+    })
+}
+
+/// `walk` of `buf[start..start + n]` (any buffer of bytes: `bytes`, `bytearray`, `memoryview`),
+/// as `(batches, records, first_offset, first_timestamp_ms, next_offset, max_timestamp_ms,
+/// log_append_time, control_batches, partial_bytes, legacy)`. A range outside the buffer, or a
+/// buffer not contiguous, raises `ValueError`.
+#[pyfunction]
+fn walk_batches(buf: &Bound<'_, PyAny>, start: usize, n: usize) -> PyResult<BatchesTuple> {
+    with_range(buf, start, n, |blob| {
+        let s = walk(blob);
+        (s.batches, s.records, s.first_offset, s.first_timestamp_ms, s.next_offset, s.max_timestamp_ms,
+         s.log_append_time, s.control_batches, s.partial_bytes, s.legacy)
+    })
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("SOURCE", SOURCE)?;
     m.add("READ_BYTES", READ_BYTES)?;
     m.add_class::<StampedRecv>()?;
+    m.add_function(wrap_pyfunction!(walk_batches, m)?)?;
+    m.add_function(wrap_pyfunction!(walk_whole, m)?)?;
     Ok(())
 }

@@ -6,7 +6,9 @@ records of (direction byte, 2-byte length, bytes). Requests go through
 ``receive_from_client``, responses through ``receive_from_broker`` with a rewriter that moves
 every broker, and decoded fetches and produces go through the latency model. The only
 exception allowed out is ``ProtocolError`` -- on a real connection it closes that connection.
-Seeds are the captured conversations of four real clients."""
+Where the native core is loaded, every response's bytes are also walked as records by the core
+and by the Python road (``walk_batches`` against ``walk``): a difference is a crash. Seeds are
+the captured conversations of four real clients."""
 
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ from fetchlat.protocol.connection import KafkaConnection
 from fetchlat.protocol.errors import ProtocolError
 from fetchlat.protocol.events import FetchExchanged, ProduceExchanged
 from fetchlat.protocol.rewrite import ResponseRewriter
+from fetchlat.protocol.stream import WALK, Reader, walk_native
+from fetchlat.protocol.stream_now import walk_now
 
 MAX_RECORDS = 64
 
@@ -43,6 +47,19 @@ def chunks(b: bytes, cut: int) -> Iterator[bytes]:
         yield b[i:i + step]
 
 
+def walks_agree(blob: bytes) -> None:
+    """The native core's walk of ``blob`` as records is the Python road's, field for field."""
+    if WALK is None:
+        return
+    a, b = Reader(blob), Reader(blob)
+    n, p = walk_native(a, len(blob)), walk_now(b, len(blob))
+    fields = ("size_bytes", "batches", "records", "first_offset", "first_timestamp_ms", "next_offset",
+              "max_timestamp_ms", "log_append_time", "control_batches", "partial_bytes", "legacy")
+    got = [(f, getattr(n, f), getattr(p, f)) for f in fields if getattr(n, f) != getattr(p, f)]
+    if got or a.pos != b.pos:
+        raise AssertionError(f"the native and Python walks differ: {got}, positions {a.pos} {b.pos}")
+
+
 def one_input(data: bytes) -> None:
     if not data:
         return
@@ -53,6 +70,8 @@ def one_input(data: bytes) -> None:
     t = 1_000
     try:
         for is_request, payload in records(data):
+            if not is_request:
+                walks_agree(payload)
             for piece in chunks(payload, cut):
                 t += 1_000
                 if is_request:
