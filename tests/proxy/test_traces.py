@@ -45,13 +45,19 @@ def test_pinned_exchange_columns_exist_in_order() -> None:
     assert "topic" in PARTITIONS.names and "record_latency_ns" in PARTITIONS.names
 
 
-def test_rows_land_in_whole_files_with_a_clock_pair(tmp_path: Path) -> None:
-    w = TraceWriter(str(tmp_path), proxy_id="p1")
+def ten_rows(directory: Path) -> TraceWriter:
+    """A writer that wrote ten fetches (and their partitions) and closed."""
+    w = TraceWriter(str(directory), proxy_id="p1")
     w.start()
     ev, s = sample()
     for _ in range(10):
         put_fetch(w, "111", 7, ev, s)
     w.close()
+    return w
+
+
+def test_rows_land_in_whole_files_with_a_clock_pair(tmp_path: Path) -> None:
+    ten_rows(tmp_path)
     files = sorted(tmp_path.rglob("*"))
     assert not [f for f in files if f.name.startswith(".tmp-")]
     ex = pq.read_table(next((tmp_path / "exchanges").rglob("*.parquet")))
@@ -175,10 +181,5 @@ def test_the_writer_lets_go_of_the_interpreter_between_columns(tmp_path: Path, m
 
     yields: list[int] = []
     monkeypatch.setattr(traces, "yield_gil", lambda: yields.append(1))
-    w = TraceWriter(str(tmp_path), proxy_id="p1")
-    w.start()
-    ev, s = sample()
-    for _ in range(10):
-        put_fetch(w, "111", 7, ev, s)
-    w.close()
+    ten_rows(tmp_path)
     assert len(yields) == len(EXCHANGES.names) + len(PARTITIONS.names)  # once after each column of each table
