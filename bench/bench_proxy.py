@@ -56,6 +56,7 @@ from bench.procs import cpu_s, rss_mb, stop_processes
 # fetchlat+traces: the same with --trace-dir, a trace row per request, as the README deploys it
 TARGETS = ("direct", "haproxy", "fetchlat", "fetchlat+traces", "relay", "fetchlat-py")
 TRACED = "fetchlat+traces"
+NO_CORE = "fetchlat-nocore"  # the compiled build without the native core (FETCHLAT_NATIVE=0)
 METRICS_PORTS: dict[int, int] = {}  # a fetchlat's pid -> its /metrics port
 NODE = 111  # Tansu's node id
 BROKERS = ("tansu", "kafka")
@@ -124,7 +125,8 @@ def _front(kind: str, work: Path, base: int, front: int, broker_port: int, sidec
                                            f"127.0.0.1:{front}", "--upstream", f"127.0.0.1:{broker_port}"],
                                           stdout=log, stderr=subprocess.STDOUT))
         else:
-            env = {**os.environ, "FETCHLAT_PURE_PYTHON": "1" if kind == "fetchlat-py" else ""}
+            env = {**os.environ, "FETCHLAT_PURE_PYTHON": "1" if kind == "fetchlat-py" else "",
+                   **({"FETCHLAT_NATIVE": "0"} if kind == NO_CORE else {})}
             traces = ["--trace-dir", str(work / f"traces-{base}")] if kind == TRACED else []
             procs.append(subprocess.Popen(
                 [sys.executable, "-m", "fetchlat.app", "proxy", "--upstream", f"127.0.0.1:{broker_port}",

@@ -7,6 +7,7 @@ response directly: docs/proxy.md)
     python bench/rdkafka_client.py produce BOOTSTRAP TOPIC RECORDS [key=value ...]
     python bench/rdkafka_client.py consume BOOTSTRAP TOPIC RECORDS [key=value ...]
 
+``value.bytes=N`` (not a librdkafka property) sets the records' size (1 KiB by default).
 Prints one JSON line: records, seconds, MB/s.
 """
 
@@ -18,11 +19,11 @@ import time
 import uuid
 
 
-def produce(bootstrap: str, topic: str, n: int, props: dict[str, str]) -> float:
+def produce(bootstrap: str, topic: str, n: int, props: dict[str, str], size: int = 1024) -> float:
     from confluent_kafka import Producer
 
     p = Producer({"bootstrap.servers": bootstrap, "acks": "1", "log_level": 0, **props})
-    value = b"v" * 1024
+    value = b"v" * size
     t0 = time.perf_counter()
     for _ in range(n):
         while True:
@@ -37,7 +38,7 @@ def produce(bootstrap: str, topic: str, n: int, props: dict[str, str]) -> float:
     return time.perf_counter() - t0
 
 
-def consume(bootstrap: str, topic: str, n: int, props: dict[str, str]) -> float:
+def consume(bootstrap: str, topic: str, n: int, props: dict[str, str], size: int = 1024) -> float:
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex[:6]}",
@@ -58,8 +59,9 @@ def consume(bootstrap: str, topic: str, n: int, props: dict[str, str]) -> float:
 def main() -> int:
     mode, bootstrap, topic, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     props = dict(kv.split("=", 1) for kv in sys.argv[5:])
-    seconds = (produce if mode == "produce" else consume)(bootstrap, topic, n, props)
-    print(json.dumps({"records": n, "seconds": round(seconds, 3), "mb_per_s": round(n * 1024 / 1e6 / seconds, 1)}))
+    size = int(props.pop("value.bytes", "1024"))
+    seconds = (produce if mode == "produce" else consume)(bootstrap, topic, n, props, size)
+    print(json.dumps({"records": n, "seconds": round(seconds, 3), "mb_per_s": round(n * size / 1e6 / seconds, 1)}))
     return 0
 
 
