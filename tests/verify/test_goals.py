@@ -10,9 +10,11 @@ import pytest
 from testkit.goals import GoalMetNow, KnownMiss, hold
 
 
-def figures(p50: float = 0.3, p99: float = 2.0, woken_bias: float = 0.1, matched: float = 1.0) -> dict:
+def figures(p50: float = 0.3, p99: float = 2.0, woken_bias: float = 0.1, matched: float = 1.0,
+            woken: int = 40) -> dict:
     return {"matched_share": matched, "outcome_agree_share": 1.0, "abs_err_p50_ms": p50, "abs_err_p99_ms": p99,
-            "local_bias_p50_ms": {"immediate": 0.0, "woken": woken_bias, "expired": math.nan}}
+            "local_bias_p50_ms": {"immediate": 0.0, "woken": woken_bias, "expired": math.nan},
+            "by_broker_outcome": {"immediate": {"n": 600}, "woken": {"n": woken}, "expired": {"n": 0}}}
 
 
 def test_every_goal_held_passes():
@@ -37,3 +39,9 @@ def test_a_known_miss_that_holds_says_so():
 def test_an_unknown_miss_fails_even_beside_known_ones():
     with pytest.raises(AssertionError, match="matched"):
         hold("t", figures(p50=0.9, matched=0.9), [KnownMiss("abs_err_p50_ms", "0.9 ms", "why")])
+
+
+def test_the_bias_of_an_outcome_met_only_a_few_times_is_not_judged():
+    hold("t", figures(woken_bias=3.0, woken=4))  # four fetches: their median is no model's figure
+    with pytest.raises(AssertionError, match="woken fetches"):
+        hold("t", figures(woken_bias=3.0, woken=5))
