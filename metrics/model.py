@@ -280,7 +280,9 @@ class _Partition:
 class RoundTrips:
     """The round trip to the brokers, as a proxy away from them sees it: the shortest of the
     last ``ROUND_TRIPS_KEPT`` requests they answer without waiting (fetches answered at once, and
-    what the observer names in ``ROUND_TRIP_APIS``: ApiVersions, Metadata, ...). No answer comes
+    what the observer names in ``ROUND_TRIP_APIS``: ApiVersions, Metadata, ...), each forwarded
+    to a connection with nothing before it (``ConnectionObserver``: an answer that waited in the
+    broker's socket behind another comes right after that one's, a round trip short). No answer comes
     faster than the network carries it, and a slow one (a busy broker, a queue on the way) only
     adds: the shortest is the network's (as TCP's own minimum RTT). Across the tests' 2 x 10 ms
     relay the lower quartile of such answers was 22.9 ms, above most produces' own round trips
@@ -507,7 +509,6 @@ class LatencyModel:
         if w.outcome == IMMEDIATE and w.basis == "known_log_end":
             first = ev.t_first_ns - ev.t_request_ns
             self.first_byte_ns += (first - self.first_byte_ns) // 16
-            self.round_trips.add(first)
         local = total - w.wait_ns
         error_code = resp.error_code or next((p.error_code for p in resp.partitions if p.error_code), 0)
         sample = FetchSample(

@@ -40,6 +40,7 @@ from .fast import CounterChild, HistogramChild
 from .model import DEFAULT_EXPIRY_OVERSHOOT_NS, LatencyModel
 from .prom import FetchMetrics, ProxyMetrics
 from .rows import TraceColumns
+from .vocabulary import Outcome
 
 Exchanged = TypeVar("Exchanged", FetchExchanged, ProduceExchanged)
 # Requests a broker answers without waiting on anything: their round trips teach the model the
@@ -164,7 +165,7 @@ class ConnectionObserver:
                 self.broker_free_ns = ev.t_last_ns  # every answer ends with this event, after its exchange's
                 c = self._children.get(ev.api_key) or self._api(ev.api_key)
                 c[1].observe((ev.t_last_ns - fwd) / 1e9)
-                if ev.api_key in ROUND_TRIP_APIS:
+                if ev.api_key in ROUND_TRIP_APIS and fwd == ev.t_request_ns:  # not held: its own round trip
                     obs.model.learn_round_trip(ev.t_last_ns - fwd)
                 if ev.rewritten:
                     obs.metrics.rewrites.labels(api_name(ev.api_key)).inc()
@@ -203,10 +204,16 @@ class ConnectionObserver:
 
     def _fetch(self, ev: FetchExchanged, proxy_ns: int) -> None:
         obs = self.obs
+        unheld = self.forwarded_ns(ev.t_request_ns) == ev.t_request_ns
         ev, held_ns = self._as_forwarded(ev)
         fwd = ev.t_request_ns
         sample, replication = obs.model.on_fetch(ev, proxy_ns=proxy_ns + held_ns, client_rtt_ns=self.rtt_ns,
                                                  broker_node=self.node)
+        if unheld and sample.outcome == Outcome.IMMEDIATE and sample.basis == "known_log_end":
+            # answered at once, and its turn at the broker began at its forwarding: a round trip.
+            # One pipelined behind another comes right after that one's answer (the broker read
+            # it from its socket when it sent the answer before): a round trip short
+            obs.model.learn_round_trip(sample.first_byte_ns)
         self.throttled(sample.throttle_ms, ev.t_first_ns)
         obs.fetch_metrics.observe_fetch(self.broker, sample, replication, ev.t_last_ns)
         if obs.traces is not None:
