@@ -158,6 +158,47 @@ pub struct Batches {
     pub legacy: bool,
 }
 
+impl Batches {
+    /// Nothing walked yet: the offsets and timestamps not known (-1).
+    fn new() -> Self {
+        Batches { first_offset: -1, first_timestamp_ms: -1, next_offset: -1, max_timestamp_ms: -1, ..Self::default() }
+    }
+
+    /// One whole v2 batch, by its header `h` (`BATCH_HEADER_BYTES` long), as `stream.py`'s
+    /// `walk` counts it: the first base offset taken while it is negative, control batches
+    /// apart from records, the newest batch's timestamp type.
+    fn add(&mut self, h: &[u8]) {
+        let base = be_i64(h, 0);
+        let attrs = be_i16(h, 21);
+        let max_ts = be_i64(h, 35);
+        self.batches += 1;
+        if self.first_offset < 0 {
+            self.first_offset = base;
+            self.first_timestamp_ms = be_i64(h, 27);
+        }
+        self.next_offset = base as i128 + be_i32(h, 23) as i128 + 1;
+        if attrs & CONTROL_BATCH != 0 {
+            self.control_batches += 1;
+        } else {
+            self.records += be_i32(h, 57) as i64;
+        }
+        if max_ts > self.max_timestamp_ms {
+            self.max_timestamp_ms = max_ts;
+        }
+        self.log_append_time = attrs & TIMESTAMP_TYPE_LOG_APPEND != 0;
+    }
+}
+
+/// The whole length of the batch whose header is `h` (its length field plus the 12 bytes before
+/// it), or None when that length is shorter than a header's: a length that lies.
+fn batch_bytes(h: &[u8]) -> Option<usize> {
+    let blen = be_i32(h, 8) as i64;
+    if blen < BATCH_HEADER_BYTES as i64 - 12 {
+        return None;
+    }
+    Some((12 + blen) as usize) // >= BATCH_HEADER_BYTES: checked above
+}
+
 fn be_i16(b: &[u8], at: usize) -> i16 {
     i16::from_be_bytes([b[at], b[at + 1]])
 }
@@ -176,8 +217,7 @@ fn be_i64(b: &[u8], at: usize) -> i64 {
 /// the walk (`legacy`). Every index is inside `blob`: a header is read only when
 /// `BATCH_HEADER_BYTES` remain, and a batch is passed over only when its length fits.
 pub fn walk(blob: &[u8]) -> Batches {
-    let mut s = Batches { first_offset: -1, first_timestamp_ms: -1, next_offset: -1, max_timestamp_ms: -1,
-                          ..Batches::default() };
+    let mut s = Batches::new();
     let mut p = 0usize;
     let mut remaining = blob.len();
     while remaining > 0 {
@@ -186,41 +226,20 @@ pub fn walk(blob: &[u8]) -> Batches {
             break;
         }
         let h = &blob[p..p + BATCH_HEADER_BYTES];
-        let base = be_i64(h, 0);
-        let blen = be_i32(h, 8);
-        let magic = h[16] as i8;
-        let attrs = be_i16(h, 21);
-        let last_delta = be_i32(h, 23);
-        let base_ts = be_i64(h, 27);
-        let max_ts = be_i64(h, 35);
-        let count = be_i32(h, 57);
-        if magic != 2 {
+        if h[16] != 2 {
             s.legacy = true;
             break;
         }
-        let total = 12i64 + blen as i64;
-        if (blen as i64) < (BATCH_HEADER_BYTES as i64 - 12) || total > remaining as i64 {
-            s.partial_bytes += remaining as i64; // the broker cut the last batch short
-            break;
-        }
-        let total = total as usize; // >= BATCH_HEADER_BYTES and <= remaining: checked above
+        let total = match batch_bytes(h) {
+            Some(total) if total <= remaining => total,
+            _ => {
+                s.partial_bytes += remaining as i64; // the broker cut the last batch short
+                break;
+            }
+        };
         p += total;
         remaining -= total;
-        s.batches += 1;
-        if s.first_offset < 0 {
-            s.first_offset = base;
-            s.first_timestamp_ms = base_ts;
-        }
-        s.next_offset = base as i128 + last_delta as i128 + 1;
-        if attrs & CONTROL_BATCH != 0 {
-            s.control_batches += 1;
-        } else {
-            s.records += count as i64;
-        }
-        if max_ts > s.max_timestamp_ms {
-            s.max_timestamp_ms = max_ts;
-        }
-        s.log_append_time = attrs & TIMESTAMP_TYPE_LOG_APPEND != 0;
+        s.add(h);
     }
     s
 }
@@ -231,40 +250,21 @@ pub fn walk(blob: &[u8]) -> Batches {
 /// (a tail shorter than a header, another magic, a length that lies): the caller's walk takes
 /// those. Returns the bytes passed over and what those batches say.
 pub fn walk_prefix(chunk: &[u8], remaining: usize) -> (usize, Batches) {
-    let mut s = Batches { first_offset: -1, first_timestamp_ms: -1, next_offset: -1, max_timestamp_ms: -1,
-                          ..Batches::default() };
+    let mut s = Batches::new();
     let mut p = 0usize;
     let mut left = remaining;
     while left >= BATCH_HEADER_BYTES && chunk.len() - p >= BATCH_HEADER_BYTES {
         let h = &chunk[p..p + BATCH_HEADER_BYTES];
-        let blen = be_i32(h, 8);
-        if h[16] != 2 || (blen as i64) < (BATCH_HEADER_BYTES as i64 - 12) {
+        if h[16] != 2 {
             break;
         }
-        let total = 12i64 + blen as i64;
-        if total > left as i64 || total > (chunk.len() - p) as i64 {
-            break;
-        }
-        let base = be_i64(h, 0);
-        let attrs = be_i16(h, 21);
-        let max_ts = be_i64(h, 35);
-        p += total as usize;
-        left -= total as usize;
-        s.batches += 1;
-        if s.first_offset < 0 {
-            s.first_offset = base;
-            s.first_timestamp_ms = be_i64(h, 27);
-        }
-        s.next_offset = base as i128 + be_i32(h, 23) as i128 + 1;
-        if attrs & CONTROL_BATCH != 0 {
-            s.control_batches += 1;
-        } else {
-            s.records += be_i32(h, 57) as i64;
-        }
-        if max_ts > s.max_timestamp_ms {
-            s.max_timestamp_ms = max_ts;
-        }
-        s.log_append_time = attrs & TIMESTAMP_TYPE_LOG_APPEND != 0;
+        let total = match batch_bytes(h) {
+            Some(total) if total <= left && total <= chunk.len() - p => total,
+            _ => break,
+        };
+        p += total;
+        left -= total;
+        s.add(h);
     }
     (p, s)
 }
