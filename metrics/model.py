@@ -11,7 +11,7 @@ t_last = first / last response byte. total = t_last - t_request.
 from __future__ import annotations
 
 import bisect
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -291,22 +291,13 @@ class RoundTrips:
     central proxy's brokers sit in one network)."""
 
     def __init__(self) -> None:
-        self._recent: list[int] = []
-        self._next = 0
-        self._est = -1
+        self._recent: deque[int] = deque(maxlen=ROUND_TRIPS_KEPT)
 
     def add(self, ns: int) -> None:
-        if len(self._recent) < ROUND_TRIPS_KEPT:
-            self._recent.append(ns)
-        else:
-            self._recent[self._next] = ns
-            self._next = (self._next + 1) % ROUND_TRIPS_KEPT
-        self._est = -1
+        self._recent.append(ns)
 
     def estimate(self) -> int:
-        if self._est < 0 and len(self._recent) >= ROUND_TRIPS_TO_TRUST:
-            self._est = min(self._recent)
-        return self._est
+        return min(self._recent) if len(self._recent) >= ROUND_TRIPS_TO_TRUST else -1
 
 
 class LatencyModel:

@@ -204,9 +204,10 @@ class ConnectionObserver:
 
     def _fetch(self, ev: FetchExchanged, proxy_ns: int) -> None:
         obs = self.obs
-        unheld = self.forwarded_ns(ev.t_request_ns) == ev.t_request_ns
+        t_read_ns = ev.t_request_ns
         ev, held_ns = self._as_forwarded(ev)
         fwd = ev.t_request_ns
+        unheld = fwd == t_read_ns
         sample, replication = obs.model.on_fetch(ev, proxy_ns=proxy_ns + held_ns, client_rtt_ns=self.rtt_ns,
                                                  broker_node=self.node)
         if unheld and sample.outcome == Outcome.IMMEDIATE and sample.basis == "known_log_end":

@@ -14,10 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import logging
 from collections.abc import Callable
-
-log = logging.getLogger("fetchlat.proxy")
 
 RELEASE_EVERY_S = 60.0
 

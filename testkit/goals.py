@@ -1,9 +1,9 @@
 """The goals every test judged by the broker's clock holds fetchlat to (``verify/report.py``'s
 GOALS, the same ``fetchlat verify --check`` holds a user's own broker to), and the misses known.
 
-A test gathers its fetches joined with the broker's request log (``judge``: the agreement figures
-and the bias of true local per outcome, fetchlat's local minus the broker's own plus the network
-between proxy and broker), then ends with ``hold``:
+A test gathers its fetches joined with the broker's request log (``judge``, ``verify/report.py``'s:
+the agreement figures and the bias of true local per outcome, fetchlat's local minus the broker's
+own plus the network between proxy and broker), then ends with ``hold``:
 
 - a goal missed that the test does not list as known fails the test;
 - a goal missed that it lists (``KnownMiss``: the figures measured and why it is not met yet) makes
@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 from fetchlat.verify import report
-from fetchlat.verify import request_log as rl
+from fetchlat.verify.report import judge as judge  # the figures a test holds: fetchlat verify's
 
 
 @dataclass(frozen=True)
@@ -37,13 +37,6 @@ class KnownMiss:
 
 class GoalMetNow(UserWarning):
     """A goal listed as a known miss held on this run."""
-
-
-def judge(pairs: Sequence[rl.Pair], unmatched: int, network_ms: float = 0.0) -> dict[str, Any]:
-    """The agreement figures of these fetches, with the bias of true local per outcome."""
-    figures = rl.agreement(pairs, unmatched)
-    figures["local_bias_p50_ms"] = report.bias(pairs, network_ms)
-    return figures
 
 
 def hold(name: str, figures: dict[str, Any], known: Sequence[KnownMiss] = (), *, kind: str = "consumer") -> None:

@@ -57,6 +57,14 @@ def bias(pairs: Sequence[rl.Pair], network_ms: float) -> dict[str, float]:
     return out
 
 
+def judge(pairs: Sequence[rl.Pair], unmatched: int, network_ms: float = 0.0) -> dict[str, Any]:
+    """The agreement figures of these fetches, with the bias of true local per outcome: what
+    ``missed`` holds to the goals."""
+    figures = rl.agreement(pairs, unmatched)
+    figures["local_bias_p50_ms"] = bias(pairs, network_ms)
+    return figures
+
+
 def expiry_overshoot_ms(requests: Sequence[rl.BrokerRequest]) -> tuple[float, int]:
     """The median of ``remoteTimeMs - maxWaitMs`` over the fetches the broker let go at expiry:
     how late its purgatory timer releases them (``--expiry-overshoot-ms``), and how many."""
@@ -91,9 +99,7 @@ def verify(logs: Sequence[LogFile], trace_dir: Path | str, *, listener: str | No
         pairs, unmatched = rl.join(mine, pool)
         used = {id(p.broker) for p in pairs}
         pool = [r for r in pool if id(r) not in used]
-        figures = rl.agreement(pairs, len(unmatched))
-        figures["local_bias_p50_ms"] = bias(pairs, network_ms)
-        out["kinds"][kind] = figures
+        out["kinds"][kind] = judge(pairs, len(unmatched), network_ms)
     out["expiry_overshoot_ms"], out["expired_in_log"] = expiry_overshoot_ms(
         [r for r in requests if r.api_key == rl.API_KEYS["Fetch"]])
     return out
