@@ -30,5 +30,32 @@ def test_a_burst_freed_is_given_back():
     assert keep[-1] == bytearray(200)
 
 
+def test_arrow_memory_freed_in_another_thread_is_given_back():
+    """The trace writer builds its tables in its own thread; the tick's release runs on the loop."""
+    import threading
+
+    import pyarrow as pa
+
+    built, done = threading.Event(), threading.Event()
+    seen: dict[str, float] = {}
+
+    def writer() -> None:
+        tables = [pa.table({"a": pa.array(range(i, i + 50_000))}) for i in range(200)]  # ~80 MB
+        del tables
+        seen["freed"] = _rss_mb()
+        built.set()
+        done.wait(30)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        assert built.wait(30)
+        memory.release_free_memory()
+        assert _rss_mb() < seen["freed"] - 40, "Arrow's freed tables stayed resident"
+    finally:
+        done.set()
+        t.join(30)
+
+
 def test_the_tick_releases_once_a_minute():
     assert server.BEATS_PER_RELEASE * server.TICK_S == memory.RELEASE_EVERY_S
