@@ -19,8 +19,28 @@ partition its broker leads (one the model knows, else one its own Metadata reque
 The median of the last ``SAMPLES_KEPT`` samples is what the model adds to max wait for every
 expired fetch, from ``MIN_SAMPLES`` on (the default until then; the first ``WARM_UP_SAMPLES``
 are left out: a fresh broker's first expiries run cold code); ``--expiry-overshoot-ms``
-turns the learning off. Exported as ``fetchlat_broker_expiry_overshoot_seconds`` (what the model
-uses, learned or set) and ``fetchlat_calibration_probes_total{result}``.
+turns the learning off.
+
+Learned in seconds, not minutes: until it holds ``SAMPLES_KEPT`` samples a proxy probes every
+``FAST_EVERY_S`` (at most ``FAST_PROBES`` of them), then every ``PROBE_EVERY_S``; with no
+partition to probe it looks at what the clients' own Metadata taught the model every
+``LOOK_EVERY_S`` (free) and asks its broker itself every ``PROBE_EVERY_S``. At every 30 s alone,
+a fresh sidecar kept the 1 ms default for its first three minutes, and a broker whose timer ran
+2 ms late had its expired fetches' local time 1 ms too long all that while. Kept to three samples,
+a fast start learned 0.9 ms high: one expiry's lateness spreads over a millisecond and more on a
+busy broker (the request log: -2.5 to +6.5 ms for the probes of one run), and the median of 3 is
+as noisy; of 31, about a third as noisy (the square root of 3/31).
+
+The answers are stamped by the kernel (``proxy/stamps.py``, the reader the proxy's broker
+connections use), not read off the clock when the event loop gets to them: a busy sidecar's
+loop made its own parked round trips late, and the overshoot learned 0.3-0.75 ms high.
+
+A proxy away from its brokers probes the bootstrap broker the same way (the node its address
+belongs to, learned from Metadata): the network is in both round trips and the difference takes
+it off. What it learns there stands for every broker it fronts.
+
+Exported as ``fetchlat_broker_expiry_overshoot_seconds`` (what the model uses, learned or set)
+and ``fetchlat_calibration_probes_total{result}``.
 
 ``OvershootLearner`` is the pure part (samples in, estimate out, scripted in the tests);
 ``Calibrator`` does the I/O on the codec (``protocol/``), as ``discovery.py`` does.
@@ -29,7 +49,6 @@ uses, learned or set) and ``fetchlat_calibration_probes_total{result}``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import statistics
 import time
@@ -43,13 +62,18 @@ from ..protocol.errors import ProtocolError
 from ..protocol.framing import frame_size, request_frame
 from ..protocol.headers import response_body_start
 from ..protocol.walker import walk
+from . import clock
 from .discovery import BadAnswer, NoAnswer, fetch_topics
+from .stamps import StampCounts, StampedReader
 
 log = logging.getLogger("fetchlat.proxy")
 
 PROBE_EVERY_S: Final = 30.0
+FAST_EVERY_S: Final = 0.1  # until the first estimate ...
+FAST_PROBES: Final = 60  # ... for at most this many probes (a busy partition wakes them all)
+LOOK_EVERY_S: Final = 0.25  # nothing to probe: how often the model's partitions are looked at
 PROBE_WAIT_MS: Final = 50
-SAMPLES_KEPT: Final = 15
+SAMPLES_KEPT: Final = 31
 MIN_SAMPLES: Final = 3
 # the first expiries a fresh broker (or a fresh JVM's code path) runs are cold: late by several
 # ms (a first fetch 7.5 ms late, docs/kafka.md); these first samples are not kept
@@ -127,57 +151,131 @@ class ProbeFailed(Exception):
     """A probe's answer was an error, or not the answer expected; the message says which."""
 
 
+class _Line(asyncio.Protocol):
+    """The probe's own connection: frames in, each with the time its last packet arrived (the
+    kernel's, through ``StampedReader``; the clock where there is none)."""
+
+    def __init__(self, max_frame_bytes: int) -> None:
+        self.max_frame_bytes = max_frame_bytes
+        self.transport: Any = None  # uvloop's transports are not asyncio.Transport instances
+        self.buf = bytearray()
+        self.t_ns = 0
+        self.answer: asyncio.Future[tuple[bytes, int]] | None = None
+        self.reader: StampedReader | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:  # only where no stamped reader took over
+        self.got(data, clock.now_ns())
+
+    def got(self, data: bytes, t_ns: int) -> None:
+        self.buf += data
+        self.t_ns = t_ns
+        if len(self.buf) < 4 or self.answer is None or self.answer.done():
+            return
+        size = frame_size(bytes(self.buf[:4]), self.max_frame_bytes, "calibration response")
+        if len(self.buf) >= 4 + size:
+            body = bytes(self.buf[4:4 + size])
+            del self.buf[:4 + size]
+            self.answer.set_result((body, self.t_ns))
+
+    def lost(self, exc: BaseException | None = None) -> None:
+        if self.answer is not None and not self.answer.done():
+            self.answer.set_exception(exc or ConnectionError("the broker closed the probe's connection"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.reader is not None:
+            self.reader.stop()
+        self.lost(exc)
+
+    def eof_received(self) -> bool | None:
+        self.lost()
+        return None
+
+    async def call(self, frame: bytes) -> tuple[bytes, int, int]:
+        """Send a request frame; its answer's body, when the request went, when the answer came."""
+        assert self.transport is not None
+        self.answer = asyncio.get_running_loop().create_future()
+        t0 = clock.now_ns()
+        self.transport.write(frame)
+        body, t1 = await self.answer
+        return body, t0, t1
+
+
 class Calibrator:
-    """The probe loop of one sidecar (its broker is ``upstream``)."""
+    """The probe loop of one proxy: its broker is ``upstream``, whose node id is ``node_id`` (a
+    sidecar's) or, away from the brokers, what ``node_of`` says once Metadata has named it."""
 
     def __init__(self, upstream: tuple[str, int], leaders: Callable[[], Iterable[tuple[str, int, int]]],
-                 learned: Callable[[int], None], *, node_id: int, max_frame_bytes: int, connect_timeout_s: float,
-                 every_s: float = PROBE_EVERY_S, wait_ms: int = PROBE_WAIT_MS,
-                 clock_ns: Callable[[], int] = time.monotonic_ns) -> None:
+                 learned: Callable[[int], None], *, node_id: int | None = None,
+                 node_of: Callable[[], int | None] | None = None, max_frame_bytes: int, connect_timeout_s: float,
+                 every_s: float = PROBE_EVERY_S, wait_ms: int = PROBE_WAIT_MS, kernel_stamps: bool = True) -> None:
         self.upstream = upstream
         self.leaders = leaders  # (topic, partition, leader) of the partitions the model knows
-        self.node_id = node_id
+        self.node_of = node_of if node_id is None and node_of is not None else (lambda: node_id)
         self.learned = learned
         self.max_frame_bytes = max_frame_bytes
         self.connect_timeout_s = connect_timeout_s
         self.every_s = every_s
         self.wait_ms = wait_ms
-        self.clock_ns = clock_ns
+        self.kernel_stamps = kernel_stamps
         self.learner = OvershootLearner()
         self._corr = 0
+        self._fast_left = FAST_PROBES
+
+    def next_wait_s(self) -> float:
+        """After a probe: fast until the samples kept are full (a bounded number of times), then slow."""
+        if len(self.learner.samples) < SAMPLES_KEPT and self._fast_left > 0:
+            self._fast_left -= 1
+            return min(FAST_EVERY_S, self.every_s)
+        return self.every_s
 
     async def run(self) -> None:
+        asked_at = -float("inf")  # when the probe last asked its broker which partitions it leads
         while True:
+            node = self.node_of()
+            target = led_partition(self.leaders(), node) if node is not None else None
+            now = time.monotonic()
+            if target is None and (node is None or now - asked_at < self.every_s):
+                await asyncio.sleep(min(LOOK_EVERY_S, self.every_s))  # the clients' Metadata may name one soon
+                continue
+            if target is None:
+                asked_at = now
             try:
-                target = led_partition(self.leaders(), self.node_id)
                 await asyncio.wait_for(self.probe(target), self.connect_timeout_s + self.wait_ms / 1000 + 5)
             except (OSError, TimeoutError, ProbeFailed, ProtocolError, asyncio.IncompleteReadError, BadAnswer,
                     NoAnswer) as exc:
                 self.learner.failed()
                 log.debug("calibration probe failed: %s", exc or "timeout")
-            await asyncio.sleep(self.every_s)
+            await asyncio.sleep(self.next_wait_s())
 
     async def probe(self, target: tuple[str, int] | None) -> int | None:
         """One probe pair on a connection of its own, of ``target`` or (None) of a partition the
         broker's own Metadata says it leads; the sample it gave, if any."""
         if target is None:
+            node = self.node_of()
             _, leaders = await fetch_topics(*self.upstream, max_frame_bytes=self.max_frame_bytes)
-            target = led_partition(leaders, self.node_id)
+            target = led_partition(leaders, node) if node is not None else None
             if target is None:
                 return None  # the broker leads no partition yet: nothing to probe
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(*self.upstream), self.connect_timeout_s)
+        loop = asyncio.get_running_loop()
+        line = _Line(self.max_frame_bytes)
+        transport, _ = await asyncio.wait_for(loop.create_connection(lambda: line, *self.upstream),
+                                              self.connect_timeout_s)
+        if self.kernel_stamps:
+            line.reader = StampedReader.open(loop, transport, StampCounts(), line.got, line.lost, line.lost)
         try:
-            async def call(key: int, version: int, frame: bytes) -> Any:
-                writer.write(frame)
-                size = frame_size(await reader.readexactly(4), self.max_frame_bytes, "calibration response")
-                body = await reader.readexactly(size)
-                return walk(apis.table()[key].response(), version, body, response_body_start(key, version, body))
+            async def call(key: int, version: int, frame: bytes) -> tuple[Any, int]:
+                body, t0, t1 = await line.call(frame)
+                start = response_body_start(key, version, body)
+                return walk(apis.table()[key].response(), version, body, start), t1 - t0
 
             topic, partition = target
 
             self._corr += 1
-            offsets = await call(apis.LIST_OFFSETS, LIST_OFFSETS_VERSION,
-                                 list_offsets_request(self._corr, topic, partition))
+            offsets, _ = await call(apis.LIST_OFFSETS, LIST_OFFSETS_VERSION,
+                                    list_offsets_request(self._corr, topic, partition))
             part = offsets["Topics"][0]["Partitions"][0]
             if part["ErrorCode"] != 0:
                 raise ProbeFailed(f"ListOffsets error {part['ErrorCode']}")
@@ -186,19 +284,18 @@ class Calibrator:
             records = False
             for wait_ms in (0, self.wait_ms):
                 self._corr += 1
-                frame = fetch_request(self._corr, topic, partition, offset, wait_ms)
-                t0 = self.clock_ns()
-                answer = await call(apis.FETCH, FETCH_VERSION, frame)
-                times.append(self.clock_ns() - t0)
+                answer, took_ns = await call(apis.FETCH, FETCH_VERSION,
+                                             fetch_request(self._corr, topic, partition, offset, wait_ms))
+                times.append(took_ns)
                 fp = answer["Responses"][0]["Partitions"][0] if answer["Responses"] else None
                 if answer["ErrorCode"] != 0 or fp is None or fp["ErrorCode"] != 0:
                     raise ProbeFailed("Fetch answered with an error")
                 span = fp["Records"]  # the walker's Span of the records' bytes, or None
                 records = span is not None and span.end > span.start
         finally:
-            writer.close()
-            with contextlib.suppress(OSError):
-                await writer.wait_closed()
+            if line.reader is not None:
+                line.reader.stop()
+            transport.close()
         sample = self.learner.add(base_ns=times[0], parked_ns=times[1], max_wait_ms=self.wait_ms, records=records)
         estimate = self.learner.estimate_ns()
         if estimate is not None:

@@ -56,6 +56,15 @@ class BrokerRegistry:
             return str(self.sidecar_node)
         return self._by_addr.get(upstream, default)
 
+    def node_at(self, upstream: HostPort) -> int | None:
+        """The node advertised at ``upstream`` (a proxy's bootstrap broker), or None: not known
+        yet. An address spelled another way (a name for an IP) is matched by its port when one
+        broker alone has that port."""
+        same_port = [b for b in self.nodes.values() if b.port == upstream[1]]
+        exact = [b for b in same_port if b.host == upstream[0]]
+        found = exact or (same_port if len(same_port) == 1 else [])
+        return found[0].node_id if found else None
+
     def address(self, node_id: int) -> HostPort:
         b = self.nodes[node_id]
         return b.host, b.port

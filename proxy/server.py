@@ -78,15 +78,18 @@ class Proxy:
                                    holds_topics=lambda: model.partitions_held > 0,
                                    topic_refresh_s=lambda: self.cfg.topic_refresh_s,
                                    learn_every_topic=model.learn_every_topic)
-        # a sidecar learns its broker's expiry overshoot, unless it was set (proxy/calibration.py)
+        # the proxy learns its broker's expiry overshoot, unless it was set (proxy/calibration.py):
+        # a sidecar its own broker's, a proxy away from its brokers the bootstrap broker's
         self.calibrator: Calibrator | None = None
-        if cfg.sidecar_node is not None and cfg.expiry_overshoot_ms is None:
+        if cfg.expiry_overshoot_ms is None:
+            registry, bootstrap = self.registry, cfg.upstreams[0]
             # the leaders the model knows, read each round (a full answer replaces the view's map)
-            self.calibrator = Calibrator(cfg.upstreams[0], lambda: ((t, p, lead) for (t, p), lead in
-                                                                     model.cluster.leaders.items()),
-                                         self._learned_overshoot,
-                                         node_id=cfg.sidecar_node, max_frame_bytes=cfg.max_frame_bytes,
-                                         connect_timeout_s=cfg.connect_timeout_s, every_s=cfg.calibration_every_s)
+            self.calibrator = Calibrator(bootstrap, lambda: ((t, p, lead) for (t, p), lead in
+                                                             model.cluster.leaders.items()),
+                                         self._learned_overshoot, node_id=cfg.sidecar_node,
+                                         node_of=lambda: registry.node_at(bootstrap),
+                                         max_frame_bytes=cfg.max_frame_bytes, connect_timeout_s=cfg.connect_timeout_s,
+                                         every_s=cfg.calibration_every_s, kernel_stamps=self.conn.kernel_stamps)
             learner = self.calibrator.learner
             metrics.calibration.counts = lambda: dict(learner.counts)
         metrics.expiry_overshoot.set_function(lambda: model.expiry_overshoot_ns / 1e9)

@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import struct
+import threading
+import time
 import uuid
 from typing import Any
 
+import pytest
+import uvloop
 from fetchlat.protocol import apis
 from fetchlat.protocol.encoder import encode
 from fetchlat.protocol.framing import response_frame
@@ -18,12 +22,16 @@ from fetchlat.protocol.headers import parse_request_header
 from fetchlat.protocol.walker import walk
 from fetchlat.proxy.calibration import (
     CLIENT_ID,
+    FAST_EVERY_S,
+    FAST_PROBES,
     MIN_SAMPLES,
     SAMPLES_KEPT,
     WARM_UP_SAMPLES,
     Calibrator,
     OvershootLearner,
 )
+from fetchlat.proxy.registry import BrokerRegistry
+from fetchlat.proxy.stamps import kernel_stamps_possible
 
 from testkit.frames import record_batch
 
@@ -148,3 +156,86 @@ def test_without_a_partition_known_the_probe_asks_its_broker_which_it_leads() ->
     assert [k for k, _, _ in stand_in.seen] == [apis.METADATA, apis.LIST_OFFSETS, apis.FETCH, apis.FETCH]
     listed = stand_in.seen[1][2]["Topics"][0]
     assert (listed["Name"], listed["Partitions"][0]["PartitionIndex"]) == ("t", 1)  # node 1's, not internal
+
+
+def test_probes_come_fast_until_the_first_estimate_then_every_period() -> None:
+    """A fresh proxy learns in seconds: probes every FAST_EVERY_S until it holds SAMPLES_KEPT
+    samples, never more than FAST_PROBES of them (a busy partition wakes every probe), then every_s."""
+    cal = Calibrator(("127.0.0.1", 1), list, lambda _ns: None, node_id=1, max_frame_bytes=1 << 20,
+                     connect_timeout_s=5, every_s=30.0)
+    assert [cal.next_wait_s() for _ in range(FAST_PROBES)] == [FAST_EVERY_S] * FAST_PROBES
+    assert cal.next_wait_s() == 30.0  # woken every time: the fast start is over all the same
+    cal = Calibrator(("127.0.0.1", 1), list, lambda _ns: None, node_id=1, max_frame_bytes=1 << 20,
+                     connect_timeout_s=5, every_s=30.0)
+    assert cal.next_wait_s() == FAST_EVERY_S
+    for _ in range(WARM_UP_SAMPLES + MIN_SAMPLES):
+        cal.learner.add(base_ns=0, parked_ns=51 * MS, max_wait_ms=50, records=False)
+    assert cal.learner.estimate_ns() is not None and cal.next_wait_s() == FAST_EVERY_S  # a first estimate
+    for _ in range(SAMPLES_KEPT - MIN_SAMPLES):
+        cal.learner.add(base_ns=0, parked_ns=51 * MS, max_wait_ms=50, records=False)
+    assert cal.next_wait_s() == 30.0  # the samples kept are full: the slow period
+
+
+def test_a_proxy_away_from_its_brokers_finds_its_bootstrap_brokers_node() -> None:
+    from fetchlat.protocol.events import BrokerAddress
+
+    reg = BrokerRegistry()
+    assert reg.node_at(("127.0.0.1", 9092)) is None  # nothing learned yet: no probe
+    reg.learn((BrokerAddress(node_id=1, host="10.0.0.1", port=9092),
+               BrokerAddress(node_id=2, host="10.0.0.2", port=9092)))
+    assert reg.node_at(("10.0.0.2", 9092)) == 2
+    assert reg.node_at(("kafka-2", 9092)) is None  # another spelling, and the port says nothing
+    reg.learn((BrokerAddress(node_id=3, host="localhost", port=9300),))
+    assert reg.node_at(("127.0.0.1", 9300)) == 3  # the one broker on that port
+
+
+@pytest.mark.skipif(not kernel_stamps_possible(), reason="no kernel receive stamps here")
+@pytest.mark.parametrize("loop_kind", ["uvloop", "asyncio"])
+@pytest.mark.parametrize("stamped", [True, False])
+def test_a_busy_loop_does_not_make_the_probe_late(stamped: bool, loop_kind: str) -> None:
+    """The answers are dated by the kernel's receive stamps: the probing loop, blocked for 30 ms
+    just before the parked fetch's answer arrives, still measures the broker's 3 ms lateness.
+    Dated by the clock when the loop gets to them (``stamped=False``), the same probe is late
+    by the block and its sample is thrown away as a stall."""
+    stand_in = StandIn(late_ms=3.0)
+    ready = threading.Event()
+    port: list[int] = []
+    done = threading.Event()
+
+    def serve() -> None:  # the broker stand-in on a loop of its own, which the block does not touch
+        async def main() -> None:
+            server = await asyncio.start_server(stand_in.serve, "127.0.0.1", 0)
+            port.append(server.sockets[0].getsockname()[1])
+            ready.set()
+            for _ in range(600):  # until the test is done, 30 s at most
+                if done.is_set():
+                    break
+                await asyncio.sleep(0.05)
+            server.close()
+
+        asyncio.run(main())
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    assert ready.wait(10)
+
+    async def run() -> list[int | None]:
+        cal = Calibrator(("127.0.0.1", port[0]), lambda: [("t", 0, 1)], lambda _ns: None, node_id=1,
+                         max_frame_bytes=1 << 20, connect_timeout_s=5, kernel_stamps=stamped)
+        samples = []
+        for _ in range(3):
+            loop = asyncio.get_running_loop()
+            # the parked fetch goes out a few ms into the probe; its answer comes ~53 ms after that
+            loop.call_later(0.040, time.sleep, 0.040)
+            samples.append(await cal.probe(("t", 0)))
+        return samples
+
+    try:
+        samples = uvloop.run(run()) if loop_kind == "uvloop" else asyncio.run(run())
+    finally:
+        done.set()
+        server.join(10)
+    if stamped:
+        assert all(s is not None and 2.5 * MS <= s < 6 * MS for s in samples), samples
+    else:
+        assert not all(s is not None and s < 6 * MS for s in samples), samples

@@ -183,3 +183,22 @@ def test_the_writer_lets_go_of_the_interpreter_between_columns(tmp_path: Path, m
     monkeypatch.setattr(traces, "yield_gil", lambda: yields.append(1))
     ten_rows(tmp_path)
     assert len(yields) == len(EXCHANGES.names) + len(PARTITIONS.names)  # once after each column of each table
+
+
+def test_rows_handed_over_every_second_make_few_row_groups(tmp_path: Path) -> None:
+    """The proxy hands a batch over at each tick while rows come. The writer once took a queue
+    that stayed empty for its one-second wait as the traffic stopping and wrote a row group each
+    time: a soak's 5-minute files held ~300 row groups of ~100 rows, and their footers, kept in
+    memory until the file closes, grew the sidecar by ~10 MB per file. Batches a second apart are
+    one row group now (written when the oldest row has waited HOLD, or at close)."""
+    ev, s = sample()
+    w = TraceWriter(str(tmp_path), proxy_id="p1")
+    w.start()
+    for _ in range(4):  # a batch every 1.05 s, a bit longer than the writer's wait
+        put_fetch(w, "111", 1, ev, s)
+        w.columns.flush()
+        time.sleep(1.05)
+    w.close()
+    files = list((tmp_path / "exchanges").rglob("*.parquet"))
+    assert len(files) == 1 and pq.read_metadata(files[0]).num_rows == 4
+    assert pq.read_metadata(files[0]).num_row_groups == 1
