@@ -613,5 +613,13 @@ def main() -> int:
     return asyncio.run(run(ap.parse_args()))
 
 
+def _exit_on(signum: int, _frame: Any) -> None:
+    raise SystemExit(128 + signum)  # unwinds the run: brokers, sidecars and clients are stopped
+
+
 if __name__ == "__main__":
+    # stopped by SIGTERM (or SIGINT where a background shell ignores it), the soak still stops
+    # what it started; the default action would leave three brokers and their sidecars running
+    signal.signal(signal.SIGTERM, _exit_on)
+    signal.signal(signal.SIGINT, _exit_on)
     raise SystemExit(main())
