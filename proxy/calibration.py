@@ -12,14 +12,12 @@ partition its broker leads (one the model knows, else one its own Metadata reque
    an empty fetch costs the broker and the loopback between them;
 3. the same Fetch with max wait ``PROBE_WAIT_MS``, which parks: when it comes back empty (no
    record arrived meanwhile: it expired), its round trip less the max wait and the base is one
-   sample of the overshoot. One that comes back with records was woken: no sample. The base
-   taken off is the floor of the last bases: a round trip is only ever made late (the
-   sidecar's own loop, a busy machine), never early.
+   sample of the overshoot. One that comes back with records was woken: no sample.
 
-The median of the last ``SAMPLES_KEPT`` samples is what the model adds to max wait for every
-expired fetch, from ``MIN_SAMPLES`` on (the default until then; the first ``WARM_UP_SAMPLES``
-are left out: a fresh broker's first expiries run cold code); ``--expiry-overshoot-ms``
-turns the learning off.
+The median of the last ``SAMPLES_KEPT`` parked round trips (less max wait) less the median of
+their bases is what the model adds to max wait for every expired fetch, from ``MIN_SAMPLES`` on
+(the default until then; the first ``WARM_UP_SAMPLES`` are left out: a fresh broker's first
+expiries run cold code); ``--expiry-overshoot-ms`` turns the learning off.
 
 Learned in seconds, not minutes: until it holds ``SAMPLES_KEPT`` samples a proxy probes every
 ``FAST_EVERY_S`` (at most ``FAST_PROBES`` of them), then every ``PROBE_EVERY_S``; with no
@@ -33,7 +31,7 @@ as noisy; of 31, about a third as noisy (the square root of 3/31).
 
 The answers are stamped by the kernel (``proxy/stamps.py``, the reader the proxy's broker
 connections use), not read off the clock when the event loop gets to them: a busy sidecar's
-loop made its own parked round trips late, and the overshoot learned 0.3-0.75 ms high.
+loop would make its own parked round trips late (``tests/proxy/test_calibration.py``).
 
 A proxy away from its brokers probes the bootstrap broker the same way (the node its address
 belongs to, learned from Metadata): the network is in both round trips and the difference takes
@@ -86,24 +84,30 @@ NS_PER_MS: Final = 1_000_000
 
 
 class OvershootLearner:
-    """The broker's expiry overshoot from probe pairs: base round trip, parked round trip."""
+    """The broker's expiry overshoot from probe pairs: base round trip, parked round trip.
+
+    The estimate is a difference of medians: the parked round trips less max wait, less the base
+    round trips. Both carry the same typical work of the broker and the machine, which the
+    difference takes off. Taking off the floor of the bases instead (once the rule here) took off
+    only the best case: on a loaded machine the bases ran 0.9 ms at best and 2.3 ms at the median
+    (the broker's request log), and the overshoot was learned 1.5-2 ms high."""
 
     def __init__(self) -> None:
+        # the parked round trips less max wait, and the base round trips (what an empty fetch
+        # that cannot park takes), of the last expired probes
         self.samples: deque[int] = deque(maxlen=SAMPLES_KEPT)
-        # the base: what an empty fetch that cannot park takes, its floor over the last probes
-        # (a round trip is only ever late: the sidecar's own loop, the machine; never early)
         self.bases: deque[int] = deque(maxlen=SAMPLES_KEPT)
         self.counts = {"expired": 0, "woken": 0, "failed": 0, "stalled": 0}
         self._warming = WARM_UP_SAMPLES
 
     def add(self, *, base_ns: int, parked_ns: int, max_wait_ms: int, records: bool) -> int | None:
-        """One probe pair; the sample it gave (ns), or None (woken by a record, or a stall).
-        The parked round trip less max wait and the floor of the base round trips."""
-        self.bases.append(base_ns)
+        """One probe pair; the sample it gave (ns: the parked round trip less max wait and its
+        own base), or None (woken by a record, or a stall)."""
         if records:
             self.counts["woken"] += 1
             return None
-        sample = parked_ns - max_wait_ms * NS_PER_MS - min(self.bases)
+        over = parked_ns - max_wait_ms * NS_PER_MS
+        sample = over - base_ns
         if not -MAX_OVERSHOOT_NS < sample < MAX_OVERSHOOT_NS:
             self.counts["stalled"] += 1
             return None
@@ -111,17 +115,19 @@ class OvershootLearner:
         if self._warming:
             self._warming -= 1
             return sample
-        self.samples.append(max(0, sample))
+        self.samples.append(over)
+        self.bases.append(base_ns)
         return sample
 
     def failed(self) -> None:
         self.counts["failed"] += 1
 
     def estimate_ns(self) -> int | None:
-        """The median of the samples kept, once there are ``MIN_SAMPLES``."""
+        """Median parked round trip less max wait, less the median base (never below 0), once
+        there are ``MIN_SAMPLES`` pairs."""
         if len(self.samples) < MIN_SAMPLES:
             return None
-        return int(statistics.median(self.samples))
+        return max(0, int(statistics.median(self.samples) - statistics.median(self.bases)))
 
 
 def led_partition(leaders: Iterable[tuple[str, int, int]], node_id: int) -> tuple[str, int] | None:

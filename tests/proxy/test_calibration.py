@@ -49,15 +49,28 @@ def test_the_median_of_expired_probes_once_there_are_enough() -> None:
     assert learner.add(base_ns=400_000, parked_ns=60 * MS, max_wait_ms=50, records=True) is None  # woken
     assert learner.add(base_ns=400_000, parked_ns=50 * MS + 400_000 + 25 * MS, max_wait_ms=50,
                        records=False) is None  # a 25 ms stall is not the timer
-    # a base of 0.3 ms: the floor of the bases is taken off (a late base never makes a sample short)
-    learner.add(base_ns=300_000, parked_ns=50 * MS + 300_000 + 1_100_000, max_wait_ms=50, records=False)
-    assert MIN_SAMPLES == 3 and learner.estimate_ns() == 1_100_000
-    assert learner.add(base_ns=5 * MS, parked_ns=50 * MS + 300_000 + 1_000_000, max_wait_ms=50,
-                       records=False) == 1_000_000
-    assert learner.counts == {"expired": 4 + WARM_UP_SAMPLES, "woken": 1, "failed": 0, "stalled": 1}
+    learner.add(base_ns=400_000, parked_ns=50 * MS + 400_000 + 1_100_000, max_wait_ms=50, records=False)
+    assert MIN_SAMPLES == 3 and learner.estimate_ns() == 1_100_000  # the median of 1.3, 0.9 and 1.1 ms
+    assert learner.counts == {"expired": 3 + WARM_UP_SAMPLES, "woken": 1, "failed": 0, "stalled": 1}
     for _ in range(SAMPLES_KEPT):  # the broker changed: the old samples age out
         learner.add(base_ns=0, parked_ns=50 * MS + 2 * MS, max_wait_ms=50, records=False)
     assert learner.estimate_ns() == 2 * MS
+
+
+def test_a_loaded_machine_makes_both_round_trips_late_and_the_difference_of_medians_takes_it_off() -> None:
+    """Measured on a loaded machine: the bases ran 0.9 ms at best and 2.3 ms at the median, and
+    the parked fetches carried the same typical load. The floor of the bases taken off (the rule
+    before) learned the overshoot 1.4 ms high; the median of each takes the load off both."""
+    learner = OvershootLearner()
+    for _ in range(WARM_UP_SAMPLES):
+        learner.add(base_ns=2 * MS, parked_ns=53 * MS, max_wait_ms=50, records=False)
+    late_ns = 1_400_000
+    loads = [900_000, 2_300_000, 2_300_000, 3_500_000, 2_300_000, 1_800_000, 4_000_000]
+    for k, load in enumerate(loads):  # each pair's own load on both round trips, spread by half a ms
+        other = loads[(k + 3) % len(loads)]
+        learner.add(base_ns=load, parked_ns=50 * MS + other + late_ns, max_wait_ms=50, records=False)
+    assert learner.estimate_ns() == late_ns
+    assert min(learner.bases) == 900_000  # the floor would have learned 2.3 - 0.9 + 1.4 = 2.8 ms
 
 
 class StandIn:
@@ -235,7 +248,10 @@ def test_a_busy_loop_does_not_make_the_probe_late(stamped: bool, loop_kind: str)
     finally:
         done.set()
         server.join(10)
+    def near_lateness(got: list[int | None]) -> bool:  # 3 ms, give or take this machine's load on a pair
+        return all(s is not None for s in got) and 1.5 * MS <= sorted(got)[1] < 8 * MS  # type: ignore[type-var]
+
     if stamped:
-        assert all(s is not None and 2.5 * MS <= s < 6 * MS for s in samples), samples
+        assert near_lateness(samples), samples
     else:
-        assert not all(s is not None and s < 6 * MS for s in samples), samples
+        assert not near_lateness(samples), samples
