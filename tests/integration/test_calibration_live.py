@@ -32,11 +32,9 @@ def _samples(text: str, name: str) -> dict[str, float]:
 def test_the_sidecar_learns_its_brokers_expiry_overshoot(tmp_path: Path) -> None:
     from fetchlat.embedded import kafka
 
-    cfg = tmp_path / "probe.yaml"
-    cfg.write_text("calibration_every_s: 1\n")  # 30 s by default: a test cannot wait for three
-    traces = tmp_path / "traces"
+    traces = tmp_path / "traces"  # nothing set: a fresh sidecar probes fast until it holds 31 samples
     with kafka.cluster(tmp_path / "kafka", brokers=1, sidecars=True,
-                       sidecar_args=["--trace-dir", str(traces), "--trace-rotate-s", "1", "--config", str(cfg)]) as c:
+                       sidecar_args=["--trace-dir", str(traces), "--trace-rotate-s", "1"]) as c:
         create_topic(c.bootstrap, "calibration-idle", 0)
         confluent_consume(c.bootstrap, "calibration-idle", "calibration-idle", 14.0, 1 << 20, max_wait_ms=100,
                           from_start=False)
@@ -49,7 +47,8 @@ def test_the_sidecar_learns_its_brokers_expiry_overshoot(tmp_path: Path) -> None
     brokers_ms, n = report.expiry_overshoot_ms(requests)
     rows = [r for r in rl.trace_rows(traces) if r["client_id"] == "calibration-idle"]
     start = min(r["ts_ns"] for r in rows)
-    # judged once learned: the topic exists from the consumer's start; 3 warm-up probes, then 3 kept
+    # judged once learned: the topic exists from the consumer's start; 3 warm-up probes, then 31
+    # kept, one every 0.1 s
     pairs, unmatched = rl.join([r for r in rows if r["ts_ns"] >= start + 7_000_000_000], requests)
     figures = judge(pairs, len(unmatched))
     print({"learned_ms": learned_ms, "brokers_ms": brokers_ms, "expired_in_log": n, "probes": probes,
@@ -61,20 +60,20 @@ def test_the_sidecar_learns_its_brokers_expiry_overshoot(tmp_path: Path) -> None
     assert n >= 50, n
     assert 0.0 <= learned_ms <= 5.0, learned_ms  # a lateness, not a stall: the learner keeps no sample above 20 ms
     # The goals: the fetches' (testkit/goals.py), and the broker's own overshoot within 0.5 ms.
-    # Met in a quiet window (learned 1.26 ms against 1.29; p50 0.30 ms, p99 1.86 ms). Not held yet on
-    # 2 cores saturated by a full test run beside a 3-broker soak (2026-11-27): learned 1.94 and
-    # 1.56 ms against 1.19 and 1.20; p50 1.10 and 0.82 ms. The probe times its own round trips
-    # inside the sidecar's event loop, and a busy loop makes them late.
+    # Before the probes took the median base off (2026-11-27): met in a quiet window (learned 1.26
+    # ms against 1.29), learned 0.3-0.75 ms high beside a soak, 3.62 against 1.39 ms on 2 cores
+    # saturated by two clusters (2026-11-28). With it, beside a 3-broker soak: 1.11 against 1.40
+    # ms, p50 0.41 ms, p99 4.3 ms.
     hold(f"calibration (learned {learned_ms:.2f} ms, the broker's {brokers_ms:.2f} ms)", figures, KNOWN)
     if abs(learned_ms - brokers_ms) > 0.5:
         pytest.xfail(f"goal not held on this run: learned {learned_ms:.2f} ms against the broker's "
                      f"{brokers_ms:.2f} ms")
 
 
-LEARNED_HIGH = ("the probe times its own round trips inside the sidecar's event loop: a busy loop makes them "
-                "late, and the overshoot learned high (0.3-0.75 ms above the broker's own on busy runs)")
+LATENESS = ("one expiry's lateness spreads over milliseconds on a loaded broker, and a probe's 50 ms timer "
+            "is not a consumer's: 1.11 ms learned where the consumer's expiries ran 1.40 ms late (2026-11-28)")
 KNOWN = [
-    KnownMiss("abs_err_p50_ms", "0.30 ms quiet; 0.82-1.10 ms on 2 saturated cores", LEARNED_HIGH),
-    KnownMiss("abs_err_p99_ms", "1.86 ms quiet", LEARNED_HIGH + "; the p99 is the latest single expiry"),
-    KnownMiss("local_bias_ms:expired", "not measured before this test held the bias", LEARNED_HIGH),
+    KnownMiss("abs_err_p50_ms", "0.30 ms quiet; 0.41-1.10 ms on 2 saturated cores", LATENESS),
+    KnownMiss("abs_err_p99_ms", "1.86 ms quiet; 4.3 ms beside a soak", LATENESS + "; the p99 is the latest expiry"),
+    KnownMiss("local_bias_ms:expired", "+0.46 ms beside a soak (2026-11-28)", LATENESS),
 ]
