@@ -3,7 +3,8 @@ librdkafka (``bench/rdkafka_client.py``, no Python per record) produces records 
 one per request through the path, then consumes them back; the proxy's CPU during the consume,
 per GB of record values. Paths, in rotating order per trial, each to a fresh Tansu: the relay
 (``bench/relay.py``, zero decoding: the floor for a proxy built the way fetchlat is), haproxy,
-fetchlat as installed, and fetchlat without its native core (``FETCHLAT_NATIVE=0``).
+fetchlat as installed, the same with traces on as deployed (``fetchlat+traces``: a row per
+request), and fetchlat without its native core (``FETCHLAT_NATIVE=0``).
 
     python bench/consume_small.py [--trials 3] [--sizes 100,1024] [--mb 10]
 """
@@ -19,10 +20,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_proxy import NO_CORE, create_topics, rdkafka, target
+from bench.bench_proxy import NO_CORE, TRACED, create_topics, rdkafka, target
 from bench.procs import cpu_s
 
-KINDS = ("relay", "haproxy", "fetchlat", NO_CORE)
+KINDS = ("relay", "haproxy", "fetchlat", TRACED, NO_CORE)
 
 
 def one(kind: str, size: int, mb: float, work: Path) -> float:
@@ -58,8 +59,10 @@ def main() -> int:
         med = {k: statistics.median(got[(k, size)]) for k in KINDS}
         cells = "  ".join(f"{k} {med[k]:.3f} ({min(got[(k, size)]):.3f}-{max(got[(k, size)]):.3f})" for k in KINDS)
         print(f"  {size:5d} B records: {cells}")
-        print(f"  {'':5s}   fetchlat / relay {med['fetchlat'] / med['relay']:.2f}, without the core / relay "
-              f"{med[NO_CORE] / med['relay']:.2f}, fetchlat / haproxy {med['fetchlat'] / med['haproxy']:.2f}")
+        print(f"  {'':5s}   fetchlat / relay {med['fetchlat'] / med['relay']:.2f}, with traces / relay "
+              f"{med[TRACED] / med['relay']:.2f}, without the core / relay {med[NO_CORE] / med['relay']:.2f}, "
+              f"fetchlat / haproxy {med['fetchlat'] / med['haproxy']:.2f}, traces on / off "
+              f"{med[TRACED] / med['fetchlat']:.2f}")
     return 0
 
 
