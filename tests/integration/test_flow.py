@@ -31,7 +31,10 @@ RESPONSE_BYTES = 1024 * 1024
 @dataclass
 class Firehose:
     """FAKE broker: answers each Fetch v11 request with a 1 MiB response (streamed by the
-    proxy, never decoded), and a Metadata v1 request with itself as broker 0."""
+    proxy, never decoded), and a Metadata v1 request with itself as broker 0. ``eof_seen`` is
+    set when a connection that asked for more than Metadata closes: a client's, relayed by the
+    proxy (the proxy's own Metadata connections, its discovery's and its calibration's, open and
+    close at their own pace)."""
 
     port: int = 0
     written: int = 0
@@ -67,6 +70,7 @@ class Firehose:
 
     async def _conn(self, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
         self.writers.append(w)
+        clients = False
         try:
             while True:
                 size = struct.unpack(">i", await r.readexactly(4))[0]
@@ -77,13 +81,15 @@ class Firehose:
                             + struct.pack(">i", self.port) + encode_string(None, False)
                             + struct.pack(">i", 0) + struct.pack(">i", 0))
                 else:
+                    clients = True
                     body = bytes(RESPONSE_BYTES)
                 out = struct.pack(">i", corr) + body
                 w.write(len(out).to_bytes(4, "big") + out)
                 await w.drain()
                 self.written += len(out) + 4
         except (asyncio.IncompleteReadError, ConnectionError):
-            self.eof_seen.set()
+            if clients:
+                self.eof_seen.set()
             w.close()
 
 
