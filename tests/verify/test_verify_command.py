@@ -89,3 +89,40 @@ def test_what_a_user_gets_wrong(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert "give each log as NODE=FILE" in capsys.readouterr().err
     assert main(["verify", "--request-log", f"7={log}", "--traces", str(traces)]) == 1
     assert "no fetch in" in capsys.readouterr().err
+
+
+def test_the_network_between_proxy_and_broker_is_measured(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A proxy 20.5 ms (round trip) away: its Metadata requests took 20.5 ms longer at the proxy
+    than the broker's totalTimeMs. Measured from them and taken off, the expired fetches' local
+    time (the broker's own plus that network) has no bias left. ApiVersions, which opens each
+    connection and waits for the broker to take it in, is not a measure."""
+    lines, rows = [], []
+    net = 20.5
+    for i in range(10):  # expired fetches, waits right
+        end = T0_MS + i * 300
+        lines.append(_line(i, "c1", 101.0, prefix=str(end), total=101.5))
+        total = 101.5 + net
+        rows.append({"ts_ns": int((end - total) * MS), "broker": "0", "api": "Fetch", "client_id": "c1",
+                     "correlation_id": i, "kind": "consumer", "replica_id": -1, "max_wait_ms": 100, "min_bytes": 1,
+                     "total_ns": int(total * MS), "wait_ns": int(101.0 * MS), "local_ns": int((total - 101.0) * MS),
+                     "outcome": "expired", "records": 0})
+    for k in range(8):  # answered at once by the broker (0.3 ms), 20.5 ms more at the proxy (Metadata)
+        end = T0_MS + 5000 + k * 100
+        api, key = ("ApiVersions", 18) if k % 3 == 2 else ("Metadata", 3)
+        lines.append(_line(100 + k, "c1", 0.0, prefix=str(end), total=0.3, api_key=key))
+        total = 0.3 + net + (3.0 if api == "ApiVersions" else 0.0)
+        rows.append({"ts_ns": int((end - total) * MS), "broker": "0", "api": api, "client_id": "c1",
+                     "correlation_id": 100 + k, "total_ns": int(total * MS)})
+    log = tmp_path / "request.log"
+    log.write_text("\n".join(lines) + "\n")
+    traces = _trace(tmp_path, rows)
+    assert main(["verify", "--request-log", f"0={log}", "--traces", str(traces), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["network_ms"] == pytest.approx(net, abs=1e-3) and result["network_from"] == 6
+    assert abs(result["kinds"]["consumer"]["local_bias_p50_ms"]["expired"]) < 1e-3
+    assert main(["verify", "--request-log", f"0={log}", "--traces", str(traces), "--json", "--network-ms", "0"]) == 0
+    result = json.loads(capsys.readouterr().out)  # given: taken as it is
+    assert result["network_from"] == 0
+    assert result["kinds"]["consumer"]["local_bias_p50_ms"]["expired"] == pytest.approx(net, abs=1e-3)
+    assert main(["verify", "--request-log", f"0={log}", "--traces", str(traces)]) == 0
+    assert "measured: the median over 6 Metadata requests" in capsys.readouterr().out
