@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Final
 
-from prometheus_client import CollectorRegistry, Gauge, ProcessCollector, disable_created_metrics
+from prometheus_client import CollectorRegistry, Gauge, GCCollector, ProcessCollector, disable_created_metrics
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -103,8 +103,9 @@ class ProxyMetrics:
             "The proxy's own time per response chunk: read from the broker -> handed to the client socket",
             buckets=LATENCY_BUCKETS, registry=r,
         )
-        if registry is None:  # process_cpu_seconds_total, process_resident_memory_bytes, open fds
-            ProcessCollector(registry=r)
+        if registry is None:  # process_cpu_seconds_total, process_resident_memory_bytes, open fds;
+            ProcessCollector(registry=r)  # and python_gc_*: the collector's runs per generation
+            GCCollector(registry=r)
 
 
 class TraceRowCounters(Collector):

@@ -45,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
     from ..metrics.prom import ProxyMetrics
     from .admin import AdminServer
     from .build import fetchlat_version, hot_path, hot_path_reason
+    from .memory import settle_heap
     from .server import Proxy
     from .stamps import stamp_source
 
@@ -78,11 +79,14 @@ def run(args: argparse.Namespace) -> int:
             await proxy.stop()
             return 2
         admin.start()
+        settled = settle_heap()  # the startup heap, out of every full collection's walk (proxy/memory.py)
         logging.getLogger("fetchlat.proxy").info(
-            "metrics and health on http://%s/metrics; hot path: %s (%s; fetchlat %s); response stamps: %s%s",
+            "metrics and health on http://%s/metrics; hot path: %s (%s; fetchlat %s); response stamps: %s%s; "
+            "%d startup objects frozen out of the collector's walk",
             format_hostport((cfg.metrics_listen[0], admin.port)), hot_path(), hot_path_reason(), fetchlat_version(),
             stamps, " (the kernel's receive time per packet)" if stamps == "kernel" else
-            (" (kernel stamps need Linux)" if cfg.stamps == "kernel" else " (asked for with --stamps clock)"))
+            (" (kernel stamps need Linux)" if cfg.stamps == "kernel" else " (asked for with --stamps clock)"),
+            settled)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

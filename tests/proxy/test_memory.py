@@ -57,5 +57,18 @@ def test_arrow_memory_freed_in_another_thread_is_given_back():
         t.join(30)
 
 
+def test_the_startup_heap_is_frozen_out_of_the_collectors_walk():
+    import gc
+
+    gc.unfreeze()
+    try:
+        before = len(gc.get_objects())  # what a full collection walks
+        frozen = memory.settle_heap()
+        assert frozen >= before // 2 and gc.get_freeze_count() == frozen
+        assert len(gc.get_objects()) < before // 10  # walked from now on: only what came after
+    finally:
+        gc.unfreeze()
+
+
 def test_the_tick_releases_once_a_minute():
     assert server.BEATS_PER_RELEASE * server.TICK_S == memory.RELEASE_EVERY_S
