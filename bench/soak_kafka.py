@@ -270,7 +270,7 @@ async def reconnect_storm(ports: list[int], n: int = 500) -> int:
 
 # ----------------------------------------------------------------------------- sampling
 def scrape(text: str) -> dict[str, Any]:
-    out: dict[str, Any] = {"lag": [], "written": 0.0, "dropped": 0.0, "tasks": 0.0}
+    out: dict[str, Any] = {"lag": [], "written": 0.0, "dropped": 0.0, "tasks": 0.0, "held": {}, "gc": {}}
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
             if s.name == "fetchlat_event_loop_lag_seconds_bucket":
@@ -281,6 +281,10 @@ def scrape(text: str) -> dict[str, Any]:
                 out["dropped"] = s.value
             elif s.name == "fetchlat_event_loop_tasks":
                 out["tasks"] = s.value
+            elif s.name == "fetchlat_held_entries":  # what the bounded structures hold: which one RSS follows
+                out["held"][s.labels["structure"]] = int(s.value)
+            elif s.name == "python_gc_collections_total":
+                out["gc"][s.labels["generation"]] = int(s.value)
     return out
 
 
@@ -310,7 +314,8 @@ class Watch:
                "loop_lag_p99_ms": round(quantile(sorted(lag), 0.99) * 1000, 3) if lag and lag[-1][1] else None,
                "lag_buckets": lag,
                "rows_written": int(self.written_before + m["written"]),
-               "rows_dropped": int(self.dropped_before + m["dropped"])}
+               "rows_dropped": int(self.dropped_before + m["dropped"]),
+               "held": m["held"], "gc_collections": m["gc"]}
         self.prev, self.cpu, self.last = m, cpu, m
         return row
 

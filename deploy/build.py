@@ -189,16 +189,22 @@ PROXY = [
         Q(f"histogram_quantile(0.99, sum by (le, instance) (rate(fetchlat_event_loop_lag_seconds_bucket[{RI}])))",
           "p99 {{instance}}"),
     ), description="How late the loop ran a 100 ms timer: every connection of that proxy waited as long."),
-    Panel("The broker's expiry overshoot, as the model uses it, and the sidecars' probes", (
+    Panel("The broker's expiry overshoot, as the model uses it, and the proxies' probes", (
         Q("max by (instance) (fetchlat_broker_expiry_overshoot_seconds)", "overshoot {{instance}}"),
         Q(f"sum by (instance, result) (increase(fetchlat_calibration_probes_total[{RI}])) / 1000",
           "probes/1000 {{result}} {{instance}}"),
-    ), description="A sidecar learns how late its broker's purgatory timer lets an expired fetch go (a probe "
-                   "pair every 30 s, on its own connection); --expiry-overshoot-ms sets it instead."),
+    ), description="The proxy learns how late its broker's purgatory timer lets an expired fetch go (probe "
+                   "pairs on its own connection: every 0.1 s until it holds 31 samples, then every 30 s); "
+                   "--expiry-overshoot-ms sets it instead."),
     Panel("Event-loop tasks (flat in a healthy proxy)", (
         Q("sum by (instance) (fetchlat_event_loop_tasks)", "{{instance}}"),
     ), unit="short", description="asyncio tasks alive on each proxy's loop: one per listener and the discovery; "
                                  "connections are protocols, not tasks, so a count that grows is a leak."),
+    Panel("Entries held by the proxy's bounded structures", (
+        Q("sum by (instance, structure) (fetchlat_held_entries)", "{{structure}} {{instance}}"),
+    ), unit="short", description="Connections, the partitions the model follows, topics and leaders known, "
+                                 "brokers: each has a bound or goes with what it belongs to. One that keeps "
+                                 "rising under steady traffic is filling toward its bound (RSS follows it)."),
     Panel("Response receive stamps by source (kernel: packet arrival; clock: when the loop read it)", (
         Q(f"sum by (instance, source) (rate(fetchlat_stamps_total[{RI}]))", "{{source}} {{instance}}"),
     ), unit="short", description="With --stamps kernel every read of a plain broker connection is stamped by "

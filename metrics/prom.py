@@ -80,6 +80,8 @@ class ProxyMetrics:
         self.build_info.labels(version, hot_path, stamps).set(1)
         self.stamps = StampCounters()  # fetchlat_stamps_total{source}
         r.register(self.stamps)
+        self.held = HeldEntries()  # fetchlat_held_entries{structure}
+        r.register(self.held)
         self.trace_rows = TraceRowCounters()  # fetchlat_trace_rows_{written,dropped}_total
         self.fetch_sessions = FetchSessionCounters()  # fetchlat_fetch_sessions_total, _mirrored
         r.register(self.trace_rows)
@@ -119,6 +121,23 @@ class TraceRowCounters(Collector):
         yield CounterMetricFamily("fetchlat_trace_rows_written", "Trace rows written", value=self.written())
         yield CounterMetricFamily("fetchlat_trace_rows_dropped", "Trace rows dropped (queue full or write error)",
                                   value=self.dropped())
+
+
+class HeldEntries(Collector):
+    """How many entries the proxy's bounded structures hold, read at scrape time: ``sizes()``
+    gives them by structure (connections, partitions the model follows, topics and leaders it
+    knows, fetch sessions mirrored). Each has a bound or goes with what it belongs to; one that
+    keeps rising under steady traffic is filling toward its bound (docs/reliability.md)."""
+
+    def __init__(self) -> None:
+        self.sizes: Callable[[], dict[str, int]] = dict
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily("fetchlat_held_entries", "Entries held by the proxy's bounded structures",
+                                   labels=["structure"])
+        for name, n in sorted(self.sizes().items()):
+            family.add_metric([name], n)
+        yield family
 
 
 class StampCounters(Collector):

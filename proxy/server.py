@@ -93,6 +93,7 @@ class Proxy:
             learner = self.calibrator.learner
             metrics.calibration.counts = lambda: dict(learner.counts)
         metrics.expiry_overshoot.set_function(lambda: model.expiry_overshoot_ns / 1e9)
+        metrics.held.sizes = self._held
         self.traces: TraceWriter | None = None  # set by the CLI when --trace-dir is given
         self.servers: list[asyncio.Server] = []
         self.last_beat_ns = clock.now_ns()
@@ -274,6 +275,14 @@ class Proxy:
                     sess.apply((close,))
         if self._beat % BEATS_PER_RELEASE == 0:
             release_free_memory()
+
+    def _held(self) -> dict[str, int]:
+        """The sizes ``fetchlat_held_entries`` exports (read at scrape time, another thread: each
+        ``len`` is one read of a size the loop keeps)."""
+        model = self.observer.model
+        return {"connections": len(self.sessions), "partitions": model.partitions_held,
+                "topics": len(model.cluster.topic_names), "leaders": len(model.cluster.leaders),
+                "brokers": len(self.registry.nodes)}  # fetch sessions: fetchlat_fetch_sessions_mirrored
 
     def _learned_overshoot(self, ns: int) -> None:
         model = self.observer.model

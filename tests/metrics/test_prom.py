@@ -59,3 +59,15 @@ def test_new_client_ids_past_the_label_cap_hold_no_memory_of_their_own() -> None
         fm._client_children("1", "consumer", f"churn-{i}")
     assert len(fm._by_client) == 4  # three kept names and "other"
     assert fm._client_children("1", "consumer", "churn-4999") is fm._client_children("1", "consumer", "churn-7")
+
+
+def test_held_entries_are_read_at_scrape_time() -> None:
+    reg = CollectorRegistry()
+    m = ProxyMetrics(reg)
+    assert "fetchlat_held_entries{" not in generate_latest(reg).decode()  # nothing said: no sample
+    held = {"connections": 3, "partitions": 12}
+    m.held.sizes = lambda: held
+    text = generate_latest(reg).decode()
+    assert 'fetchlat_held_entries{structure="connections"} 3.0' in text
+    held["partitions"] = 40  # a scrape reads the sizes as they are now
+    assert 'fetchlat_held_entries{structure="partitions"} 40.0' in generate_latest(reg).decode()
