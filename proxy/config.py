@@ -74,7 +74,7 @@ class Config:
     wait_time_tag: int | None = None  # top-level Fetch response tag carrying a broker's WaitTimeMs
     # the broker's purgatory timer lateness; None: a sidecar learns it (proxy/calibration.py)
     expiry_overshoot_ms: float | None = None
-    calibration_every_s: float = 30.0  # how often a sidecar probes its broker (proxy/calibration.py)
+    calibration_every_s: float = 30.0  # how often the proxy probes its broker once learned (proxy/calibration.py)
     proxy_id: str | None = None  # names this proxy in traces (default host:listen_port)
     idle_timeout_s: float = 600.0  # a client connection with nothing in flight and no bytes (Kafka: 9 min)
     partial_frame_timeout_s: float = 30.0  # a request begun and never finished (slowloris)
@@ -168,8 +168,9 @@ SETTINGS: tuple[Setting, ...] = (
                                    "a sidecar learns it from probes of its own unless this is set (default until "
                                    f"then, and for a proxy away from its brokers: {DEFAULT_EXPIRY_OVERSHOOT_NS / 1e6:g}"
                                    ", Apache Kafka's 1 ms timer tick; docs/latency-model.md)", flag=True, env=True),
-    Setting("calibration_every_s", "how often a sidecar probes its broker to learn its expiry overshoot (default "
-                                   "30; two fetches of its own on a connection of its own)"),
+    Setting("calibration_every_s", "how often the proxy probes its (bootstrap) broker to follow its expiry "
+                                   "overshoot once learned (default 30; every 0.1 s until it holds 31 samples; two "
+                                   "fetches of its own on a connection of its own)"),
     Setting("sidecar_node", "sidecar mode: front broker N only; brokers advertise their sidecars, so addresses "
                             "pass unchanged and no per-node listeners open", flag=True, kind="int", env=True),
     Setting("tls_cert", "serve TLS to clients with this PEM certificate", flag=True, env=True),
