@@ -23,10 +23,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--traces", required=True, type=Path, help="the trace directory (--trace-dir of the proxies)")
     p.add_argument("--listener", default=None, help="only the log lines of this listener (the one clients and "
                                                     "the sidecars use), when the broker has several")
-    p.add_argument("--network-ms", type=float, default=None,
+    p.add_argument("--network-ms", type=float, default=0.0,
                    help="the round trip between proxy and broker (ms), taken off fetchlat's true local time "
-                        "before it is compared. Default: measured, the median of fetchlat's total less the "
-                        "broker's totalTimeMs over the Metadata requests in both")
+                        "before it is compared (0 for a sidecar)")
     p.add_argument("--since-minutes", type=float, default=None, help="only fetches of the last N minutes")
     p.add_argument("--json", action="store_true", help="print the figures as JSON instead of the table")
     p.add_argument("--check", action="store_true",

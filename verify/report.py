@@ -14,7 +14,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 from . import request_log as rl
 
@@ -46,31 +46,6 @@ def parse_log_arg(text: str) -> tuple[str | None, Path]:
     return None, Path(text)
 
 
-# Requests a broker answers at once: what their total at the proxy holds beyond the broker's own
-# totalTimeMs is the network between proxy and broker (and the proxy's own stamps). Not
-# ApiVersions: it opens each connection, and the broker's clock starts only once its network
-# thread has taken the new connection in (up to 5 ms after the handshake on a busy broker)
-NETWORK_APIS: Final = ("Metadata",)
-
-
-def measured_network_ms(trace_dir: Path | str, logs: Sequence[LogFile], *, listener: str | None = None,
-               since_ns: int = 0) -> tuple[float, int]:
-    """The round trip between proxy and broker as the traces and the request logs show it: the
-    median of (fetchlat's total - the broker's totalTimeMs) over the Metadata requests of both,
-    and how many. NaN when there are none. Beside the broker it is the loopback's and the
-    proxy's stamps' share (0.1-0.2 ms); across a network, that network as it was, not as
-    configured (a user-space delay relay set to 2 x 10 ms took 21.6 ms at p50 for Metadata and
-    21.0 ms for immediate fetches: a relay's own time grows with what it carries)."""
-    nodes = {str(lf.node) for lf in logs}
-    rows = [r for r in rl.trace_rows(trace_dir, NETWORK_APIS)
-            if r["ts_ns"] >= since_ns and str(r["broker"]) in nodes and r["total_ns"] is not None]
-    keys = [rl.API_KEYS[a] for a in NETWORK_APIS]
-    requests = [r for lf in logs for r in rl.read(lf.path, str(lf.node), keys, listener=listener)]
-    pairs, _ = rl.join(rows, requests)
-    d = [p.row["total_ns"] / rl.NS_PER_MS - p.broker.total_ms for p in pairs]
-    return rl.quantile(d, 0.5), len(d)
-
-
 def bias(pairs: Sequence[rl.Pair], network_ms: float) -> dict[str, float]:
     """Per broker outcome, the median of fetchlat's true local minus (the broker's own local,
     ``totalTimeMs - remoteTimeMs``, plus the round trip between proxy and broker)."""
@@ -99,12 +74,10 @@ def expiry_overshoot_ms(requests: Sequence[rl.BrokerRequest]) -> tuple[float, in
 
 
 def verify(logs: Sequence[LogFile], trace_dir: Path | str, *, listener: str | None = None,
-           network_ms: float | None = None, since_ns: int = 0) -> dict[str, Any]:
+           network_ms: float = 0.0, since_ns: int = 0) -> dict[str, Any]:
     """Every fetch and share fetch in the traces of the brokers whose logs are given, joined
     with those logs and judged, per kind. A log given without its node (one at most) is the
-    one broker the traces name (``UnnamedLog`` if they name more, or none). The network
-    between proxy and broker is ``network_ms``, or (None) measured (``measured_network_ms``; 0 when
-    the traces hold no ApiVersions or Metadata the logs have)."""
+    one broker the traces name (``UnnamedLog`` if they name more, or none)."""
     traced = [r for r in rl.trace_rows(trace_dir, ("Fetch", "ShareFetch")) if r["ts_ns"] >= since_ns]
     unnamed = [lf for lf in logs if lf.node is None]
     if unnamed:
@@ -116,12 +89,8 @@ def verify(logs: Sequence[LogFile], trace_dir: Path | str, *, listener: str | No
     rows = [r for r in traced if str(r["broker"]) in nodes]
     keys = [rl.API_KEYS["Fetch"], rl.API_KEYS["ShareFetch"]]
     requests = [r for lf in logs for r in rl.read(lf.path, str(lf.node), keys, listener=listener)]
-    network_from = 0  # requests the network was measured from (0: given, or none to measure)
-    if network_ms is None:
-        measured, network_from = measured_network_ms(trace_dir, logs, listener=listener, since_ns=since_ns)
-        network_ms = 0.0 if math.isnan(measured) else round(measured, 3)
     out: dict[str, Any] = {"brokers": sorted(nodes), "trace_rows": len(rows), "log_lines": len(requests),
-                           "network_ms": network_ms, "network_from": network_from, "kinds": {}}
+                           "network_ms": network_ms, "kinds": {}}
     pool = list(requests)
     for kind in KINDS:
         mine = [r for r in rows if r["kind"] == kind]
@@ -187,9 +156,7 @@ def table(result: dict[str, Any]) -> str:
     """The agreement table, one row per kind and outcome, as the tests print it."""
     head = (f"brokers {', '.join(result['brokers'])}: {result['trace_rows']} fetches in the traces, "
             f"{result['log_lines']} fetch lines in the request logs"
-            + (f", a round trip of {result['network_ms']} ms to the broker taken off" if result["network_ms"] else "")
-            + (f" (measured: the median over {result['network_from']} Metadata requests of fetchlat's total "
-               "less the broker's)" if result.get("network_from") else ""))
+            + (f", a round trip of {result['network_ms']} ms to the broker taken off" if result["network_ms"] else ""))
     lines = [head, "",
              f"{'kind':<9} {'outcome':<10} {'fetches':>8} {'matched':>8} {'agree':>7} "
              f"{'|err| p50':>9} {'|err| p99':>9} {'bias p50':>9}",

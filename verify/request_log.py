@@ -25,7 +25,7 @@ from ..metrics import trace_layout
 
 MARK = "Completed request:"
 NS_PER_MS = 1_000_000
-API_KEYS = {"Fetch": 1, "Produce": 0, "ShareFetch": 78, "Metadata": 3, "ApiVersions": 18}
+API_KEYS = {"Fetch": 1, "Produce": 0, "ShareFetch": 78}
 # A join is accepted only when the broker finished within this of the proxy's last response
 # byte (clock reads on one host; the request log's own time has 1 ms resolution).
 MAX_SKEW_MS = 1_000.0

@@ -13,12 +13,12 @@ MS = 1_000_000
 
 
 def _line(corr: int, client: str, remote: float, *, prefix: str = "1764057600123", total: float = 101.5,
-          max_wait: int = 100, records: int = 0, replica: dict[str, int] | None = None, api_key: int = 1) -> str:
+          max_wait: int = 100, records: int = 0, replica: dict[str, int] | None = None) -> str:
     request: dict[str, Any] = {"maxWaitMs": max_wait, "minBytes": 1, "sessionId": 0, "sessionEpoch": -1}
     if replica is not None:
         request["replicaState"] = replica
     d = {"isForwarded": False,
-         "requestHeader": {"requestApiKey": api_key, "requestApiVersion": 17, "correlationId": corr, "clientId": client,
+         "requestHeader": {"requestApiKey": 1, "requestApiVersion": 17, "correlationId": corr, "clientId": client,
                            "requestApiKeyName": "FETCH"},
          "request": request,
          "response": {"responses": [{"topic": "t", "partitions": [{"partitionIndex": 0,
