@@ -126,8 +126,9 @@ class TraceRowCounters(Collector):
 class HeldEntries(Collector):
     """How many entries the proxy's bounded structures hold, read at scrape time: ``sizes()``
     gives them by structure (connections, partitions the model follows, topics and leaders it
-    knows, fetch sessions mirrored). Each has a bound or goes with what it belongs to; one that
-    keeps rising under steady traffic is filling toward its bound (docs/reliability.md)."""
+    knows, brokers; fetch sessions are ``fetchlat_fetch_sessions_mirrored``'s). Each has a bound
+    or goes with what it belongs to; one that keeps rising under steady traffic is filling
+    toward its bound (docs/reliability.md)."""
 
     def __init__(self) -> None:
         self.sizes: Callable[[], dict[str, int]] = dict

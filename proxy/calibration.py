@@ -49,7 +49,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import statistics
-import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any, Final
@@ -210,16 +209,17 @@ class _Line(asyncio.Protocol):
 
 
 class Calibrator:
-    """The probe loop of one proxy: its broker is ``upstream``, whose node id is ``node_id`` (a
-    sidecar's) or, away from the brokers, what ``node_of`` says once Metadata has named it."""
+    """The probe loop of one proxy: its broker is ``upstream``, whose node id ``node_of`` gives
+    (``BrokerRegistry.node_at``: a sidecar's node, or the node Metadata advertised at that
+    address; None until then)."""
 
     def __init__(self, upstream: tuple[str, int], leaders: Callable[[], Iterable[tuple[str, int, int]]],
-                 learned: Callable[[int], None], *, node_id: int | None = None,
-                 node_of: Callable[[], int | None] | None = None, max_frame_bytes: int, connect_timeout_s: float,
+                 learned: Callable[[int], None], *, node_of: Callable[[], int | None], max_frame_bytes: int,
+                 connect_timeout_s: float,
                  every_s: float = PROBE_EVERY_S, wait_ms: int = PROBE_WAIT_MS, kernel_stamps: bool = True) -> None:
         self.upstream = upstream
         self.leaders = leaders  # (topic, partition, leader) of the partitions the model knows
-        self.node_of = node_of if node_id is None and node_of is not None else (lambda: node_id)
+        self.node_of = node_of
         self.learned = learned
         self.max_frame_bytes = max_frame_bytes
         self.connect_timeout_s = connect_timeout_s
@@ -238,12 +238,13 @@ class Calibrator:
         return self.every_s
 
     async def run(self) -> None:
-        asked_at = -float("inf")  # when the probe last asked its broker which partitions it leads
+        every_ns = int(self.every_s * 1e9)
+        asked_at: int | None = None  # when the probe last asked its broker which partitions it leads
         while True:
             node = self.node_of()
             target = led_partition(self.leaders(), node) if node is not None else None
-            now = time.monotonic()
-            if target is None and (node is None or now - asked_at < self.every_s):
+            now = clock.now_ns()
+            if target is None and (node is None or (asked_at is not None and now - asked_at < every_ns)):
                 await asyncio.sleep(min(LOOK_EVERY_S, self.every_s))  # the clients' Metadata may name one soon
                 continue
             if target is None:

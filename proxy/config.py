@@ -72,7 +72,7 @@ class Config:
     topic_refresh_s: float = 300.0  # ask for every topic this often: what is held of deleted topics goes
     log_level: str = "INFO"
     wait_time_tag: int | None = None  # top-level Fetch response tag carrying a broker's WaitTimeMs
-    # the broker's purgatory timer lateness; None: a sidecar learns it (proxy/calibration.py)
+    # the broker's purgatory timer lateness; None: the proxy learns it (proxy/calibration.py)
     expiry_overshoot_ms: float | None = None
     calibration_every_s: float = 30.0  # how often the proxy probes its broker once learned (proxy/calibration.py)
     proxy_id: str | None = None  # names this proxy in traces (default host:listen_port)
@@ -165,8 +165,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("wait_time_tag", "top-level Fetch response tag number a broker uses to report WaitTimeMs (KIP-736)",
             flag=True, kind="int", env=True),
     Setting("expiry_overshoot_ms", "how long past max wait the broker's purgatory timer releases an expired fetch; "
-                                   "a sidecar learns it from probes of its own unless this is set (default until "
-                                   f"then, and for a proxy away from its brokers: {DEFAULT_EXPIRY_OVERSHOOT_NS / 1e6:g}"
+                                   "the proxy learns it from probes of its own unless this is set (default until "
+                                   f"then: {DEFAULT_EXPIRY_OVERSHOOT_NS / 1e6:g}"
                                    ", Apache Kafka's 1 ms timer tick; docs/latency-model.md)", flag=True, env=True),
     Setting("calibration_every_s", "how often the proxy probes its (bootstrap) broker to follow its expiry "
                                    "overshoot once learned (default 30; every 0.1 s until it holds 31 samples; two "

@@ -57,9 +57,11 @@ class BrokerRegistry:
         return self._by_addr.get(upstream, default)
 
     def node_at(self, upstream: HostPort) -> int | None:
-        """The node advertised at ``upstream`` (a proxy's bootstrap broker), or None: not known
-        yet. An address spelled another way (a name for an IP) is matched by its port when one
-        broker alone has that port."""
+        """The node at ``upstream`` (a proxy's bootstrap broker): a sidecar's own, else the one
+        advertised there, or None: not known yet. An address spelled another way (a name for an
+        IP) is matched by its port when one broker alone has that port."""
+        if self.sidecar_node is not None:
+            return self.sidecar_node  # its broker advertises the sidecar, not the address it listens on
         same_port = [b for b in self.nodes.values() if b.port == upstream[1]]
         exact = [b for b in same_port if b.host == upstream[0]]
         found = exact or (same_port if len(same_port) == 1 else [])

@@ -86,8 +86,7 @@ class Proxy:
             # the leaders the model knows, read each round (a full answer replaces the view's map)
             self.calibrator = Calibrator(bootstrap, lambda: ((t, p, lead) for (t, p), lead in
                                                              model.cluster.leaders.items()),
-                                         self._learned_overshoot, node_id=cfg.sidecar_node,
-                                         node_of=lambda: registry.node_at(bootstrap),
+                                         self._learned_overshoot, node_of=lambda: registry.node_at(bootstrap),
                                          max_frame_bytes=cfg.max_frame_bytes, connect_timeout_s=cfg.connect_timeout_s,
                                          every_s=cfg.calibration_every_s, kernel_stamps=self.conn.kernel_stamps)
             learner = self.calibrator.learner

@@ -124,7 +124,8 @@ def probe(stand_in: StandIn, rounds: int) -> tuple[list[int | None], Calibrator,
     async def run() -> tuple[list[int | None], Calibrator]:
         server = await asyncio.start_server(stand_in.serve, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
-        cal = Calibrator(("127.0.0.1", port), lambda: [("t", 0, 1)], learned.append, node_id=1, max_frame_bytes=1 << 20,
+        cal = Calibrator(("127.0.0.1", port), lambda: [("t", 0, 1)], learned.append, node_of=lambda: 1,
+                         max_frame_bytes=1 << 20,
                          connect_timeout_s=5)
         samples = [await cal.probe(("t", 0)) for _ in range(rounds)]
         server.close()
@@ -160,7 +161,7 @@ def test_without_a_partition_known_the_probe_asks_its_broker_which_it_leads() ->
     async def run() -> int | None:
         server = await asyncio.start_server(stand_in.serve, "127.0.0.1", 0)
         cal = Calibrator(("127.0.0.1", server.sockets[0].getsockname()[1]), list, lambda _ns: None,
-                         node_id=1, max_frame_bytes=1 << 20, connect_timeout_s=5)
+                         node_of=lambda: 1, max_frame_bytes=1 << 20, connect_timeout_s=5)
         sample = await cal.probe(None)
         server.close()
         return sample
@@ -174,11 +175,11 @@ def test_without_a_partition_known_the_probe_asks_its_broker_which_it_leads() ->
 def test_probes_come_fast_until_the_first_estimate_then_every_period() -> None:
     """A fresh proxy learns in seconds: probes every FAST_EVERY_S until it holds SAMPLES_KEPT
     samples, never more than FAST_PROBES of them (a busy partition wakes every probe), then every_s."""
-    cal = Calibrator(("127.0.0.1", 1), list, lambda _ns: None, node_id=1, max_frame_bytes=1 << 20,
+    cal = Calibrator(("127.0.0.1", 1), list, lambda _ns: None, node_of=lambda: 1, max_frame_bytes=1 << 20,
                      connect_timeout_s=5, every_s=30.0)
     assert [cal.next_wait_s() for _ in range(FAST_PROBES)] == [FAST_EVERY_S] * FAST_PROBES
     assert cal.next_wait_s() == 30.0  # woken every time: the fast start is over all the same
-    cal = Calibrator(("127.0.0.1", 1), list, lambda _ns: None, node_id=1, max_frame_bytes=1 << 20,
+    cal = Calibrator(("127.0.0.1", 1), list, lambda _ns: None, node_of=lambda: 1, max_frame_bytes=1 << 20,
                      connect_timeout_s=5, every_s=30.0)
     assert cal.next_wait_s() == FAST_EVERY_S
     for _ in range(WARM_UP_SAMPLES + MIN_SAMPLES):
@@ -200,6 +201,7 @@ def test_a_proxy_away_from_its_brokers_finds_its_bootstrap_brokers_node() -> Non
     assert reg.node_at(("kafka-2", 9092)) is None  # another spelling, and the port says nothing
     reg.learn((BrokerAddress(node_id=3, host="localhost", port=9300),))
     assert reg.node_at(("127.0.0.1", 9300)) == 3  # the one broker on that port
+    assert BrokerRegistry(sidecar_node=2).node_at(("127.0.0.1", 9092)) == 2  # a sidecar's, learned or not
 
 
 @pytest.mark.skipif(not kernel_stamps_possible(), reason="no kernel receive stamps here")
@@ -233,7 +235,7 @@ def test_a_busy_loop_does_not_make_the_probe_late(stamped: bool, loop_kind: str)
     assert ready.wait(10)
 
     async def run() -> list[int | None]:
-        cal = Calibrator(("127.0.0.1", port[0]), lambda: [("t", 0, 1)], lambda _ns: None, node_id=1,
+        cal = Calibrator(("127.0.0.1", port[0]), lambda: [("t", 0, 1)], lambda _ns: None, node_of=lambda: 1,
                          max_frame_bytes=1 << 20, connect_timeout_s=5, kernel_stamps=stamped)
         samples = []
         for _ in range(3):
