@@ -64,7 +64,9 @@ def test_the_startup_heap_is_frozen_out_of_the_collectors_walk():
     try:
         before = len(gc.get_objects())  # what a full collection walks
         frozen = memory.settle_heap()
-        assert frozen >= before // 2 and gc.get_freeze_count() == frozen
+        assert frozen >= before // 2
+        # frozen objects still die by refcount (another test's thread may drop some meanwhile)
+        assert before // 2 <= gc.get_freeze_count() <= frozen
         assert len(gc.get_objects()) < before // 10  # walked from now on: only what came after
     finally:
         gc.unfreeze()
