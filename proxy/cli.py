@@ -45,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
     from ..metrics.prom import ProxyMetrics
     from .admin import AdminServer
     from .build import fetchlat_version, hot_path, hot_path_reason
+    from .interpreter import share_interpreter
     from .memory import settle_heap
     from .server import Proxy
     from .stamps import stamp_source
@@ -78,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
                   f"{exc.strerror}; choose another --metrics-listen", file=sys.stderr)
             await proxy.stop()
             return 2
+        share_interpreter()  # the loop waits at most 1 ms for a scrape or the writer (proxy/interpreter.py)
         admin.start()
         settled = settle_heap()  # the startup heap, out of every full collection's walk (proxy/memory.py)
         logging.getLogger("fetchlat.proxy").info(

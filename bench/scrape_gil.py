@@ -1,0 +1,101 @@
+"""How late the event loop wakes while another thread renders a Prometheus scrape, at CPython's
+default switch interval (5 ms) and at the proxy's (``proxy/interpreter.py``: 1 ms).
+
+A thread renders a registry the size of a busy sidecar's (fetchlat's latency buckets, series per
+broker, kind and client: about 4 500 lines, as a 3-broker soak sidecar's /metrics) every
+``--every-s``; the main thread runs a uvloop loop that sleeps 1 ms at a time and records how late
+it wakes. The two intervals take turns, ``--rounds`` times each.
+
+    python bench/scrape_gil.py [--wakes 1000] [--rounds 3] [--every-s 0.05]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import uvloop
+from fetchlat.metrics.prom import LATENCY_BUCKETS
+from fetchlat.proxy.interpreter import SWITCH_INTERVAL_S
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+
+DEFAULT_SWITCH_S = 0.005  # CPython's
+
+
+def registry() -> CollectorRegistry:
+    reg = CollectorRegistry()
+    for name in ("total", "wait", "local"):
+        h = Histogram(f"bench_{name}_seconds", name, ["broker", "kind", "client"], buckets=LATENCY_BUCKETS,
+                      registry=reg)
+        for broker in range(3):
+            for kind in ("consumer", "follower", "share"):
+                for client in range(6):
+                    h.labels(str(broker), kind, f"client-{client}").observe(0.001 * (client + 1))
+    return reg
+
+
+def lateness(reg: CollectorRegistry, switch_s: float, wakes: int, every_s: float) -> list[float]:
+    stop = threading.Event()
+
+    def scraper() -> None:
+        while not stop.is_set():
+            generate_latest(reg)
+            stop.wait(every_s)
+
+    async def loop() -> list[float]:
+        late = []
+        for _ in range(wakes):
+            t = time.perf_counter_ns()
+            await asyncio.sleep(0.001)
+            late.append((time.perf_counter_ns() - t) / 1e6 - 1.0)
+        return sorted(late)
+
+    sys.setswitchinterval(switch_s)
+    th = threading.Thread(target=scraper)
+    th.start()
+    try:
+        return uvloop.run(loop())
+    finally:
+        stop.set()
+        th.join()
+        sys.setswitchinterval(DEFAULT_SWITCH_S)
+
+
+def q(xs: list[float], p: float) -> float:
+    return xs[min(len(xs) - 1, int(p * len(xs)))]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--wakes", type=int, default=1000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--every-s", type=float, default=0.05)
+    args = ap.parse_args()
+    reg = registry()
+    t = time.perf_counter()
+    text = generate_latest(reg)
+    lines = text.count(b"\n")
+    print(f"one render: {(time.perf_counter() - t) * 1e3:.1f} ms, {lines} lines, {len(text)} bytes")
+    rows: dict[float, list[list[float]]] = {DEFAULT_SWITCH_S: [], SWITCH_INTERVAL_S: []}
+    for _ in range(args.rounds):
+        for switch_s in rows:
+            late = lateness(reg, switch_s, args.wakes, args.every_s)
+            rows[switch_s].append(late)
+            print(f"switch interval {switch_s * 1e3:.0f} ms: wake-up late by p50 {q(late, 0.5):.2f}, "
+                  f"p99 {q(late, 0.99):.2f}, max {late[-1]:.2f} ms")
+    for switch_s, runs in rows.items():
+        print(f"median of {args.rounds}, switch interval {switch_s * 1e3:.0f} ms: "
+              f"p50 {statistics.median(q(r, 0.5) for r in runs):.2f} ms, "
+              f"p99 {statistics.median(q(r, 0.99) for r in runs):.2f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
