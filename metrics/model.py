@@ -50,6 +50,10 @@ ROUND_TRIPS_TO_TRUST: Final = 4
 SHARE_PARK_NS: Final = 900_000
 REPLICA_HW: Final = "replica_high_watermark"
 TXN_MARKER: Final = "transaction_marker"  # read_committed: the same dating, for a commit marker
+# A follower is woken when the leader's append ends, which a sidecar never sees under acks=all
+# (the answer waits for the followers): its data is dated no earlier than its answer, less what
+# an answer takes the broker to start, nor earlier than the produce's turn began
+APPEND_END: Final = "append_end"
 
 IMMEDIATE, WOKEN, EXPIRED, ERROR, UNKNOWN = (Outcome.IMMEDIATE, Outcome.WOKEN, Outcome.EXPIRED, Outcome.ERROR,
                                              Outcome.UNKNOWN)
@@ -402,6 +406,12 @@ class LatencyModel:
         rtt = self.round_trips.estimate()
         return -1 if rtt < 0 else max(forwarded_ns, answer_ns - rtt)
 
+    def learn_first_byte(self, ns: int) -> None:
+        """A fetch answered at once had its first byte ``ns`` after it was forwarded (the
+        clients' fetches the model knows were immediate, and the calibration's fetches that
+        cannot park): smoothed into ``first_byte_ns``, what an answer takes the broker to start."""
+        self.first_byte_ns += (ns - self.first_byte_ns) // 16
+
     def learn_round_trip(self, ns: int) -> None:
         """A request the broker answers without waiting took ``ns`` from forwarding to answer."""
         self.round_trips.add(ns)
@@ -467,9 +477,11 @@ class LatencyModel:
                 a, basis = self._arrival(st, off, b.first_timestamp_ms, b.log_append_time, follower is not None,
                                          ev.t_first_ns)
                 # data made visible by something the proxy never sees is dated by the answer:
-                # a follower's high watermark (KIP-392), or a transaction's commit marker, which
-                # the coordinator writes, for records a read_committed fetch could not see yet
-                unseen = (REPLICA_HW if follower is None and not share and basis != "produce_seen"
+                # a follower's high watermark (KIP-392), a transaction's commit marker, which
+                # the coordinator writes, for records a read_committed fetch could not see yet,
+                # or the end of the leader's append that wakes a follower
+                unseen = (APPEND_END if follower is not None
+                          else REPLICA_HW if not share and basis != "produce_seen"
                           and self.cluster.led_elsewhere(topic, rp.partition, broker_node)
                           else TXN_MARKER if read_committed and b.control_batches and 0 <= st.stable_end <= off
                           else None)
@@ -498,8 +510,7 @@ class LatencyModel:
                           arrival_ns=arrival, arrival_basis=arrival_basis,
                           expiry_overshoot_ns=self.expiry_overshoot_ns)
         if w.outcome == IMMEDIATE and w.basis == "known_log_end":
-            first = ev.t_first_ns - ev.t_request_ns
-            self.first_byte_ns += (first - self.first_byte_ns) // 16
+            self.learn_first_byte(ev.t_first_ns - ev.t_request_ns)
         local = total - w.wait_ns
         error_code = resp.error_code or next((p.error_code for p in resp.partitions if p.error_code), 0)
         sample = FetchSample(

@@ -38,7 +38,10 @@ belongs to, learned from Metadata): the network is in both round trips and the d
 it off. What it learns there stands for every broker it fronts.
 
 Exported as ``fetchlat_broker_expiry_overshoot_seconds`` (what the model uses, learned or set)
-and ``fetchlat_calibration_probes_total{result}``.
+and ``fetchlat_calibration_probes_total{result}``. Each kept base is also a fetch answered at
+once: the model takes its round trip into what an answer takes the broker to start
+(``LatencyModel.learn_first_byte``), by which it dates what it never sees happen (a follower's
+wake-up by the end of the leader's append, a follower's high watermark, a commit marker).
 
 ``OvershootLearner`` is the pure part (samples in, estimate out, scripted in the tests);
 ``Calibrator`` does the I/O on the codec (``protocol/``), as ``discovery.py`` does.
@@ -97,6 +100,7 @@ class OvershootLearner:
         self.samples: deque[int] = deque(maxlen=SAMPLES_KEPT)
         self.bases: deque[int] = deque(maxlen=SAMPLES_KEPT)
         self.counts = {"expired": 0, "woken": 0, "failed": 0, "stalled": 0}
+        self.kept = 0  # pairs kept (past the warm-up, not a stall): their bases are answers' starts
         self._warming = WARM_UP_SAMPLES
 
     def add(self, *, base_ns: int, parked_ns: int, max_wait_ms: int, records: bool) -> int | None:
@@ -116,6 +120,7 @@ class OvershootLearner:
             return sample
         self.samples.append(over)
         self.bases.append(base_ns)
+        self.kept += 1
         return sample
 
     def failed(self) -> None:
@@ -215,12 +220,13 @@ class Calibrator:
 
     def __init__(self, upstream: tuple[str, int], leaders: Callable[[], Iterable[tuple[str, int, int]]],
                  learned: Callable[[int], None], *, node_of: Callable[[], int | None], max_frame_bytes: int,
-                 connect_timeout_s: float,
+                 connect_timeout_s: float, answered: Callable[[int], None] | None = None,
                  every_s: float = PROBE_EVERY_S, wait_ms: int = PROBE_WAIT_MS, kernel_stamps: bool = True) -> None:
         self.upstream = upstream
         self.leaders = leaders  # (topic, partition, leader) of the partitions the model knows
         self.node_of = node_of
         self.learned = learned
+        self.answered = answered  # each kept base: a fetch answered at once, its round trip
         self.max_frame_bytes = max_frame_bytes
         self.connect_timeout_s = connect_timeout_s
         self.every_s = every_s
@@ -303,7 +309,10 @@ class Calibrator:
             if line.reader is not None:
                 line.reader.stop()
             transport.close()
+        kept = self.learner.kept
         sample = self.learner.add(base_ns=times[0], parked_ns=times[1], max_wait_ms=self.wait_ms, records=records)
+        if self.answered is not None and self.learner.kept > kept:
+            self.answered(times[0])
         estimate = self.learner.estimate_ns()
         if estimate is not None:
             self.learned(estimate)

@@ -88,6 +88,7 @@ class Proxy:
                                                              model.cluster.leaders.items()),
                                          self._learned_overshoot, node_of=lambda: registry.node_at(bootstrap),
                                          max_frame_bytes=cfg.max_frame_bytes, connect_timeout_s=cfg.connect_timeout_s,
+                                         answered=model.learn_first_byte,
                                          every_s=cfg.calibration_every_s, kernel_stamps=self.conn.kernel_stamps)
             learner = self.calibrator.learner
             metrics.calibration.counts = lambda: dict(learner.counts)

@@ -158,11 +158,24 @@ def test_the_round_trip_is_the_shortest_of_the_recent_ones() -> None:
     assert m.round_trips.estimate() == 7 * MS
 
 
-def test_a_follower_is_woken_by_the_append_itself() -> None:
+def test_a_follower_is_woken_by_the_end_of_the_append() -> None:
+    """The append begins with the produce's turn at the broker and ends out of the sidecar's
+    sight (acks=all answers after replication): a follower's data is dated by its answer less
+    what an answer takes this broker to start, never before the append began."""
     m = LatencyModel(wall_minus_mono_ns=0, beside_broker=True)
+    for _ in range(64):
+        m.learn_first_byte(1 * MS)  # the calibration's fetches that cannot park, answered in 1 ms
+    assert abs(m.first_byte_ns - 1 * MS) < 0.02 * MS
+    m.first_byte_ns = 1 * MS
     m.on_produce(produce_ev(T0 + 100 * MS, T0 + 108 * MS, base=0, n=5, acks=-1))  # acks=all: acked after replication
-    s, _ = m.on_fetch(fetch_ev(T0, T0 + 103 * MS, T0 + 103 * MS, records=5, hw=0, replica=2))
-    assert (s.kind, s.outcome, s.wait_ns) == ("follower", WOKEN, 100 * MS)
+    s, _ = m.on_fetch(fetch_ev(T0, T0 + 104 * MS, T0 + 104 * MS, records=5, hw=0, replica=2))
+    assert (s.kind, s.outcome, s.basis, s.wait_ns) == ("follower", WOKEN, "append_end", 103 * MS)
+    assert not s.confident  # estimated
+    # answered at once after the append began: the append's start dates it
+    m.on_produce(produce_ev(T0 + 200 * MS, T0 + 208 * MS, base=5, n=5, acks=-1))
+    s, _ = m.on_fetch(fetch_ev(T0 + 150 * MS, T0 + 200 * MS + MS // 2, T0 + 200 * MS + MS // 2, offset=5, records=5,
+                               hw=5, replica=2))
+    assert (s.outcome, s.basis, s.wait_ns) == (WOKEN, "produce_seen", 50 * MS)
 
 
 def test_a_follower_is_woken_by_an_acks_all_produce_not_answered_yet() -> None:
@@ -170,16 +183,21 @@ def test_a_follower_is_woken_by_an_acks_all_produce_not_answered_yet() -> None:
     has the records, so when a follower's fetch comes back its data's produce is still pending.
     The pending produces follow the last answered one in the log, each as long as its records."""
     m = LatencyModel(wall_minus_mono_ns=0, beside_broker=True)
+    m.first_byte_ns = 1 * MS  # what an answer takes this broker to start (learned)
     m.on_produce(produce_ev(T0 - 90 * MS, T0 - 80 * MS, base=0, n=5, acks=-1))  # offsets 0-4, answered
     first, second = (produce_ev(T0 + t * MS, T0 + 90 * MS, base=b, n=5, acks=-1) for t, b in ((20, 5), (40, 10)))
     m.on_produce_sent(first.request, T0 + 20 * MS)  # offsets 5-9
     m.on_produce_sent(second.request, T0 + 40 * MS)  # offsets 10-14
     # a follower that has 0-9 already, parked at T0, is woken by the second produce
-    s, _ = m.on_fetch(fetch_ev(T0, T0 + 43 * MS, T0 + 43 * MS, offset=10, records=5, hw=5, replica=2))
+    s, _ = m.on_fetch(fetch_ev(T0, T0 + 41 * MS, T0 + 41 * MS, offset=10, records=5, hw=5, replica=2))
     assert (s.kind, s.outcome, s.basis, s.wait_ns) == ("follower", WOKEN, "produce_seen", 40 * MS)
-    # one still at 5, fetching after the first was sent, found it there
+    # one still at 5, fetching after the first was sent, found it there (answered in the time an
+    # answer takes)
     s, _ = m.on_fetch(fetch_ev(T0 + 30 * MS, T0 + 31 * MS, T0 + 31 * MS, offset=5, records=5, hw=5, replica=1))
-    assert (s.outcome, s.basis) == (IMMEDIATE, "produce_seen")
+    assert (s.outcome, s.basis, s.wait_ns) == (IMMEDIATE, "append_end", 0)
+    # the same, answered 3 ms later than an answer takes: the append had not ended, it was parked
+    s, _ = m.on_fetch(fetch_ev(T0 + 30 * MS, T0 + 34 * MS, T0 + 34 * MS, offset=5, records=5, hw=5, replica=3))
+    assert (s.outcome, s.basis, s.wait_ns) == (WOKEN, "append_end", 3 * MS)
     m.on_produce(first)  # answered: no longer pending, and now a known append
     assert m._part("t", 0).pending == [T0 + 40 * MS]
     # a produce sent after the follower's response began cannot have woken it

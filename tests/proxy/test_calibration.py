@@ -118,15 +118,16 @@ class StandIn:
             w.close()
 
 
-def probe(stand_in: StandIn, rounds: int) -> tuple[list[int | None], Calibrator, list[int]]:
+def probe(stand_in: StandIn, rounds: int, answered: list[int] | None = None
+          ) -> tuple[list[int | None], Calibrator, list[int]]:
     learned: list[int] = []
 
     async def run() -> tuple[list[int | None], Calibrator]:
         server = await asyncio.start_server(stand_in.serve, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
         cal = Calibrator(("127.0.0.1", port), lambda: [("t", 0, 1)], learned.append, node_of=lambda: 1,
-                         max_frame_bytes=1 << 20,
-                         connect_timeout_s=5)
+                         max_frame_bytes=1 << 20, connect_timeout_s=5,
+                         answered=answered.append if answered is not None else None)
         samples = [await cal.probe(("t", 0)) for _ in range(rounds)]
         server.close()
         return samples, cal
@@ -151,8 +152,21 @@ def test_a_probe_measures_the_lateness_of_a_parked_fetch() -> None:
 
 
 def test_a_probe_woken_by_a_record_gives_no_sample() -> None:
-    samples, cal, learned = probe(StandIn(late_ms=3.0, records=True), 2)
+    answered: list[int] = []
+    samples, cal, learned = probe(StandIn(late_ms=3.0, records=True), 2, answered)
     assert samples == [None, None] and not learned and cal.learner.counts["woken"] == 2
+    assert not answered
+
+
+def test_each_kept_base_is_an_answer_the_model_learns_the_start_of() -> None:
+    """The fetch that cannot park is answered at once: its round trip is what an answer takes
+    the broker to start, which the model dates unseen events by (a follower's append end). The
+    warm-up's bases are not given, as its samples are not kept."""
+    answered: list[int] = []
+    rounds = WARM_UP_SAMPLES + 2
+    _, cal, _ = probe(StandIn(late_ms=3.0), rounds, answered)
+    assert answered == list(cal.learner.bases) and len(answered) == 2
+    assert all(0 < ns < 20 * MS for ns in answered)  # the stand-in answers at once, over loopback
 
 
 def test_without_a_partition_known_the_probe_asks_its_broker_which_it_leads() -> None:
