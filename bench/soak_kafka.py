@@ -270,7 +270,8 @@ async def reconnect_storm(ports: list[int], n: int = 500) -> int:
 
 # ----------------------------------------------------------------------------- sampling
 def scrape(text: str) -> dict[str, Any]:
-    out: dict[str, Any] = {"lag": [], "written": 0.0, "dropped": 0.0, "tasks": 0.0, "held": {}, "gc": {}}
+    out: dict[str, Any] = {"lag": [], "written": 0.0, "dropped": 0.0, "tasks": 0.0, "held": {}, "gc": {},
+                           "heap": {}}
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
             if s.name == "fetchlat_event_loop_lag_seconds_bucket":
@@ -285,6 +286,8 @@ def scrape(text: str) -> dict[str, Any]:
                 out["held"][s.labels["structure"]] = int(s.value)
             elif s.name == "python_gc_collections_total":
                 out["gc"][s.labels["generation"]] = int(s.value)
+            elif s.name in ("fetchlat_python_allocated_blocks", "fetchlat_arrow_allocated_bytes"):
+                out["heap"][s.name.removeprefix("fetchlat_")] = int(s.value)  # whose an RSS rise is
     return out
 
 
@@ -315,7 +318,7 @@ class Watch:
                "lag_buckets": lag,
                "rows_written": int(self.written_before + m["written"]),
                "rows_dropped": int(self.dropped_before + m["dropped"]),
-               "held": m["held"], "gc_collections": m["gc"]}
+               "held": m["held"], "gc_collections": m["gc"], "heap": m["heap"]}
         self.prev, self.cpu, self.last = m, cpu, m
         return row
 
