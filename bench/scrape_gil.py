@@ -24,9 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import uvloop
 from fetchlat.metrics.prom import LATENCY_BUCKETS
 from fetchlat.proxy.interpreter import SWITCH_INTERVAL_S
+from fetchlat.verify.request_log import quantile as q
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
-DEFAULT_SWITCH_S = 0.005  # CPython's
+DEFAULT_SWITCH_S = sys.getswitchinterval()  # CPython's (5 ms)
 
 
 def registry() -> CollectorRegistry:
@@ -66,10 +67,6 @@ def lateness(reg: CollectorRegistry, switch_s: float, wakes: int, every_s: float
         stop.set()
         th.join()
         sys.setswitchinterval(DEFAULT_SWITCH_S)
-
-
-def q(xs: list[float], p: float) -> float:
-    return xs[min(len(xs) - 1, int(p * len(xs)))]
 
 
 def main() -> int:

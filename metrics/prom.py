@@ -6,6 +6,7 @@ Names and labels are a pinned interface: extend, never rename. Must never: compu
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from typing import Final
 
@@ -108,6 +109,7 @@ class ProxyMetrics:
         if registry is None:  # process_cpu_seconds_total, process_resident_memory_bytes, open fds;
             ProcessCollector(registry=r)  # and python_gc_*: the collector's runs per generation
             GCCollector(registry=r)
+            r.register(HeapSizes())  # whose memory an RSS rise is (proxy/memory.py)
 
 
 class TraceRowCounters(Collector):
@@ -139,6 +141,21 @@ class HeldEntries(Collector):
         for name, n in sorted(self.sizes().items()):
             family.add_metric([name], n)
         yield family
+
+
+class HeapSizes(Collector):
+    """What the interpreter and Arrow hold, read at scrape time (either thread may read them:
+    each is one read of a counter its allocator keeps): RSS rising while both stay flat is an
+    allocator keeping pages, not something held (``proxy/memory.py``)."""
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        yield GaugeMetricFamily("fetchlat_python_allocated_blocks", "Memory blocks the interpreter holds (live "
+                                "objects and their buffers): flat while RSS rises is the allocator keeping pages",
+                                value=sys.getallocatedblocks())
+        arrow = sys.modules.get("pyarrow")  # never loaded here: only when traces are on
+        held = arrow.default_memory_pool().bytes_allocated() if arrow is not None else 0
+        yield GaugeMetricFamily("fetchlat_arrow_allocated_bytes", "Bytes Arrow's memory pool holds (the trace "
+                                "writer's tables)", value=held)
 
 
 class StampCounters(Collector):

@@ -46,13 +46,12 @@ def run(args: argparse.Namespace) -> int:
     from .admin import AdminServer
     from .build import fetchlat_version, hot_path, hot_path_reason
     from .interpreter import share_interpreter
-    from .memory import HeapSizes, settle_heap
+    from .memory import settle_heap
     from .server import Proxy
     from .stamps import stamp_source
 
     stamps = stamp_source(cfg.stamps)
     metrics = ProxyMetrics(version=fetchlat_version(), hot_path=hot_path(), stamps=stamps)
-    metrics.registry.register(HeapSizes())  # whose memory an RSS rise is (proxy/memory.py)
 
     async def main() -> int:
         try:

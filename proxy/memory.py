@@ -23,7 +23,7 @@ once the proxy is up, to the permanent generation the collector never walks (``g
 afterwards a full collection walks only what the traffic made. ``python_gc_collections_total``
 (``metrics/prom.py``) counts the collections per generation.
 
-When the resident size rises, ``HeapSizes`` says whose it is: ``fetchlat_python_allocated_blocks``
+When the resident size rises, ``HeapSizes`` (``metrics/prom.py``) says whose it is: ``fetchlat_python_allocated_blocks``
 (the interpreter's live memory blocks: objects, and buffers Python allocated) and
 ``fetchlat_arrow_allocated_bytes`` (what Arrow's pool holds for the trace writer). RSS rising
 while both stay flat is an allocator keeping pages it was given back, not something held; a
@@ -36,10 +36,7 @@ import ctypes
 import ctypes.util
 import gc
 import sys
-from collections.abc import Callable, Iterator
-
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
+from collections.abc import Callable
 
 RELEASE_EVERY_S = 60.0
 
@@ -78,16 +75,3 @@ def settle_heap() -> int:
     gc.freeze()
     return gc.get_freeze_count()
 
-
-class HeapSizes(Collector):
-    """What the interpreter and Arrow hold, read at scrape time (either thread may read them:
-    each is one read of a counter its allocator keeps)."""
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        yield GaugeMetricFamily("fetchlat_python_allocated_blocks", "Memory blocks the interpreter holds (live "
-                                "objects and their buffers): flat while RSS rises is the allocator keeping pages",
-                                value=sys.getallocatedblocks())
-        arrow = sys.modules.get("pyarrow")  # never loaded here: only when traces are on
-        held = arrow.default_memory_pool().bytes_allocated() if arrow is not None else 0
-        yield GaugeMetricFamily("fetchlat_arrow_allocated_bytes", "Bytes Arrow's memory pool holds (the trace "
-                                "writer's tables)", value=held)

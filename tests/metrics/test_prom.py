@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 from fetchlat.metrics.model import LatencyModel
-from fetchlat.metrics.prom import LATENCY_BUCKETS, OTHER, BoundedLabel, FetchMetrics, ProxyMetrics, WindowedMax
+from fetchlat.metrics.prom import (
+    LATENCY_BUCKETS,
+    OTHER,
+    BoundedLabel,
+    FetchMetrics,
+    HeapSizes,
+    ProxyMetrics,
+    WindowedMax,
+)
 from prometheus_client import CollectorRegistry, generate_latest
 
 from testkit.events import MS, T0, fetch_ev
@@ -71,3 +79,27 @@ def test_held_entries_are_read_at_scrape_time() -> None:
     assert 'fetchlat_held_entries{structure="connections"} 3.0' in text
     held["partitions"] = 40  # a scrape reads the sizes as they are now
     assert 'fetchlat_held_entries{structure="partitions"} 40.0' in generate_latest(reg).decode()
+
+
+def test_the_heap_sizes_say_whose_memory_it_is() -> None:
+    """Python's live blocks and Arrow's pool, read at scrape time: blocks made show, blocks freed go."""
+    import pyarrow as pa
+    from prometheus_client.parser import text_string_to_metric_families
+
+    reg = CollectorRegistry()
+    reg.register(HeapSizes())
+
+    def read() -> dict[str, float]:
+        return {s.name: s.value for f in text_string_to_metric_families(generate_latest(reg).decode())
+                for s in f.samples}
+
+    before = read()
+    held = [object() for _ in range(100_000)]
+    table = pa.table({"a": pa.array(range(1_000_000))})  # 8 MB in Arrow's pool
+    during = read()
+    assert during["fetchlat_python_allocated_blocks"] >= before["fetchlat_python_allocated_blocks"] + 90_000
+    assert during["fetchlat_arrow_allocated_bytes"] >= before["fetchlat_arrow_allocated_bytes"] + 7_000_000
+    del held, table
+    after = read()
+    assert after["fetchlat_python_allocated_blocks"] < during["fetchlat_python_allocated_blocks"] - 90_000
+    assert after["fetchlat_arrow_allocated_bytes"] < during["fetchlat_arrow_allocated_bytes"] - 7_000_000
