@@ -76,10 +76,13 @@ integration: deps
 
 # The whole suite on the build `make` installed (compiled here), then the pure-Python build's
 # own run of everything that does not start processes (the integration tests run on both in
-# `make test-pure`); tests/test_builds_agree.py compares the two builds output for output.
+# `make test-pure`); tests/test_builds_agree.py compares the two builds output for output. The
+# analysis tests run once: the analysis is Spark's and has no compiled twin (of the compiled
+# modules it reads only the vocabulary's names), so a second run would test the same code again.
 test: deps lint typecheck
 	$(BIN)/pytest -q -p no:cacheprovider --durations=12 -m "not long"
-	FETCHLAT_PURE_PYTHON=1 $(BIN)/pytest -q -p no:cacheprovider -m "not integration and not long"
+	FETCHLAT_PURE_PYTHON=1 $(BIN)/pytest -q -p no:cacheprovider -m "not integration and not long" \
+	  --ignore=tests/analysis
 
 # The long Apache Kafka cases (failover, fetch from follower, two share consumers): ~3.5 min more
 test-long: deps
