@@ -77,8 +77,8 @@ class StandIn:
     """Answers ListOffsets (offset 42) and Fetch: max wait 0 at once, otherwise after max wait
     plus ``late_ms``; with ``records`` the parked fetch is woken with a record instead."""
 
-    def __init__(self, late_ms: float, records: bool = False) -> None:
-        self.late_ms, self.records = late_ms, records
+    def __init__(self, late_ms: float, records: bool = False, leave_out_empty: bool = False) -> None:
+        self.late_ms, self.records, self.leave_out_empty = late_ms, records, leave_out_empty
         self.seen: list[tuple[int, str | None, dict[str, Any]]] = []
 
     async def serve(self, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
@@ -110,9 +110,10 @@ class StandIn:
                     part = {"PartitionIndex": 0, "ErrorCode": 0, "HighWatermark": 42, "LastStableOffset": 42,
                             "LogStartOffset": 0, "AbortedTransactions": [], "PreferredReadReplica": -1,
                             "Records": record_batch() if (wait and self.records) else b""}
+                    empty = not (wait and self.records)
                     out = encode(apis.table()[h.api_key].response(), h.api_version, {
                         "ThrottleTimeMs": 0, "ErrorCode": 0, "SessionId": 0,
-                        "Responses": [{"Topic": "t", "Partitions": [part]}]})
+                        "Responses": [] if empty and self.leave_out_empty else [{"Topic": "t", "Partitions": [part]}]})
                 w.write(response_frame(h.api_key, h.api_version, h.correlation_id, out))
         except asyncio.IncompleteReadError:
             w.close()
@@ -149,6 +150,15 @@ def test_a_probe_measures_the_lateness_of_a_parked_fetch() -> None:
     fetches = [b for k, _, b in stand_in.seen if k == apis.FETCH]
     assert [f["MaxWaitMs"] for f in fetches[:2]] == [0, 50]
     assert all(f["Topics"][0]["Partitions"][0]["FetchOffset"] == 42 for f in fetches)  # at the high watermark
+
+
+def test_a_broker_that_leaves_out_a_partition_with_nothing_answered_it() -> None:
+    """Tansu answers a fetch that finds nothing with no partition at all: that is an empty
+    answer, not an error (every probe of the embedded broker failed on it, and the model kept the
+    1 ms default)."""
+    samples, cal, learned = probe(StandIn(late_ms=3.0, leave_out_empty=True), WARM_UP_SAMPLES + MIN_SAMPLES)
+    assert cal.learner.counts["failed"] == 0 and cal.learner.counts["expired"] == WARM_UP_SAMPLES + MIN_SAMPLES
+    assert len(learned) == 1 and all(s is not None for s in samples)
 
 
 def test_a_probe_woken_by_a_record_gives_no_sample() -> None:
