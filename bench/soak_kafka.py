@@ -326,7 +326,8 @@ class Watch:
 # ----------------------------------------------------------------------------- summary
 def slope_mb_per_h(points: list[tuple[float, float, int]]) -> float | None:
     """Least squares of RSS on time with one intercept per process (a restarted sidecar starts
-    lower): the common slope, in MB per hour. ``points`` are (t_s, rss_mb, pid)."""
+    lower): the common slope, in MB per hour. ``points`` are (t_s, rss_mb, pid) (any other
+    measure in place of the MB: its slope per hour)."""
     by_pid: dict[int, list[tuple[float, float]]] = {}
     for t, r, pid in points:
         by_pid.setdefault(pid, []).append((t, r))
@@ -368,6 +369,11 @@ def summarise(samples: list[dict[str, Any]], faults: list[dict[str, Any]], warmu
             "rss_mb_last": rows[-1][1]["rss_mb"] if rows else None,
             "rss_mb_max": max((r["rss_mb"] for _, r in rows), default=None),
             "rss_slope_mb_per_h_after_warmup": slope_mb_per_h([(t, r["rss_mb"], r["pid"]) for t, r in warm]),
+            # whose a rise is: Python's objects, Arrow's buffers, or neither (an allocator keeping pages)
+            "python_blocks_slope_per_h_after_warmup": slope_mb_per_h(
+                [(t, r["heap"]["python_allocated_blocks"], r["pid"]) for t, r in warm if "heap" in r]),
+            "arrow_mb_slope_per_h_after_warmup": slope_mb_per_h(
+                [(t, r["heap"]["arrow_allocated_bytes"] / 1e6, r["pid"]) for t, r in warm if "heap" in r]),
             "fds_after_warmup": [min((r["fds"] for _, r in quiet), default=None),
                                  max((r["fds"] for _, r in quiet), default=None)],
             "tasks_after_warmup": [min((r["tasks"] for _, r in quiet), default=None),

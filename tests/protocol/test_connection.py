@@ -246,3 +246,17 @@ def test_a_small_fetch_v16_response_naming_brokers_is_rewritten() -> None:
     sent = b"".join(bytes(s) for s in out)
     assert b"proxy" in sent and b"kafka-2.internal" not in sent
     assert any(isinstance(e, BrokersLearned) for e in events)
+
+
+def test_the_client_id_memo_stays_bounded_and_decodes_the_same() -> None:
+    """Clients that make a new client id per connection must not grow the memo of decoded ids
+    past its bound; a remembered id and a decoded one are the same string."""
+    from fetchlat.protocol import headers
+
+    for i in range(3 * headers.CLIENT_IDS_KEPT):
+        frame = request_frame(apis.API_VERSIONS, 3, i, f"client-{i}", b"")
+        h = headers.parse_request_header(frame[4:] + b"\x00" * 16)
+        assert h.client_id == f"client-{i}"
+        assert len(headers._CLIENT_IDS) <= headers.CLIENT_IDS_KEPT
+    again = headers.parse_request_header(request_frame(apis.API_VERSIONS, 3, 1, "client-7", b"")[4:] + b"\x00" * 16)
+    assert again.client_id == "client-7"
