@@ -69,6 +69,14 @@ def yield_gil() -> None:
     time.sleep(0)
 
 
+def dictionary_columns(table: str) -> list[str]:
+    """The columns a file dictionary-encodes: the strings (a few values each: broker, api, kind,
+    outcome, client id). Numbers are left plain: a dictionary of timestamps and durations
+    overflows and falls back, work thrown away. Measured on a soak's exchanges file in 4 096-row
+    groups: 1.37 µs a row to write against 1.81 with every column tried, and 19 % smaller."""
+    return [f.name for f in TABLES[table] if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
+
+
 class _File:
     def __init__(self, directory: str, table: str, proxy_id: str, hour: int) -> None:
         self.table = table
@@ -81,7 +89,7 @@ class _File:
         os.makedirs(where, exist_ok=True)
         self.final = os.path.join(where, name)
         self.tmp = os.path.join(where, f".tmp-{name}")
-        self.writer = pq.ParquetWriter(self.tmp, self.schema, compression="zstd")
+        self.writer = pq.ParquetWriter(self.tmp, self.schema, compression="zstd", use_dictionary=dictionary_columns(table))
         self.opened_ns = clock.now_ns()
         self.rows = 0
 

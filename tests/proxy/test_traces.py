@@ -71,6 +71,17 @@ def test_rows_land_in_whole_files_with_a_clock_pair(tmp_path: Path) -> None:
     assert parts.num_rows == 10 and parts.column("record_latency_ns").to_pylist() == [5] * 10
 
 
+def test_strings_are_dictionary_encoded_and_numbers_plain(tmp_path: Path) -> None:
+    """A dictionary of timestamps or durations overflows and falls back: the writer tries one
+    only for the string columns (what is read back is the same either way)."""
+    ten_rows(tmp_path)
+    meta = pq.ParquetFile(next((tmp_path / "exchanges").rglob("*.parquet"))).metadata.row_group(0)
+    encodings = {meta.column(i).path_in_schema: meta.column(i).encodings for i in range(meta.num_columns)}
+    assert any("DICTIONARY" in e for e in encodings["client_id"]), encodings["client_id"]
+    assert not any("DICTIONARY" in e for e in encodings["ts_ns"]), encodings["ts_ns"]
+    assert not any("DICTIONARY" in e for e in encodings["total_ns"]), encodings["total_ns"]
+
+
 def test_size_rotation_closes_files(tmp_path: Path) -> None:
     w = TraceWriter(str(tmp_path), proxy_id="p1", rotate_bytes=1)  # every flush overflows the size limit
     w.start()
