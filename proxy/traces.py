@@ -89,7 +89,8 @@ class _File:
         os.makedirs(where, exist_ok=True)
         self.final = os.path.join(where, name)
         self.tmp = os.path.join(where, f".tmp-{name}")
-        self.writer = pq.ParquetWriter(self.tmp, self.schema, compression="zstd", use_dictionary=dictionary_columns(table))
+        self.writer = pq.ParquetWriter(self.tmp, self.schema, compression="zstd",
+                                       use_dictionary=dictionary_columns(table))
         self.opened_ns = clock.now_ns()
         self.rows = 0
 
