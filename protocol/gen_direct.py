@@ -51,8 +51,8 @@ IMPORTS = {
         "from .primitives import I8, I16, I32, I64\n"
         "from .stream import (\n"
         "    BATCH_HEADER_BYTES,\n    CONTROL_BATCH,\n    MAX_ARRAY,\n    TIMESTAMP_TYPE_LOG_APPEND,\n    WALK,\n"
-        "    WALK_WHOLE,\n    BatchStats,\n    Reader,\n    batch_header,\n    need_now,\n    uvarint_here,\n"
-        "    walk_native,\n    walk_whole_native,\n)\n"
+        "    WALK_WHOLE,\n    BatchStats,\n    Reader,\n    batch_header,\n    need_now,\n    uuid_of,\n"
+        "    uvarint_here,\n    walk_native,\n    walk_whole_native,\n)\n"
         "from .stream import skip_now as skip_now  # the message twins call s.skip_now\n"
         "from .stream import uvarint_now as uvarint_now\n"
     ),

@@ -175,9 +175,27 @@ def string(r: Reader, flexible: bool) -> Parser[str | None]:
         raise DecodeError("string is not UTF-8") from None
 
 
+# A topic id recurs in every Fetch and Produce (v13+) that names its topic, request and response:
+# each distinct one is made a UUID once (uuid.UUID's constructor is Python code, ~1 µs). UUIDs
+# are immutable, so one object serves every parse. Past UUIDS_KEPT distinct ids the memo starts
+# over (a miss only builds the object again).
+_UUIDS: dict[bytes, _uuid.UUID] = {}
+UUIDS_KEPT: Final = 1024
+
+
+def uuid_of(raw: bytes) -> _uuid.UUID:
+    """The UUID of 16 bytes, through the memo."""
+    got = _UUIDS.get(raw)
+    if got is None:
+        if len(_UUIDS) >= UUIDS_KEPT:
+            _UUIDS.clear()
+        got = _UUIDS[raw] = _uuid.UUID(bytes=raw)
+    return got
+
+
 def uuid(r: Reader) -> Parser[_uuid.UUID]:
     p = yield from need(r, 16)
-    return _uuid.UUID(bytes=bytes(r.buf[p : p + 16]))
+    return uuid_of(bytes(r.buf[p : p + 16]))
 
 
 def topic(r: Reader, flexible: bool, by_id: bool) -> Parser[tuple[str | None, _uuid.UUID | None]]:

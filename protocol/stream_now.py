@@ -25,6 +25,7 @@ from .stream import (
     Reader,
     batch_header,
     need_now,
+    uuid_of,
     uvarint_here,
     walk_native,
     walk_whole_native,
@@ -105,7 +106,7 @@ def string_now(r: Reader, flexible: bool) -> str | None:
 
 def uuid_now(r: Reader) -> _uuid.UUID:
     p = need_now(r, 16)
-    return _uuid.UUID(bytes=bytes(r.buf[p : p + 16]))
+    return uuid_of(bytes(r.buf[p : p + 16]))
 
 
 def topic_now(r: Reader, flexible: bool, by_id: bool) -> tuple[str | None, _uuid.UUID | None]:

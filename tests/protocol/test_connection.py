@@ -260,3 +260,19 @@ def test_the_client_id_memo_stays_bounded_and_decodes_the_same() -> None:
         assert len(headers._CLIENT_IDS) <= headers.CLIENT_IDS_KEPT
     again = headers.parse_request_header(request_frame(apis.API_VERSIONS, 3, 1, "client-7", b"")[4:] + b"\x00" * 16)
     assert again.client_id == "client-7"
+
+
+def test_topic_ids_are_made_once_and_the_memo_stays_bounded() -> None:
+    """A topic id recurs in every Fetch/Produce v13+: one UUID object per distinct id, equal to
+    what uuid.UUID makes, and the memo never holds more than its bound."""
+    import os
+    import uuid as uuid_module
+
+    from fetchlat.protocol import stream
+
+    raw = os.urandom(16)
+    first, again = stream.uuid_of(raw), stream.uuid_of(bytes(raw))
+    assert first == uuid_module.UUID(bytes=raw) and again is first
+    for _ in range(3 * stream.UUIDS_KEPT):
+        stream.uuid_of(os.urandom(16))
+        assert len(stream._UUIDS) <= stream.UUIDS_KEPT
