@@ -155,7 +155,8 @@ def test_a_capture_behind_the_proxy_measures_what_the_proxy_measures(tmp_path: P
             for d in (dump, pipe):
                 assert d.stderr is not None
                 assert b"listening on" in d.stderr.readline()
-            proxy = start_proxy(f"127.0.0.1:{relay_port}", tmp_path, "--trace-dir", str(tmp_path / "proxy"))
+            proxy = start_proxy(f"127.0.0.1:{relay_port}", tmp_path, "--trace-dir", str(tmp_path / "proxy"),
+                                "--expiry-overshoot-ms", "1")  # what the capture takes: it cannot probe
             try:
                 traffic(proxy.bootstrap, 6.0)
                 time.sleep(0.5)
