@@ -149,9 +149,14 @@ CALIBRATION_QUIET_S = 2.0  # no probe for this long: the start-up's fast probing
 CALIBRATION_SETTLE_S = 40.0
 
 
+def metrics_text(pid: int) -> str:
+    """A fetchlat's /metrics page."""
+    return urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORTS[pid]}/metrics", timeout=5).read().decode()
+
+
 def calibration_probes(pid: int) -> float:
     """A fetchlat's calibration probes so far (``fetchlat_calibration_probes_total``, every result)."""
-    text = urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORTS[pid]}/metrics", timeout=5).read().decode()
+    text = metrics_text(pid)
     return sum(float(line.split()[-1]) for line in text.splitlines()
                if line.startswith("fetchlat_calibration_probes_total{"))
 
@@ -338,7 +343,7 @@ def trace_rows(pid: int | None) -> tuple[float, float]:
     if pid is None or pid not in METRICS_PORTS:
         return 0.0, 0.0
     time.sleep(2.5)
-    text = urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORTS[pid]}/metrics", timeout=5).read().decode()
+    text = metrics_text(pid)
     got = {}
     for line in text.splitlines():
         for name in ("written", "dropped"):
