@@ -159,6 +159,7 @@ def run(args: argparse.Namespace) -> int:
     observer = Observer(metrics, FetchMetrics(metrics.registry), wall_minus_mono_ns=0, proxy_id=proxy_id,
                         traces=columns, beside_broker=not args.away_from_broker,
                         expiry_overshoot_ns=round(args.expiry_overshoot_ms * 1e6))
+    metrics.expiry_overshoot.set(args.expiry_overshoot_ms / 1e3)  # what the model adds to max wait, as a proxy's
     ctx = capture_context(observer, max_frame_bytes=args.max_frame_bytes, wait_time_tag=args.wait_time_tag)
     flows = FlowTable(ctx, set(args.broker_ports), on_end=_flow_ended)
     admin = None
@@ -201,6 +202,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(file=sys.stderr)
     summary.print(flows, captures, time.monotonic() - t0, sys.stdout)
+    print(f"expiry overshoot: {args.expiry_overshoot_ms:g} ms added to max wait for every expired fetch (a capture "
+          "cannot probe its broker: --expiry-overshoot-ms sets it, docs/capture.md)")
     if admin is not None:
         if args.linger_s > 0:
             time.sleep(args.linger_s)

@@ -236,13 +236,25 @@ BUSY_IMMEDIATE_KNOWN = [
 ]
 
 
+# an idle partition long-polled beside a consumer catching up on the same broker (2026-11-28, one run each)
+BUSY_EXPIRED_KNOWN = [
+    KnownMiss("abs_err_p50_ms", "0.36 ms beside the broker, 0.15 ms a capture; 2.15 ms across the delay relay",
+              EXPIRY_LATENESS + AWAY),
+    KnownMiss("abs_err_p99_ms", "0.76-5.1 ms", "the p99 of ~25 expired fetches is the single latest expiry"),
+    KnownMiss("local_bias_ms:expired", "-0.22 ms beside the broker, +0.07 ms across the relay, -0.08 ms a capture",
+              EXPIRY_LATENESS + AWAY),
+]
+
+
 def test_busy_consumer_woken_and_immediate_fetches_against_remote_time(kafka_node: Setup) -> None:
     """A producer (acks=all) feeds a topic a consumer long-polls (woken fetches), and a second
-    consumer catches up over a filled topic with small fetches (immediate ones)."""
+    consumer catches up over a filled topic with small fetches (immediate ones) while a third
+    long-polls an idle partition of the same broker (expired ones, on a busy broker)."""
     bootstrap = kafka_node.bootstrap
-    fed, full = _fresh("clock-fed"), _fresh("clock-full")
+    fed, full, idle = _fresh("clock-fed"), _fresh("clock-full"), _fresh("clock-idle-busy")
     create_topic(bootstrap, fed, 0)
     create_topic(bootstrap, full, 0)
+    create_topic(bootstrap, idle, 0)
     stop = threading.Event()
     sent: list[int] = []
     feeder = threading.Thread(target=_produce, args=(bootstrap, fed, stop, 0.137, sent))
@@ -256,20 +268,30 @@ def test_busy_consumer_woken_and_immediate_fetches_against_remote_time(kafka_nod
         stop.set()
         feeder.join(30)
         filler.join(30)
-    got_full = confluent_consume(bootstrap, full, full, 4.0, 2048, max_wait_ms=500)
+    poller = threading.Thread(target=confluent_consume, args=(bootstrap, idle, idle, 4.5, 1 << 20),
+                              kwargs={"max_wait_ms": 100, "from_start": False})
+    poller.start()
+    try:
+        got_full = confluent_consume(bootstrap, full, full, 4.0, 2048, max_wait_ms=500)
+    finally:
+        poller.join(30)
     assert sum(sent) == 0, "a record was not acknowledged"
     assert got_fed >= 20 and got_full >= 200, (got_fed, got_full)
     traces = _traces(kafka_node)
     woken, _ = _judge(kafka_node, fed, traces)
     immediate, _ = _judge(kafka_node, full, traces, warm_up_ns=0)  # the broker is warm by now
+    expired, _ = _judge(kafka_node, idle, traces)
     _record("busy_woken" + kafka_node.name, woken)
     _record("busy_immediate" + kafka_node.name, immediate)
+    _record("busy_expired" + kafka_node.name, expired)
     assert woken["by_broker_outcome"]["woken"]["n"] >= 20, woken
     assert immediate["by_broker_outcome"]["immediate"]["n"] >= 20, immediate
+    assert expired["by_broker_outcome"]["expired"]["n"] >= 15, expired
     # an immediate fetch has no wait, and fetchlat's says so: stricter than the goal
     assert immediate["by_broker_outcome"]["immediate"]["abs_err_p50_ms"] == 0.0, immediate
     hold_all([("busy_immediate" + kafka_node.name, immediate, BUSY_IMMEDIATE_KNOWN),
-              ("busy_woken" + kafka_node.name, woken, BUSY_WOKEN_KNOWN)])
+              ("busy_woken" + kafka_node.name, woken, BUSY_WOKEN_KNOWN),
+              ("busy_expired" + kafka_node.name, expired, BUSY_EXPIRED_KNOWN)])
 
 
 def test_cluster_follower_fetches_cross_the_sidecars_and_join_the_leaders_logs(tmp_path: Path) -> None:

@@ -40,6 +40,9 @@ pytestmark = pytest.mark.integration
 MS = 1_000_000
 DELAY_MS = 20
 RESULTS = Path(os.environ.get("FETCHLAT_PCAP_OUT", "/tmp/fetchlat-pcap-live.jsonl"))
+# The proxy learns its broker's expiry overshoot by probing, which a capture cannot: this test
+# compares what the two roads measure, so both are given the same figure.
+SAME_OVERSHOOT = ("--expiry-overshoot-ms", "1")
 
 
 def rows(trace_dir: Path) -> list[dict[str, Any]]:
@@ -156,7 +159,7 @@ def test_a_capture_behind_the_proxy_measures_what_the_proxy_measures(tmp_path: P
                 assert d.stderr is not None
                 assert b"listening on" in d.stderr.readline()
             proxy = start_proxy(f"127.0.0.1:{relay_port}", tmp_path, "--trace-dir", str(tmp_path / "proxy"),
-                                "--expiry-overshoot-ms", "1")  # what the capture takes: it cannot probe
+                                *SAME_OVERSHOOT)
             try:
                 traffic(proxy.bootstrap, 6.0)
                 time.sleep(0.5)
@@ -180,8 +183,8 @@ def test_a_capture_behind_the_proxy_measures_what_the_proxy_measures(tmp_path: P
     # the proxy -> relay leg is 2 x D from Tansu, as the proxy is; the relay -> Tansu leg beside it
     for leg, port, where in (("proxy-relay", relay_port, ["--away-from-broker"]), ("relay-tansu", tansu_port, [])):
         r = subprocess.run([sys.executable, "-m", "fetchlat.app", "pcap", str(cap), "--broker-port", str(port),
-                            "--trace-dir", str(tmp_path / leg), "--quiet", *where], capture_output=True, text=True,
-                           timeout=120)
+                            "--trace-dir", str(tmp_path / leg), "--quiet", *SAME_OVERSHOOT, *where],
+                           capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr
         assert "fetches" in r.stdout and "conversations:" in r.stdout
         legs[leg] = fetches(tmp_path / leg)
@@ -192,6 +195,9 @@ def test_a_capture_behind_the_proxy_measures_what_the_proxy_measures(tmp_path: P
                        if ln.startswith("fetchlat_fetches_total{"))
     assert live_fetches >= 0.5 * len(proxy_rows), "the live pipe's metrics lag"
     assert "conversations:" in live_out
+    # the overshoot the capture's model adds to max wait, exported as a proxy's is, and said at the end
+    assert "fetchlat_broker_expiry_overshoot_seconds 0.001" in scraped, scraped
+    assert "expiry overshoot: 1 ms" in live_out, live_out
     assert len(proxy_rows) >= 30, "too few fetches to compare"
     pairs = match(proxy_rows, legs["proxy-relay"])
     same = sum(p["outcome"] == c["outcome"] for p, c in pairs)
