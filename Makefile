@@ -16,7 +16,7 @@ DEB_PACKAGES := kcat haproxy prometheus chromium tcpdump tshark
 TOOLS := javac:openjdk-17-jdk-headless mvn:maven node:nodejs npm:npm cargo:cargo
 
 .PHONY: debs test test-long test-pure demo lint typecheck unit integration deps clean bench-observe bench-analyze load soak fuzz bench-proxy \
-	bench-memory bench-codec bench-walk bench-gil profile-proxy bench-core bench-rate bench-accuracy profile-api bench-pcap bench-scale bench-prune bench-incremental
+	bench-memory bench-codec bench-walk bench-spike bench-gil profile-proxy bench-core bench-rate bench-accuracy profile-api bench-pcap bench-scale bench-prune bench-incremental
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -124,6 +124,11 @@ bench-codec: $(STAMP)
 
 bench-walk: deps
 	$(BIN)/python bench/batch_walk.py
+
+# the native core's language, Rust (PyO3) against Cython, on the same walk (Cython from PyPI, here only)
+bench-spike: deps
+	$(BIN)/pip install -q cython
+	$(BIN)/python bench/native_spike.py
 
 bench-gil: deps
 	$(BIN)/python bench/scrape_gil.py
