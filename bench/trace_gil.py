@@ -17,12 +17,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fetchlat.metrics.model import ProduceSample
-from fetchlat.metrics.rows import DEFAULT_BATCH_ROWS, TraceBatch, TraceColumns
-from fetchlat.proxy.traces import to_table, yield_gil
+from fetchlat.metrics.rows import DEFAULT_BATCH_ROWS, TraceBatch, TraceColumns, to_arrays
+from fetchlat.proxy.traces import yield_gil
 
 
 def batch() -> TraceBatch:
-    cols = TraceColumns(None)
+    cols = TraceColumns(None, native_columns=False)  # the Python road: the one whose conversion holds the GIL
     for i in range(DEFAULT_BATCH_ROWS):
         cols.produce(time.time_ns(), "10.0.0.1:9092", "0", i % 50, i, 80, ProduceSample(
             client_id=f"client-{i % 30}", acks=-1, api_version=11, records=1, accepted=True, request_bytes=120,
@@ -36,7 +36,7 @@ def overruns(b: TraceBatch, between: object, wakes: int) -> list[float]:
     def writer() -> None:
         while not stop.is_set():
             for table in ("exchanges", "partitions"):
-                to_table(table, b.columns[table], between)  # type: ignore[arg-type]
+                to_arrays(b, table, between)  # type: ignore[arg-type]
             time.sleep(0.02)
 
     th = threading.Thread(target=writer)

@@ -2,11 +2,18 @@
 ``exchanges``, ``partitions`` and ``replication`` tables (``trace_schema.py``). Pure: the caller
 gives the wall-clock time, and takes full batches (``TraceColumns.take``) to the writer.
 
-A row is no object of its own: each value is appended to its column's list, in the schema's
-column order, and a batch of columns goes to the writer thread in one hand-off, where pyarrow
-turns each column into an array at once. No dict per row, no lock per row.
+A row is no object of its own: its values go to its table's columns in one call, in the
+schema's column order, and a batch of columns goes to the writer thread in one hand-off. Two
+roads, the same rows (``tests/metrics/test_rows_native.py``):
 
-Must never: put record keys, values, headers or SASL bytes in a row (there are no such columns).
+- native (the core's ``Columns``, ``native/src/columns.rs``): each value is kept as a machine
+  value (strings as indexes into the batch's own dictionary), and the writer wraps the buffers
+  as Arrow arrays without converting a value;
+- Python: each value is appended to its column's list, and the writer has pyarrow convert each
+  list at once.
+
+No dict per row, no lock per row. Must never: put record keys, values, headers or SASL bytes in
+a row (there are no such columns).
 """
 
 from __future__ import annotations
@@ -14,6 +21,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .. import native
 from ..protocol.apis import api_name
 from .model import FetchSample, ProduceSample, ReplicationSample
 from .trace_schema import TABLES
@@ -23,15 +34,80 @@ Row = tuple[str, dict[str, Any]]  # (table, row): the rows of a batch, read back
 NAMES: Final = {t: tuple(s.names) for t, s in TABLES.items()}
 DEFAULT_BATCH_ROWS: Final = 4096
 HAND_OFF_EVERY_NS: Final = 1_000_000_000  # rows gathered go over at least this often (``tick``)
+_CORE: Final = native.core()
+# what converting a batch's columns raises for a value that cannot be kept (the writer counts the
+# table's rows as dropped): pyarrow raises OverflowError past int64, TypeError for a wrong type
+CONVERSION_ERRORS: Final = (ValueError, TypeError, OverflowError, pa.ArrowException)
+
+
+def column_kinds(schema: pa.Schema) -> str:
+    """How the native core keeps each column of ``schema``: ``i`` integer, ``b`` bool, ``s`` string."""
+    out = []
+    for f in schema:
+        if pa.types.is_integer(f.type):
+            out.append("i")
+        elif pa.types.is_boolean(f.type):
+            out.append("b")
+        elif pa.types.is_string(f.type):
+            out.append("s")
+        else:
+            raise TypeError(f"no native column for {f.name}: {f.type}")
+    return "".join(out)
+
+
+KINDS: Final = {t: column_kinds(s) for t, s in TABLES.items()}
+
+
+def native_array(field: pa.Field, rows: int, taken: tuple[Any, ...]) -> pa.Array:
+    """One column of the native core's (``Columns.buffers``) as an Arrow array of ``field``'s type:
+    its buffers wrapped, not converted; an integer narrower than 64 bits is cast, refusing a
+    value that does not fit (``ArrowInvalid``), as the Python road's conversion does."""
+    values, valid, nulls = taken[0], taken[1], taken[2]
+    validity = None if valid is None else pa.py_buffer(valid)
+    if pa.types.is_string(field.type):
+        index = pa.Array.from_buffers(pa.int32(), rows, [validity, pa.py_buffer(values)], null_count=nulls)
+        return pc.take(pa.array(taken[3], type=pa.string()), index)
+    if pa.types.is_boolean(field.type):
+        return pa.Array.from_buffers(pa.bool_(), rows, [validity, pa.py_buffer(values)], null_count=nulls)
+    arr = pa.Array.from_buffers(pa.int64(), rows, [validity, pa.py_buffer(values)], null_count=nulls)
+    return arr if field.type == pa.int64() else arr.cast(field.type)
 
 
 class TraceBatch:
-    """The columns of some rows of each table, as the writer takes them."""
+    """The columns of some rows of each table, as the writer takes them. ``native_columns``:
+    which road (the native core's when it is loaded, by default)."""
 
-    def __init__(self) -> None:
-        self.columns: dict[str, list[list[object]]] = {t: [[] for _ in names] for t, names in NAMES.items()}
+    def __init__(self, *, native_columns: bool | None = None) -> None:
+        core = _CORE
+        use = core is not None if native_columns is None else native_columns
+        self.native: dict[str, Any] | None = None
+        if use:
+            if core is None:
+                raise RuntimeError(f"no native core: {native.reason()}")
+            self.native = {t: core.Columns(KINDS[t]) for t in NAMES}
+        self._lists: dict[str, list[list[object]]] | None = (
+            None if use else {t: [[] for _ in names] for t, names in NAMES.items()})
+        self._arrays: dict[str, tuple[int, list[pa.Array]]] = {}  # table -> (its rows then, its arrays)
         self.counts: dict[str, int] = dict.fromkeys(NAMES, 0)
         self.rows = 0  # over every table
+
+    def arrays(self, table: str, between: Callable[[], None] | None = None) -> list[pa.Array]:
+        """``table``'s columns as Arrow arrays of the schema's types (``to_arrays``, made once
+        for the rows held)."""
+        done = self._arrays.get(table)
+        if done is not None and done[0] == self.counts[table]:
+            return done[1]
+        arrays = to_arrays(self, table, between)
+        self._arrays[table] = (self.counts[table], arrays)
+        return arrays
+
+    @property
+    def columns(self) -> dict[str, list[list[object]]]:
+        """Every table's columns as lists of Python values: the Python road's own lists; the
+        native road's, made from its arrays (tools and tests; the writer takes ``arrays``)."""
+        if self._lists is not None:
+            return self._lists
+        return {t: [a.to_pylist() for a in self.arrays(t)] for t in NAMES}
 
     def table_rows(self, table: str) -> list[dict[str, Any]]:
         """The rows of ``table`` as dicts, in the order they came (for tests and tools)."""
@@ -45,12 +121,40 @@ class TraceBatch:
                 yield table, row
 
 
+def to_arrays(batch: TraceBatch, table: str, between: Callable[[], None] | None = None) -> list[pa.Array]:
+    """``table``'s columns of ``batch`` as Arrow arrays of the schema's types: the native road's
+    buffers wrapped, the Python road's lists converted. ``between`` runs after each column: the
+    writer thread passes ``proxy/traces.py``'s ``yield_gil``. A value of the wrong type, or out
+    of its column's range, raises one of ``CONVERSION_ERRORS``."""
+    schema = TABLES[table]
+    arrays = []
+    if batch.native is not None:
+        rows, bad, cols = batch.native[table].buffers()
+        if bad is not None:
+            raise ValueError(f"a {table} trace row could not be kept: {bad}")
+        for f, taken in zip(schema, cols, strict=True):
+            arrays.append(native_array(f, rows, taken))
+            if between is not None:
+                between()
+    else:
+        assert batch._lists is not None
+        for f, col in zip(schema, batch._lists[table], strict=True):
+            arrays.append(pa.array(col, type=f.type))
+            if between is not None:
+                between()
+    return arrays
+
+
 def _add(batch: TraceBatch, table: str, values: tuple[object, ...]) -> None:
-    cols = batch.columns[table]
-    if len(values) != len(cols):
-        raise ValueError(f"a {table} row of {len(values)} values for {len(cols)} columns")
-    for i in range(len(values)):
-        cols[i].append(values[i])
+    if batch.native is not None:
+        batch.native[table].add(values)  # ValueError for a row of the wrong width, nothing added
+    else:
+        assert batch._lists is not None
+        cols = batch._lists[table]
+        if len(values) != len(cols):
+            raise ValueError(f"a row of {len(values)} values for {len(cols)} columns")
+        for i in range(len(values)):
+            cols[i].append(values[i])
     batch.counts[table] += 1
     batch.rows += 1
 
@@ -66,16 +170,17 @@ class TraceColumns:
     ``hand_off`` the rows stay gathered (tests read them)."""
 
     def __init__(self, hand_off: Callable[[TraceBatch], None] | None = None,
-                 batch_rows: int = DEFAULT_BATCH_ROWS) -> None:
+                 batch_rows: int = DEFAULT_BATCH_ROWS, *, native_columns: bool | None = None) -> None:
         self.hand_off = hand_off
         self.batch_rows = batch_rows
-        self.batch = TraceBatch()
+        self.native_columns = native_columns  # which road (TraceBatch's default: native when loaded)
+        self.batch = TraceBatch(native_columns=native_columns)
         self._ticked_ns = 0  # the caller's clock at the tick that last started a period
         self._full_since_tick = False
 
     def take(self) -> TraceBatch:
         """The rows gathered so far; gathering starts again empty."""
-        batch, self.batch = self.batch, TraceBatch()
+        batch, self.batch = self.batch, TraceBatch(native_columns=self.native_columns)
         return batch
 
     def flush(self) -> None:

@@ -7,11 +7,13 @@ core is not used when
 
 - ``FETCHLAT_PURE_PYTHON=1`` is set (everything runs as Python), or ``FETCHLAT_NATIVE=0``;
 - it was not built (no cargo at install time: the install says so);
-- the checkout's ``native/src/lib.rs`` is not the source it was built from (the module carries
-  its own source: an edited checkout must not run yesterday's core; ``make`` rebuilds it).
+- the checkout's ``native/src/`` is not the source it was built from (the module carries its
+  own source: an edited checkout must not run yesterday's core; ``make`` rebuilds it).
 
 What it does today (``docs/architecture.md``, "The native core"): ``StampedRecv.recv(fd)``, one
-``recvmsg`` of a broker socket with the kernel's receive stamp, for ``proxy/stamps.py``.
+``recvmsg`` of a broker socket with the kernel's receive stamp, for ``proxy/stamps.py``; the
+record batch walk, for ``protocol/stream.py``; ``Columns``, trace rows as columns of machine
+values, for ``metrics/rows.py``.
 Imports nothing of fetchlat: it is the floor the others stand on.
 """
 
@@ -26,7 +28,14 @@ from typing import Final
 
 PURE_ENV: Final = "FETCHLAT_PURE_PYTHON"  # protocol/compiled.py's switch: everything as Python
 NATIVE_ENV: Final = "FETCHLAT_NATIVE"  # 0: the compiled build without the native core
-SOURCE: Final = Path(__file__).resolve().parent / "src" / "lib.rs"
+SOURCE_DIR: Final = Path(__file__).resolve().parent / "src"  # lib.rs and the modules it holds
+
+
+def checkout_source() -> str | None:
+    """The checkout's core as the module carries its own: every ``src/*.rs``, in name order
+    (None where the sources are not shipped)."""
+    files = sorted(SOURCE_DIR.glob("*.rs"))
+    return "".join(f.read_text() for f in files) if files else None
 
 
 def off_by_env() -> str | None:
@@ -48,9 +57,10 @@ def _load() -> tuple[ModuleType | None, str]:
         mod = importlib.import_module("fetchlat.native._core")
     except ImportError as exc:
         return None, f"not built ({exc}): pip install / make builds it where cargo is present"
-    if SOURCE.exists() and SOURCE.read_text() != mod.SOURCE:
-        return None, "stale native build: native/src/lib.rs changed since it was built (make rebuilds it)"
-    return mod, "native core loaded (native/src/lib.rs)"
+    source = checkout_source()
+    if source is not None and source != mod.SOURCE:
+        return None, "stale native build: native/src/ changed since it was built (make rebuilds it)"
+    return mod, "native core loaded (native/src/)"
 
 
 def core() -> ModuleType | None:

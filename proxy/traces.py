@@ -5,8 +5,9 @@ The event loop appends each row's values to column buffers (``metrics/rows.py``:
 proxy's tick once a second (``TraceColumns.tick``): one hand-off per batch, never one per row,
 so the writer thread wakes a few times a second, not once a request. A full queue of batches
 drops the batch and counts its rows (``dropped``); the loop never blocks. The writer thread
-turns each column into an Arrow array at once, letting go of the interpreter between columns
-(``yield_gil``: the loop never waits for a whole batch), gathers a table's rows into row
+makes each column an Arrow array (the native core's buffers wrapped as they are; on the Python
+road each list converted at once, letting go of the interpreter between columns, ``yield_gil``:
+the loop never waits for a whole batch), gathers a table's rows into row
 groups, rotates files by time and size, and writes each file under a temporary name
 (``.tmp-*``) that it renames into place when closed: readers see only whole files. Each file
 records one (wall, monotonic) clock pair. Where files go (an hour directory per row's UTC
@@ -28,7 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..metrics import trace_layout as layout
-from ..metrics.rows import DEFAULT_BATCH_ROWS, TraceBatch, TraceColumns
+from ..metrics.rows import CONVERSION_ERRORS, DEFAULT_BATCH_ROWS, TraceBatch, TraceColumns
 from ..metrics.trace_schema import META_CLOCK, META_SCHEMA_VERSION, SCHEMA_VERSION, TABLES
 from . import clock
 
@@ -47,16 +48,10 @@ IDLE_NS = 3 * 10**9  # no batch for this long: the traffic stopped, what is pend
 LATE_ROWS_NS = 60 * 10**9  # a past hour's file stays open this long for rows still in flight
 
 
-def to_table(table: str, columns: list[list[object]], between: Callable[[], None] | None = None) -> pa.Table:
-    """One table's columns of a batch as Arrow, each column converted at once. ``between`` runs
-    after each column: the writer thread passes ``yield_gil``."""
-    schema = TABLES[table]
-    arrays = []
-    for col, f in zip(columns, schema, strict=True):
-        arrays.append(pa.array(col, type=f.type))
-        if between is not None:
-            between()
-    return pa.Table.from_arrays(arrays, schema=schema)
+def to_table(batch: TraceBatch, table: str, between: Callable[[], None] | None = None) -> pa.Table:
+    """One table's rows of a batch as Arrow (``TraceBatch.arrays``: the native road's buffers
+    wrapped, the Python road's lists converted a column at a time, ``between`` after each)."""
+    return pa.Table.from_arrays(batch.arrays(table, between), schema=TABLES[table])
 
 
 def yield_gil() -> None:
@@ -178,8 +173,8 @@ class TraceWriter:
                 for table, n in batch.counts.items():
                     if n:
                         try:
-                            pending[table].append(to_table(table, batch.columns[table], yield_gil))
-                        except (pa.ArrowException, ValueError) as exc:
+                            pending[table].append(to_table(batch, table, yield_gil))
+                        except CONVERSION_ERRORS as exc:
                             self.dropped += n
                             log.error("%s trace rows could not be converted (%s); %d rows dropped", table, exc, n)
                             continue

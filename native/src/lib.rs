@@ -14,17 +14,23 @@
 //!   avail, remaining)`: the same over the batches lying whole in a chunk of a frame that
 //!   arrives in pieces, up to the first one that does not (the streaming parser takes that one).
 //!
+//! - `Columns`: one table's trace rows of a batch as columns of machine values (`columns.rs`),
+//!   which the trace writer wraps as Arrow arrays without converting a value.
+//!
 //! Every length read from the kernel or the bytes is checked before it is used; nothing here
-//! keeps a pointer past the call that made it. `SOURCE` is this file, so the door can tell a
-//! build made from another version of it (a stale build falls back to Python).
+//! keeps a pointer past the call that made it. `SOURCE` is the core's source, so the door can tell
+//! a build made from another version of it (a stale build falls back to Python).
 
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-/// This file, compiled in: the door compares its digest with the checkout's.
-const SOURCE: &str = include_str!("lib.rs");
+mod columns;
+
+/// The core's sources, compiled in (every `src/*.rs` in name order): the door compares them with
+/// the checkout's.
+const SOURCE: &str = concat!(include_str!("columns.rs"), include_str!("lib.rs"));
 
 /// The most one read returns (uvloop's read buffer and `proxy/stamps.py`'s are the same size).
 pub const READ_BYTES: usize = 256 << 10;
@@ -318,6 +324,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("SOURCE", SOURCE)?;
     m.add("READ_BYTES", READ_BYTES)?;
     m.add_class::<StampedRecv>()?;
+    m.add_class::<columns::Columns>()?;
     m.add_function(wrap_pyfunction!(walk_batches, m)?)?;
     m.add_function(wrap_pyfunction!(walk_whole, m)?)?;
     Ok(())

@@ -54,9 +54,10 @@ def test_a_stale_or_switched_off_core_is_not_used(monkeypatch: pytest.MonkeyPatc
         assert native.core() is None and native.reason() == "FETCHLAT_PURE_PYTHON=1"
         monkeypatch.delenv(native.PURE_ENV)
         if CORE is not None:
-            edited = tmp_path / "lib.rs"
-            edited.write_text(CORE.SOURCE + "// edited\n")
-            monkeypatch.setattr(native, "SOURCE", edited)
+            for f in native.SOURCE_DIR.glob("*.rs"):
+                (tmp_path / f.name).write_text(f.read_text())
+            (tmp_path / "lib.rs").write_text((tmp_path / "lib.rs").read_text() + "// edited\n")
+            monkeypatch.setattr(native, "SOURCE_DIR", tmp_path)
             native._load.cache_clear()
             assert native.core() is None and native.reason().startswith("stale native build")
     finally:

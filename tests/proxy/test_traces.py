@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from fetchlat import native
 from fetchlat.metrics import trace_layout
 from fetchlat.metrics.model import FetchSample, PartitionSample
 from fetchlat.metrics.trace_schema import EXCHANGES, META_CLOCK, PARTITIONS
@@ -213,3 +214,27 @@ def test_rows_handed_over_every_second_make_few_row_groups(tmp_path: Path) -> No
     files = list((tmp_path / "exchanges").rglob("*.parquet"))
     assert len(files) == 1 and pq.read_metadata(files[0]).num_rows == 4
     assert pq.read_metadata(files[0]).num_row_groups == 1
+
+
+@pytest.mark.parametrize("road", [True, False] if native.core() is not None else [False])
+def test_a_row_that_cannot_be_converted_drops_its_table_in_that_batch_and_nothing_else(tmp_path: Path,
+                                                                                       road: bool) -> None:
+    """A value past its column's range (pyarrow raises OverflowError past int64, which the writer
+    once let escape, ending its thread): that table's rows of that batch are counted dropped, the
+    writer goes on, later batches are written."""
+    from fetchlat.metrics.rows import TraceColumns, _add
+
+    w = TraceWriter(str(tmp_path), proxy_id="p1")
+    w.columns = TraceColumns(w.hand_off, native_columns=road)
+    w.start()
+    _add(w.columns.batch, "replication", (1_700_000_000 * 10**9, "p1", "0", 1, "t", 0, 2**63))
+    _add(w.columns.batch, "replication", (1_700_000_000 * 10**9, "p1", "0", 1, "t", 0, 5))
+    ev, s = sample()
+    put_fetch(w, "111", 7, ev, s)
+    w.columns.flush()
+    for _ in range(3):
+        put_fetch(w, "111", 7, ev, s)
+    w.close()
+    assert w.dropped == 2 and w.written == 4 + 4  # the 4 fetches and their 4 partitions rows
+    ex = pq.read_table(next((tmp_path / "exchanges").rglob("*.parquet")))
+    assert ex.num_rows == 4
