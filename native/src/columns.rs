@@ -35,11 +35,49 @@ struct Column {
     nulls: usize,
     index: HashMap<String, i32>,
     words: Vec<String>,
+    // the string objects met lately and their indexes: most values are the same few objects
+    // (a proxy id, a broker label, an enum member, a client id from the codec's memo), found
+    // here by identity before their text is hashed. Each is held, so its address stays its own.
+    recent: Vec<(usize, i32)>,
+    held: Vec<Py<PyAny>>,
+    next_slot: usize,
 }
+
+/// How many string objects a column remembers by identity.
+const RECENT: usize = 16;
 
 impl Column {
     fn new(kind: Kind) -> Self {
-        Column { kind, values: Vec::new(), valid: Vec::new(), nulls: 0, index: HashMap::new(), words: Vec::new() }
+        Column { kind, values: Vec::new(), valid: Vec::new(), nulls: 0, index: HashMap::new(), words: Vec::new(),
+                 recent: Vec::new(), held: Vec::new(), next_slot: 0 }
+    }
+
+    /// The index of the string `v` (a `str`) in this batch's dictionary, adding it if new.
+    fn word(&mut self, v: &Bound<'_, PyAny>, s: &Bound<'_, PyString>) -> Result<i32, String> {
+        let addr = v.as_ptr() as usize;
+        if let Some(&(_, i)) = self.recent.iter().find(|(a, _)| *a == addr) {
+            return Ok(i);
+        }
+        let text = s.to_str().map_err(|e| e.to_string())?;
+        let i = match self.index.get(text) {
+            Some(&i) => i,
+            None => {
+                let i = self.words.len() as i32;
+                self.index.insert(text.to_owned(), i);
+                self.words.push(text.to_owned());
+                i
+            }
+        };
+        if self.recent.len() < RECENT {
+            self.recent.push((addr, i));
+            self.held.push(v.clone().unbind());
+        } else {
+            let slot = self.next_slot;
+            self.next_slot = (slot + 1) % RECENT;
+            self.recent[slot] = (addr, i);
+            self.held[slot] = v.clone().unbind();
+        }
+        Ok(i)
     }
 
     fn push(&mut self, value: Option<i64>) {
@@ -72,14 +110,7 @@ impl Column {
             },
             Kind::Str => {
                 let s = v.downcast::<PyString>().map_err(|_| format!("a string column was given {}", type_name(v)))?;
-                let s = s.to_str().map_err(|e| e.to_string())?;
-                if let Some(&i) = self.index.get(s) {
-                    return Ok(Some(i as i64));
-                }
-                let i = self.words.len() as i32;
-                self.index.insert(s.to_owned(), i);
-                self.words.push(s.to_owned());
-                Ok(Some(i as i64))
+                self.word(v, s).map(|i| Some(i as i64))
             }
         }
     }
