@@ -221,8 +221,7 @@ BUSY_WOKEN_KNOWN = [
               "(2026-11-28: the wait short by 2.33 ms at p50, single fetches by a whole round trip)",
               "away from its broker a proxy dates woken data by the produce's answer less the shortest round "
               "trip it has seen: the relay's jitter on both crossings (a Python relay also carrying a 1 000/s "
-              "producer) lands in it whole; beside the broker, the produce's answer and the fetch's park end "
-              "are 0.9 ms apart at p50 by the broker's own log"),
+              "producer) lands in it whole"),
     KnownMiss("matched_share", "100 % in the recorded runs", "a consumer's last fetch may die with it"),
     KnownMiss("outcome_agree_share", "98.4-100 %", "a fetch whose data's produce reached the broker within "
               "about a millisecond of it is immediate or woken as the broker's queues order the two"),
