@@ -1,7 +1,8 @@
 """How long the event loop's thread waits for the interpreter while the trace writer converts
 batches: a thread converts full batches (4 096 rows of each table) to Arrow, as the writer does,
 while the main thread sleeps 1 ms at a time and records how late it wakes. Converted at once
-(the way before) and column by column letting go of the GIL in between (``yield_gil``), in turns.
+(the way before) and column by column letting go of the GIL in between (``yield_gil``), in turns;
+and the native core's columns (``native/src/columns.rs``), whose buffers are wrapped, not converted.
 
     python bench/trace_gil.py [--wakes 2000] [--rounds 3]
 """
@@ -16,13 +17,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from fetchlat import native
 from fetchlat.metrics.model import ProduceSample
 from fetchlat.metrics.rows import DEFAULT_BATCH_ROWS, TraceBatch, TraceColumns, to_arrays
 from fetchlat.proxy.traces import yield_gil
 
 
-def batch() -> TraceBatch:
-    cols = TraceColumns(None, native_columns=False)  # the Python road: the one whose conversion holds the GIL
+def batch(native_columns: bool = False) -> TraceBatch:
+    cols = TraceColumns(None, native_columns=native_columns)
     for i in range(DEFAULT_BATCH_ROWS):
         cols.produce(time.time_ns(), "10.0.0.1:9092", "0", i % 50, i, 80, ProduceSample(
             client_id=f"client-{i % 30}", acks=-1, api_version=11, records=1, accepted=True, request_bytes=120,
@@ -58,12 +60,14 @@ def main() -> int:
     ap.add_argument("--wakes", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
-    b = batch()
+    roads = [("python, whole batch", batch(), None), ("python, by column", batch(), yield_gil)]
+    if native.core() is not None:  # the native columns: buffers wrapped, no value converted
+        roads.append(("native, by column", batch(native_columns=True), yield_gil))
     for r in range(args.rounds):
-        for name, between in (("whole batch", None), ("column by column", yield_gil)):
+        for name, b, between in roads:
             late = overruns(b, between, args.wakes)
             p50, p99, p999 = (late[min(len(late) - 1, int(p * len(late)))] for p in (0.5, 0.99, 0.999))
-            print(f"round {r + 1} {name:17s} loop wake late: p50 {p50:.3f} p99 {p99:.3f} "
+            print(f"round {r + 1} {name:19s} loop wake late: p50 {p50:.3f} p99 {p99:.3f} "
                   f"p99.9 {p999:.3f} max {late[-1]:.3f} ms", flush=True)
     return 0
 
