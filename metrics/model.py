@@ -406,6 +406,20 @@ class LatencyModel:
         rtt = self.round_trips.estimate()
         return -1 if rtt < 0 else max(forwarded_ns, answer_ns - rtt)
 
+    def broker_frame_ns(self, seen_ns: int) -> int:
+        """A moment the broker acted (it sent an answer) that the proxy saw at ``seen_ns``, on the
+        clock of the requests the proxy forwards, where a request's forwarding stands for its
+        arrival. Beside the broker: as seen. Away from it: a round trip earlier (``RoundTrips``),
+        when a request forwarded would have reached the broker as it acted; as seen until the
+        round trip is learned. A request pipelined behind that answer starts there: timed from
+        the answer as seen, away from the broker it lost a whole round trip of its time at the
+        broker (its wait against Kafka's request log short by 22.9-23.9 ms across a 2 x 10 ms
+        relay, docs/kafka.md)."""
+        if self.beside_broker:
+            return seen_ns
+        rtt = self.round_trips.estimate()
+        return seen_ns if rtt < 0 else seen_ns - rtt
+
     def learn_first_byte(self, ns: int) -> None:
         """A fetch answered at once had its first byte ``ns`` after it was forwarded (the
         clients' fetches the model knows were immediate, and the calibration's fetches that

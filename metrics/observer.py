@@ -82,8 +82,9 @@ class ConnectionObserver:
     meanwhile). A pipelined request (a producer's ``max.in.flight`` > 1) waits in the socket
     until then, out of the broker's sight and outside its ``totalTimeMs``. So a request's
     exchange starts when it was forwarded, when the broker connection came up, or when the
-    answer before it was complete, whichever is last; the wait before is held time (it counts
-    toward the client's end-to-end time, never toward the broker's). Measured against Kafka's
+    answer before it was complete, whichever is last (away from the broker, the answer before
+    it on the clock of forwarding: ``LatencyModel.broker_frame_ns``); the wait before is held
+    time (it counts toward the client's end-to-end time, never toward the broker's). Measured against Kafka's
     request log: a producer pipelining 5 acks=all produces showed a produce total p50 of
     862 ms timed from forwarding against the broker's 7.5 ms."""
 
@@ -131,7 +132,7 @@ class ConnectionObserver:
         client sends meanwhile (clients that throttle themselves do not) waits unread, out of
         the broker's ``totalTimeMs``."""
         if throttle_ms > 0:
-            self.unmuted_ns = t_first_ns + throttle_ms * 1_000_000
+            self.unmuted_ns = self.obs.model.broker_frame_ns(t_first_ns) + throttle_ms * 1_000_000
 
     def upstream_ready(self, t_ns: int, held_since_ns: int | None) -> None:
         """The broker connection is up at ``t_ns``; requests read since ``held_since_ns`` waited."""
@@ -162,7 +163,9 @@ class ConnectionObserver:
         for ev in events:
             if isinstance(ev, ResponseSeen):
                 fwd = self.forwarded_ns(ev.t_request_ns)
-                self.broker_free_ns = ev.t_last_ns  # every answer ends with this event, after its exchange's
+                # every answer ends with this event, after its exchange's; away from the broker it
+                # was free a round trip before the answer's end came back (model.broker_frame_ns)
+                self.broker_free_ns = obs.model.broker_frame_ns(ev.t_last_ns)
                 c = self._children.get(ev.api_key) or self._api(ev.api_key)
                 c[1].observe((ev.t_last_ns - fwd) / 1e9)
                 if ev.api_key in ROUND_TRIP_APIS and fwd == ev.t_request_ns:  # not held: its own round trip

@@ -94,6 +94,37 @@ def test_a_pipelined_request_starts_when_the_broker_has_answered_the_one_before(
     assert (row["ts_ns"], row["total_ns"], row["e2e_ns"]) == (T0 + 15 * MS, 1 * MS, 13 * MS)
 
 
+def test_away_from_the_broker_a_pipelined_request_starts_a_round_trip_before_the_answer_came_back() -> None:
+    """A proxy 10 ms from its broker each way (a round trip of 20 ms, learned from four metadata
+    requests answered at once). A metadata request and a fetch sent back to back at 100 ms reach
+    the broker at 110 ms; it takes 30 ms over the first (answer seen at 150 ms), then reads the
+    fetch from its socket and answers it in 2 ms (seen at 152 ms). On the clock of forwarding the
+    broker was free at 130 ms (150 less the round trip): the fetch is timed from there, 22 ms
+    (its 2 ms at the broker and the round trip, as an unheld fetch's), not 2 ms; its 30 ms in
+    the socket are held time (e2e). A fetch forwarded after that moment is timed from its own
+    forwarding."""
+    pb = ready()
+    t = T0
+    for corr in range(1, 5):  # the round trip learned: 20 ms
+        pb.client(metadata_request(corr), t)
+        pb.broker(metadata_response(corr, []), t + 20 * MS)
+        t += 30 * MS
+    assert pb.observer.model.round_trips.estimate() == 20 * MS
+    t0 = T0 + 200 * MS
+    pb.client(metadata_request(5), t0 + 100 * MS)
+    pb.client(fetch_request(6, max_wait_ms=0), t0 + 100 * MS)  # in the broker's socket while it answers 5
+    pb.broker(metadata_response(5, []), t0 + 150 * MS)
+    pb.broker(empty_fetch_response(6), t0 + 152 * MS)
+    (row,) = [r for tb, r in pb.rows if tb == "exchanges" and r["api"] == "Fetch"]
+    assert (row["ts_ns"], row["total_ns"], row["e2e_ns"]) == (t0 + 130 * MS, 22 * MS, 52 * MS)
+    pb.client(metadata_request(7), t0 + 200 * MS)
+    pb.client(fetch_request(8, max_wait_ms=0), t0 + 201 * MS)  # reaches the broker at 211: free since 210
+    pb.broker(metadata_response(7, []), t0 + 220 * MS)
+    pb.broker(empty_fetch_response(8), t0 + 222 * MS)
+    rows = [r for tb, r in pb.rows if tb == "exchanges" and r["api"] == "Fetch"]
+    assert (rows[1]["ts_ns"], rows[1]["total_ns"], rows[1]["e2e_ns"]) == (t0 + 201 * MS, 21 * MS, 21 * MS)
+
+
 def test_a_request_on_a_connection_muted_for_a_quota_starts_when_the_mute_ends() -> None:
     """A fetch answered at 2 ms with a 200 ms throttle: the broker mutes the connection until
     202 ms (KIP-219). The next fetch, sent at 3 ms (a client that does not throttle itself),
