@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     from .admin import AdminServer
     from .build import fetchlat_version, hot_path, hot_path_reason
     from .interpreter import share_interpreter
-    from .memory import settle_heap
+    from .memory import census, settle_heap
     from .server import Proxy
     from .stamps import stamp_source
 
@@ -101,6 +101,8 @@ def run(args: argparse.Namespace) -> int:
                 logging.getLogger("fetchlat.proxy").error("SIGHUP: configuration not reloaded: %s", exc)
 
         loop.add_signal_handler(signal.SIGHUP, reload)
+        loop.add_signal_handler(signal.SIGUSR1, lambda: logging.getLogger("fetchlat.proxy").info(
+            "%s", census()))  # what the heap holds, on demand (docs/operations.md)
         await stop.wait()
         logging.getLogger("fetchlat.proxy").info("stopping: no new connections; draining for up to %.1f s",
                                                  proxy.cfg.drain_timeout_s)

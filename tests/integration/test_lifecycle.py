@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from fetchlat.protocol import apis
 
-from .conftest import TANSU_NODE_ID, Broker, start_proxy, stop_proxy
+from .conftest import TANSU_NODE_ID, Broker, ProxyProc, start_proxy, stop_proxy
 from .test_ground_truth import create_topic
 from .test_routing import Client
 
@@ -53,6 +53,17 @@ def test_sigterm_drains_in_flight_requests_and_flushes_traces(tansu: Broker, tmp
     assert not list((tmp_path / "tr").rglob(".tmp-*"))
     assert "draining for up to 10.0 s" in p.log() and "still in flight" not in p.log()
     c.close()
+
+
+def test_sigusr1_logs_a_heap_census(proxy: ProxyProc) -> None:
+    """Whose memory it is, on demand: the proxy logs the objects it holds by type and goes on."""
+    proxy.proc.send_signal(signal.SIGUSR1)
+    deadline = time.monotonic() + 5
+    while "heap census:" not in proxy.log() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    line = next(ln for ln in proxy.log().splitlines() if "heap census:" in ln)
+    assert "tracked objects" in line and "frozen at start left out" in line and "by type: " in line, line
+    assert proxy.health()["live"]
 
 
 def test_sighup_reloads_what_is_safe(tansu: Broker, tmp_path: Path) -> None:

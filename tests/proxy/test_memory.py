@@ -75,3 +75,17 @@ def test_the_startup_heap_is_frozen_out_of_the_collectors_walk():
 def test_the_tick_releases_once_a_minute():
     assert server.BEATS_PER_RELEASE * server.TICK_S == memory.RELEASE_EVERY_S
 
+
+
+class Leaked:  # a structure that grows: what the census must name
+    def __init__(self) -> None:
+        self.held: dict[str, int] = {}
+
+
+def test_the_census_names_what_grew() -> None:
+    before = memory.census(top=50)
+    grown = [Leaked() for _ in range(20_000)]
+    after = memory.census(top=3)
+    assert "Leaked" not in before
+    assert after.startswith("heap census: ") and "by type: Leaked 20000, " in after, after  # the most numerous
+    del grown
