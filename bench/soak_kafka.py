@@ -18,9 +18,13 @@ frames (garbage, an oversized length, a TLS hello, an HTTP request, a frame cut 
 every sidecar; a reconnect storm (500 connections at once). Node 0 is the one KRaft controller:
 the broker faults take nodes 1 and 2 in turn.
 
+From the end of the warm-up, every ``--census-every-s`` (30 min) and once at the end, each
+sidecar is asked for a heap census (SIGUSR1: it logs the objects it holds by type); the summary
+gives, per sidecar, the types that grew between its first and last census.
+
 Written to ``--out``: ``samples.jsonl`` (one line per 10 s: per sidecar RSS, open files,
 asyncio tasks, loop lag p99, CPU, trace rows written and dropped; records acknowledged and
-consumed; the fault under way), ``summary.json`` (RSS slope per sidecar after warm-up as a
+consumed; the fault under way), ``summary.json`` (heap censuses, RSS slope per sidecar after warm-up as a
 linear fit in MB per hour, fds and tasks after warm-up, loop lag p99 and rows dropped outside
 the faults, acknowledged records lost) and ``rss.svg`` (RSS over time, faults marked).
 The exit status is 0 only when the goals hold (docs/reliability.md).
@@ -35,6 +39,7 @@ import itertools
 import json
 import os
 import random
+import re
 import signal
 import statistics
 import struct
@@ -342,6 +347,37 @@ def slope_mb_per_h(points: list[tuple[float, float, int]]) -> float | None:
     return round(sxy / sxx * 3600, 3) if sxx else None
 
 
+CENSUS = re.compile(r"heap census: (\d+) tracked objects .*?, (\d+) memory blocks; by type: (.*)$")
+
+
+def census_lines(log: str) -> list[tuple[int, int, dict[str, int]]]:
+    """The heap censuses (``kill -USR1``, ``proxy/memory.py``) in a sidecar's log, of its last
+    process only (a restarted sidecar appends to the same log; each start logs its metrics
+    address first), in order: (tracked objects, memory blocks, count by type)."""
+    out = []
+    for line in log[log.rfind("metrics and health on"):].splitlines():
+        m = CENSUS.search(line)
+        if m:
+            types = dict((name, int(n)) for name, n in (part.rsplit(" ", 1) for part in m.group(3).split(", ")))
+            out.append((int(m.group(1)), int(m.group(2)), types))
+    return out
+
+
+def ask_census(sidecars: list[Any]) -> None:
+    """SIGUSR1 to every sidecar that is up (one still starting has no handler yet: the signal
+    would end it)."""
+    for side in sidecars:
+        with contextlib.suppress(Exception):
+            if side.ready():
+                side.proc.send_signal(signal.SIGUSR1)
+
+
+def census_growth(first: dict[str, int], last: dict[str, int], top: int = 12) -> dict[str, int]:
+    """What grew between two censuses of one process, by type, the most first."""
+    grew = {t: last.get(t, 0) - first.get(t, 0) for t in set(first) | set(last)}
+    return dict(sorted(((t, n) for t, n in grew.items() if n), key=lambda kv: -kv[1])[:top])
+
+
 def in_fault(t: float, faults: list[dict[str, Any]]) -> bool:
     return any(f["t_s"] - FAULT_WINDOW_BEFORE_S <= t <= f["end_s"] + FAULT_WINDOW_AFTER_S for f in faults)
 
@@ -501,6 +537,7 @@ async def run(args: argparse.Namespace) -> int:
         kinds = args.faults.split(",")
         t0 = time.monotonic()
         next_fault, fault_n = t0 + args.first_fault_s, 0
+        next_census = args.warmup_s
         end = t0 + args.hours * 3600
         fault_task: asyncio.Task[dict[str, Any]] | None = None
 
@@ -552,6 +589,9 @@ async def run(args: argparse.Namespace) -> int:
                     fault_task = asyncio.create_task(fault(kinds[fault_n % len(kinds)], fault_n // len(kinds)))
                     fault_n += 1
                     next_fault = now + args.fault_every_s
+                if now - t0 >= next_census:  # each sidecar logs what it holds by type (SIGUSR1)
+                    next_census += args.census_every_s
+                    await asyncio.to_thread(ask_census, c.sidecars)
                 sides = await asyncio.to_thread(
                     lambda d=dt: [w.sample(s, d) for w, s in zip(watches, c.sidecars, strict=True)])
                 row = {"t_s": round(now - t0, 1), "sidecars": sides, "acked": len(led.acked),
@@ -584,6 +624,14 @@ async def run(args: argparse.Namespace) -> int:
             await asyncio.to_thread(t.join, 60)
         in_log = await asyncio.to_thread(read_all, b, IDEM) | await asyncio.to_thread(read_all, b, TXN)
         final = [w.sample(s, args.sample_s) for w, s in zip(watches, c.sidecars, strict=True)]
+        ask_census(c.sidecars)  # a last census: with the first after the warm-up, what grew
+        await asyncio.sleep(2.0)
+        censuses = {}
+        for i, side in enumerate(c.sidecars):
+            seen = census_lines(side.log())
+            if len(seen) >= 2:
+                censuses[str(i)] = {"censuses": len(seen), "tracked": [x[0] for x in seen],
+                                    "blocks": [x[1] for x in seen], "grew": census_growth(seen[0][2], seen[-1][2])}
     per = summarise(samples, faults, args.warmup_s, len(watches))
     summary = {
         "hours": round((samples[-1]["t_s"] if samples else 0) / 3600, 2), "samples": len(samples),
@@ -594,6 +642,7 @@ async def run(args: argparse.Namespace) -> int:
         "acked_not_consumed": {k: len(want - v) for k, v in led.consumed.items()},
         "counts": led.counts, "client_errors": len(led.errors), "first_client_errors": led.errors[:10],
         "sidecars": per, "final": [{k: v for k, v in f.items() if k != "lag_buckets"} for f in final],
+        "heap_censuses": censuses,
     }
     goals = {
         "no_acknowledged_record_lost": summary["acked_lost"] == 0 and summary["committed_lost"] == 0,
@@ -624,6 +673,8 @@ def main() -> int:
     ap.add_argument("--faults", default="broker_kill,broker_pause,sidecar_restart,bad_frames,reconnect_storm",
                     help="the faults, in the order they come round")
     ap.add_argument("--first-fault-s", type=float, default=900.0)
+    ap.add_argument("--census-every-s", type=float, default=1800.0,
+                    help="each sidecar logs a heap census (SIGUSR1) this often from the end of the warm-up")
     return asyncio.run(run(ap.parse_args()))
 
 
