@@ -7,14 +7,15 @@ Runs until killed. Loopback only. Order is kept: equal delays fire in scheduling
 
 A timer fires late (the event loop sleeps in whole milliseconds, and a busy machine adds its
 own), so the relay adds a little more than DELAY_MS each way. With HOLDS_JSON it measures what
-it really added: on SIGTERM it writes, per direction ("to_broker", "to_client"), the number of
-chunks held and the p50/p90/max of their hold in ms. A ground truth built on the relay uses
+it really added: on SIGTERM (and on SIGUSR1, going on) it writes, per direction ("to_broker",
+"to_client"), the number of chunks held and the p50/p90/max of their hold in ms. A ground truth built on the relay uses
 these, not the nominal delay."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import statistics
 import sys
@@ -106,16 +107,24 @@ def hold_summary() -> dict[str, dict[str, float]]:
     return out
 
 
+def write_holds(holds_path: str) -> None:
+    tmp = holds_path + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump(hold_summary(), fh)
+    os.replace(tmp, holds_path)  # a reader never sees half a file
+
+
 async def main(listen_port: int, target_port: int, delay_ms: float, holds_path: str | None) -> None:
     loop = asyncio.get_running_loop()
     stop = loop.create_future()
     loop.add_signal_handler(signal.SIGTERM, lambda: stop.done() or stop.set_result(None))
+    if holds_path:  # the holds so far, on demand, the relay going on
+        loop.add_signal_handler(signal.SIGUSR1, write_holds, holds_path)
     relay = loop.create_task(serve(listen_port, target_port, lambda: Leg(delay_ms / 1000)))
     await asyncio.wait([relay, stop], return_when=asyncio.FIRST_COMPLETED)
     relay.cancel()
     if holds_path:
-        with open(holds_path, "w") as fh:
-            json.dump(hold_summary(), fh)
+        write_holds(holds_path)
 
 
 if __name__ == "__main__":
