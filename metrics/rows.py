@@ -152,7 +152,7 @@ def _add(batch: TraceBatch, table: str, values: tuple[object, ...]) -> None:
         assert batch._lists is not None
         cols = batch._lists[table]
         if len(values) != len(cols):
-            raise ValueError(f"a row of {len(values)} values for {len(cols)} columns")
+            raise ValueError(f"a {table} row of {len(values)} values for {len(cols)} columns")
         for i in range(len(values)):
             cols[i].append(values[i])
     batch.counts[table] += 1
