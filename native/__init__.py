@@ -13,7 +13,8 @@ core is not used when
 What it does today (``docs/architecture.md``, "The native core"): ``StampedRecv.recv(fd)``, one
 ``recvmsg`` of a broker socket with the kernel's receive stamp, for ``proxy/stamps.py``; the
 record batch walk, for ``protocol/stream.py``; ``Columns``, trace rows as columns of machine
-values, for ``metrics/rows.py``.
+values, for ``metrics/rows.py``; ``Wire``, a connection's framing and correlation as records (held
+to the Python road by its test, not yet on the proxy's road).
 Imports nothing of fetchlat: it is the floor the others stand on.
 """
 

@@ -17,6 +17,10 @@
 //! - `Columns`: one table's trace rows of a batch as columns of machine values (`columns.rs`),
 //!   which the trace writer wraps as Arrow arrays without converting a value.
 //!
+//! - `Wire`: one connection's framing, request headers and correlation, both ways (`wire.rs`),
+//!   each exchange a fixed-width record drained in batches: the Python road's rules, held to it
+//!   by `tests/protocol/test_wire_native.py`; not yet on the proxy's road.
+//!
 //! Every length read from the kernel or the bytes is checked before it is used; nothing here
 //! keeps a pointer past the call that made it. `SOURCE` is the core's source, so the door can tell
 //! a build made from another version of it (a stale build falls back to Python).
@@ -27,10 +31,11 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 mod columns;
+mod wire;
 
 /// The core's sources, compiled in (every `src/*.rs` in name order): the door compares them with
 /// the checkout's.
-const SOURCE: &str = concat!(include_str!("columns.rs"), include_str!("lib.rs"));
+const SOURCE: &str = concat!(include_str!("columns.rs"), include_str!("lib.rs"), include_str!("wire.rs"));
 
 /// The most one read returns (uvloop's read buffer and `proxy/stamps.py`'s are the same size).
 pub const READ_BYTES: usize = 256 << 10;
@@ -325,6 +330,10 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("READ_BYTES", READ_BYTES)?;
     m.add_class::<StampedRecv>()?;
     m.add_class::<columns::Columns>()?;
+    m.add_class::<wire::PyWire>()?;
+    m.add("WIRE_RECORD_WIDTH", wire::RECORD_WIDTH)?;
+    m.add("WIRE_FLAGS", (wire::EXPECTS_RESPONSE, wire::OBSERVED, wire::HEADER_UNREADABLE, wire::SASL_V0,
+                         wire::ACKS_UNREADABLE))?;
     m.add_function(wrap_pyfunction!(walk_batches, m)?)?;
     m.add_function(wrap_pyfunction!(walk_whole, m)?)?;
     Ok(())

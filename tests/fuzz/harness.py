@@ -7,7 +7,9 @@ records of (direction byte, 2-byte length, bytes). Requests go through
 every broker, and decoded fetches and produces go through the latency model. The only
 exception allowed out is ``ProtocolError`` -- on a real connection it closes that connection.
 Where the native core is loaded, every response's bytes are also walked as records by the core
-and by the Python road (``walk_batches`` against ``walk``): a difference is a crash. Seeds are
+and by the Python road (``walk_batches`` against ``walk``), and the conversation is framed by the
+core's ``Wire`` and by the Python road without a rewriter (``testkit/wire_roads.py``: the same
+requests seen and responses matched, the same framing error): a difference is a crash. Seeds are
 the captured conversations of four real clients."""
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from fetchlat.protocol.events import FetchExchanged, ProduceExchanged
 from fetchlat.protocol.rewrite import ResponseRewriter
 from fetchlat.protocol.stream import WALK, Reader, walk_native
 from fetchlat.protocol.stream_now import walk_now
+
+from testkit.wire_roads import CORE, disagreement
 
 MAX_RECORDS = 64
 
@@ -60,10 +64,21 @@ def walks_agree(blob: bytes) -> None:
         raise AssertionError(f"the native and Python walks differ: {got}, positions {a.pos} {b.pos}")
 
 
+def wires_agree(data: bytes, cut: int) -> None:
+    """The native core's ``Wire`` frames the conversation as the Python road does."""
+    if CORE is None:
+        return
+    fed = [(is_request, piece) for is_request, payload in records(data) for piece in chunks(payload, cut) if piece]
+    d = disagreement(fed)
+    if d is not None:
+        raise AssertionError(f"the native and Python framing differ: {d}")
+
+
 def one_input(data: bytes) -> None:
     if not data:
         return
     cut = data[0]
+    wires_agree(data, cut)
     conn = KafkaConnection(rewriter=ResponseRewriter(lambda node, host, port: ("fuzz.example", 40000 + node % 1000)),
                            max_frame_bytes=1 << 20, wait_time_tag=99)
     model = LatencyModel(wall_minus_mono_ns=0)

@@ -1,0 +1,493 @@
+//! One connection's framing, headers and correlation, both ways: the first layer of the native
+//! per-read road (`docs/architecture.md`, "The native core").
+//!
+//! `Wire` is what `protocol/requests.py` and `protocol/responses.py` do to find a connection's
+//! frames and match its answers, rule for rule, without a Python object per request: requests
+//! are framed (the size limit), their headers read from their first `PEEK_BYTES` bytes (the
+//! client id kept as bytes), the acks of a Produce read from the same bytes (acks=0 has no
+//! answer), and put in flight; responses are framed and must answer the oldest request in flight
+//! (the same errors, in the same words, as the Python road raises). Each exchange becomes a
+//! fixed-width record of machine values that the caller drains in batches (`drain()`).
+//!
+//! What it does not do: the bodies. A frame the Python road parses (Fetch, Produce, ShareFetch in
+//! the versions `protocol/inflight.py`'s `observed` names) carries the flag `OBSERVED`; a
+//! SaslHandshake v0 the flag `SASL_V0` (its answer may switch the connection to raw SASL tokens,
+//! which only the Python road follows: `needs_python` turns true). Rewrites stay Python's too.
+//!
+//! Every length read from the bytes is checked before it is used; a frame is never copied, only
+//! its first `PEEK_BYTES` when it arrives in pieces (as the Python road).
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+/// The first bytes of a request read for its header and a Produce's acks (`REQUEST_PEEK_BYTES`).
+pub const PEEK_BYTES: usize = 512;
+/// i64 values per record.
+pub const RECORD_WIDTH: usize = 10;
+pub const KIND_REQUEST: i64 = 1;
+pub const KIND_RESPONSE: i64 = 2;
+/// A request record's flags (field 6).
+pub const EXPECTS_RESPONSE: i64 = 1;
+pub const OBSERVED: i64 = 2;
+pub const HEADER_UNREADABLE: i64 = 4;
+pub const SASL_V0: i64 = 8;
+pub const ACKS_UNREADABLE: i64 = 16;
+
+/// How many of the latest client ids a record's id is looked for among before it is added again.
+const RECENT_IDS: usize = 4;
+
+const PRODUCE: i16 = 0;
+const CONTROLLED_SHUTDOWN: i16 = 7;
+const SASL_HANDSHAKE: i16 = 17;
+/// `inflight.SASL_TOKEN`: the pseudo key of a raw SASL token. A request a client sends with this
+/// key is answered the same way there (a bare size prefix, no correlation id): so here too.
+const SASL_TOKEN: i16 = -1;
+
+/// Version ranges per api key (inclusive; an empty range where lo > hi).
+#[derive(Clone, Default)]
+pub struct Ranges(Vec<Option<(i16, i16)>>);
+
+impl Ranges {
+    pub fn new(items: &[(i16, i16, i16)]) -> Self {
+        let top = items.iter().map(|&(k, _, _)| k.max(0) as usize).max().unwrap_or(0);
+        let mut v = vec![None; top + 1];
+        for &(k, lo, hi) in items {
+            if k >= 0 {
+                v[k as usize] = Some((lo, hi));
+            }
+        }
+        Ranges(v)
+    }
+
+    /// The key is known (has a range, even an empty one).
+    fn known(&self, key: i16) -> bool {
+        key >= 0 && matches!(self.0.get(key as usize), Some(Some(_)))
+    }
+
+    fn contains(&self, key: i16, version: i16) -> bool {
+        match self.0.get(key.max(0) as usize) {
+            Some(Some((lo, hi))) if key >= 0 => *lo <= version && version <= *hi,
+            _ => false,
+        }
+    }
+}
+
+/// A request's header as `protocol/headers.py` reads it.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Header {
+    pub api_key: i16,
+    pub api_version: i16,
+    pub correlation_id: i32,
+    pub client_id: Option<Arc<[u8]>>,
+    pub body_start: usize,
+}
+
+fn be_i16(b: &[u8], at: usize) -> Option<i16> {
+    Some(i16::from_be_bytes(b.get(at..at + 2)?.try_into().ok()?))
+}
+
+fn be_i32(b: &[u8], at: usize) -> Option<i32> {
+    Some(i32::from_be_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+/// `primitives.uvarint_at` / `read_uvarint`: at most 10 bytes (the tenth without a continuation
+/// bit), None when it runs past `b` or is longer.
+fn uvarint(b: &[u8], mut at: usize) -> Option<(u128, usize)> {
+    let mut value: u128 = 0;
+    let mut shift = 0u32;
+    loop {
+        let byte = *b.get(at)?;
+        at += 1;
+        value |= ((byte & 0x7f) as u128) << shift;
+        if byte & 0x80 == 0 {
+            return Some((value, at));
+        }
+        shift += 7;
+        if shift > 63 {
+            return None;
+        }
+    }
+}
+
+/// `stream_now.tags_now`: a tag buffer skipped; the position after it, None when it runs past `b`.
+fn skip_tags(b: &[u8], at: usize) -> Option<usize> {
+    let (count, mut p) = uvarint(b, at)?;
+    let mut i: u128 = 0;
+    while i < count {
+        let (_, q) = uvarint(b, p)?;
+        let (size, q) = uvarint(b, q)?;
+        let end = (q as u128).checked_add(size).filter(|&e| e <= b.len() as u128)?;
+        p = end as usize;
+        i += 1;
+    }
+    Some(p)
+}
+
+/// `primitives.read_string`: `(present, end)` of a string at `at`, None when it runs past `b` or
+/// is not UTF-8 (both are a `DecodeError` there).
+fn string_span(b: &[u8], at: usize, flexible: bool) -> Option<(Option<(usize, usize)>, usize)> {
+    let (n, p): (i128, usize) = if flexible {
+        let (n, p) = uvarint(b, at)?;
+        (n as i128 - 1, p)
+    } else {
+        (be_i16(b, at)? as i128, at + 2)
+    };
+    if n < 0 {
+        return Some((None, p));
+    }
+    let end = (p as i128 + n) as usize;
+    if p as i128 + n > b.len() as i128 {
+        return None;
+    }
+    std::str::from_utf8(&b[p..end]).ok()?;
+    Some((Some((p, end)), end))
+}
+
+impl Wire {
+    /// `apis.request_header_version`.
+    fn request_header_version(&self, key: i16, version: i16) -> u8 {
+        if key == CONTROLLED_SHUTDOWN && version == 0 {
+            return 0;
+        }
+        if !self.flexible.known(key) {
+            return 1;
+        }
+        if self.flexible.contains(key, version) { 2 } else { 1 }
+    }
+
+    /// `headers.parse_request_header` of `peek`, None where it raises `DecodeError`.
+    pub fn header(&self, peek: &[u8]) -> Option<Header> {
+        let api_key = be_i16(peek, 0)?;
+        let api_version = be_i16(peek, 2)?;
+        let correlation_id = be_i32(peek, 4)?;
+        let hv = self.request_header_version(api_key, api_version);
+        let mut p = 8;
+        let mut client_id = None;
+        if hv >= 1 {
+            let (span, end) = string_span(peek, p, false)?;
+            client_id = span.map(|(s, e)| self.intern(&peek[s..e]));
+            p = end;
+        }
+        if hv >= 2 {
+            p = skip_tags(peek, p)?;
+        }
+        Some(Header { api_key, api_version, correlation_id, client_id, body_start: p })
+    }
+
+    /// The client id as an `Arc` shared with the last request's when it is the same (it nearly
+    /// always is: a connection is one client).
+    fn intern(&self, raw: &[u8]) -> Arc<[u8]> {
+        match &self.last_client {
+            Some(c) if &c[..] == raw => c.clone(),
+            _ => Arc::from(raw),
+        }
+    }
+}
+
+/// A request forwarded whose answer has not begun.
+#[derive(Clone, Debug)]
+struct InFlight {
+    correlation_id: i32,
+    api_key: i16,
+    api_version: i16,
+    client_id: Option<Arc<[u8]>>,
+    t_request_ns: i64,
+}
+
+/// A framing error, in the Python road's words (`FramingError`).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Framing(pub String);
+
+fn frame_size(raw: [u8; 4], max: i64, side: &str) -> Result<usize, Framing> {
+    let size = i32::from_be_bytes(raw) as i64;
+    if size <= 0 {
+        return Err(Framing(format!("{side} frame size {size} is not positive")));
+    }
+    if size > max {
+        return Err(Framing(format!(
+            "{side} frame of {size} bytes exceeds the limit of {max} (raise max_frame_bytes if this is legitimate)")));
+    }
+    Ok(size as usize)
+}
+
+/// One connection, both directions.
+pub struct Wire {
+    max_frame: i64,
+    flexible: Ranges,
+    observed: Ranges,
+    last_client: Option<Arc<[u8]>>,
+    // requests: the size prefix so far, what is left of the frame, its first bytes
+    rq_size_buf: Vec<u8>,
+    rq_left: usize,
+    rq_size: usize,
+    rq_peek: Vec<u8>,
+    rq_peek_want: usize,
+    // responses: the size and correlation id so far, the one under way
+    rs_prefix: Vec<u8>,
+    rs_left: usize,
+    rs_size: usize,
+    rs_current: Option<InFlight>,
+    rs_t_first: i64,
+    in_flight: VecDeque<InFlight>,
+    records: Vec<i64>,
+    // the client ids the records since the last drain name, by index
+    ids: Vec<Arc<[u8]>>,
+    needs_python: bool,
+}
+
+impl Wire {
+    pub fn new(max_frame: i64, flexible: Ranges, observed: Ranges) -> Self {
+        Wire { max_frame, flexible, observed, last_client: None, rq_size_buf: Vec::with_capacity(4), rq_left: 0,
+               rq_size: 0, rq_peek: Vec::new(), rq_peek_want: 0, rs_prefix: Vec::with_capacity(8), rs_left: 0,
+               rs_size: 0, rs_current: None, rs_t_first: 0, in_flight: VecDeque::new(), records: Vec::new(),
+               ids: Vec::new(), needs_python: false }
+    }
+
+    pub fn client_mid_frame(&self) -> bool {
+        self.rq_left > 0 || !self.rq_size_buf.is_empty()
+    }
+
+    fn id_index(&mut self, id: &Option<Arc<[u8]>>) -> i64 {
+        let Some(id) = id else { return -1 };
+        // the last few only: a client that sends a new id per request adds one each, never a search
+        let from = self.ids.len().saturating_sub(RECENT_IDS);
+        if let Some(i) = self.ids[from..].iter().rposition(|x| Arc::ptr_eq(x, id) || x[..] == id[..]) {
+            return (from + i) as i64;
+        }
+        self.ids.push(id.clone());
+        (self.ids.len() - 1) as i64
+    }
+
+    /// Requests: `requests.py`'s `RequestDecoder.receive`, the bytes the client sent at `t_ns`.
+    pub fn from_client(&mut self, data: &[u8], t_ns: i64) -> Result<(), Framing> {
+        let n = data.len();
+        let mut pos = 0;
+        while pos < n {
+            if self.rq_left == 0 && self.rq_size_buf.is_empty() && n - pos >= 4 {
+                let size = frame_size(data[pos..pos + 4].try_into().unwrap(), self.max_frame, "request")?;
+                if n - pos - 4 >= size {
+                    // the whole request is here: read where it lies
+                    let start = pos + 4;
+                    self.rq_size = size;
+                    self.done(&data[start..start + size.min(PEEK_BYTES)], t_ns)?;
+                    pos += 4 + size;
+                    continue;
+                }
+                self.rq_size = size;
+                self.rq_left = size;
+                self.rq_peek.clear();
+                self.rq_peek_want = size.min(PEEK_BYTES);
+                pos += 4;
+                continue;
+            }
+            if self.rq_left == 0 {
+                let take = (4 - self.rq_size_buf.len()).min(n - pos);
+                self.rq_size_buf.extend_from_slice(&data[pos..pos + take]);
+                pos += take;
+                if self.rq_size_buf.len() == 4 {
+                    let raw: [u8; 4] = self.rq_size_buf[..].try_into().unwrap();
+                    let size = frame_size(raw, self.max_frame, "request")?;
+                    self.rq_size = size;
+                    self.rq_left = size;
+                    self.rq_size_buf.clear();
+                    self.rq_peek.clear();
+                    self.rq_peek_want = size.min(PEEK_BYTES);
+                }
+                continue;
+            }
+            let take = if self.rq_peek.len() < self.rq_peek_want {
+                let take = (self.rq_peek_want - self.rq_peek.len()).min(n - pos);
+                self.rq_peek.extend_from_slice(&data[pos..pos + take]);
+                take
+            } else {
+                self.rq_left.min(n - pos)
+            };
+            pos += take;
+            self.rq_left -= take;
+            if self.rq_left == 0 {
+                let peek = std::mem::take(&mut self.rq_peek);
+                let r = self.done(&peek, t_ns);
+                self.rq_peek = peek;
+                r?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A request ended (`requests.py`'s `_done`): its first bytes `peek`.
+    fn done(&mut self, peek: &[u8], t_ns: i64) -> Result<(), Framing> {
+        let size = self.rq_size as i64;
+        let Some(h) = self.header(peek) else {
+            if peek.len() < 8 {
+                return Err(Framing(format!("request of {} bytes is too short for a header", peek.len())));
+            }
+            let key = be_i16(peek, 0).unwrap_or(0);
+            let ver = be_i16(peek, 2).unwrap_or(0);
+            let corr = be_i32(peek, 4).unwrap_or(0);
+            self.in_flight.push_back(InFlight { correlation_id: corr, api_key: key, api_version: ver, client_id: None,
+                                                t_request_ns: t_ns });
+            // no body is parsed without a header, so never OBSERVED
+            self.records.extend_from_slice(&[KIND_REQUEST, corr as i64, key as i64, ver as i64, -1, size,
+                                             EXPECTS_RESPONSE | HEADER_UNREADABLE, t_ns, 0, 0]);
+            return Ok(());
+        };
+        self.last_client = h.client_id.clone();
+        let mut flags = if self.observed.contains(h.api_key, h.api_version) { OBSERVED } else { 0 };
+        let mut expects = true;
+        if h.api_key == PRODUCE && h.api_version >= 3 {
+            // read from the first bytes: correlation must not rest on the whole body decoding
+            let acks = string_span(peek, h.body_start, h.api_version >= 9).and_then(|(_, p)| be_i16(peek, p));
+            match acks {
+                Some(acks) => expects = acks != 0,
+                None => flags |= ACKS_UNREADABLE,
+            }
+        } else if h.api_key == SASL_HANDSHAKE && h.api_version == 0 {
+            flags |= SASL_V0;
+            self.needs_python = true;
+        }
+        if expects {
+            flags |= EXPECTS_RESPONSE;
+            self.in_flight.push_back(InFlight { correlation_id: h.correlation_id, api_key: h.api_key,
+                                                api_version: h.api_version, client_id: h.client_id.clone(),
+                                                t_request_ns: t_ns });
+        }
+        let id = self.id_index(&h.client_id);
+        self.records.extend_from_slice(&[KIND_REQUEST, h.correlation_id as i64, h.api_key as i64,
+                                         h.api_version as i64, id, size, flags, t_ns, 0, 0]);
+        Ok(())
+    }
+
+    /// Responses: `responses.py`'s `ResponseDecoder.forward` (no rewriter, no raw SASL), the
+    /// bytes read at `t_ns`; every response that ends becomes a record.
+    pub fn from_broker(&mut self, data: &[u8], t_ns: i64) -> Result<(), Framing> {
+        let n = data.len();
+        let mut pos = 0;
+        while pos < n {
+            if self.rs_current.is_none() {
+                // the size and the correlation id; only the size before a raw token's answer
+                let want = if self.in_flight.front().is_some_and(|h| h.api_key == SASL_TOKEN) { 4 } else { 8 };
+                let take = (want - self.rs_prefix.len()).min(n - pos);
+                self.rs_prefix.extend_from_slice(&data[pos..pos + take]);
+                pos += take;
+                if self.rs_prefix.len() == want {
+                    self.start(t_ns)?;
+                    if self.rs_left == 0 {
+                        self.finish(t_ns);
+                    }
+                }
+                continue;
+            }
+            let take = self.rs_left.min(n - pos);
+            pos += take;
+            self.rs_left -= take;
+            if self.rs_left == 0 {
+                self.finish(t_ns);
+            }
+        }
+        Ok(())
+    }
+
+    fn start(&mut self, t_ns: i64) -> Result<(), Framing> {
+        let size = frame_size(self.rs_prefix[..4].try_into().unwrap(), self.max_frame, "response")?;
+        let Some(head) = self.in_flight.front() else {
+            return Err(Framing("response from the broker matches no request".into()));
+        };
+        if head.api_key != SASL_TOKEN {
+            if size < 4 {
+                return Err(Framing(format!("response frame of {size} bytes has no correlation id")));
+            }
+            let corr = i32::from_be_bytes(self.rs_prefix[4..8].try_into().unwrap());
+            if corr != head.correlation_id {
+                return Err(Framing(format!("response correlation id {corr} does not match the oldest request's {}",
+                                           head.correlation_id)));
+            }
+        }
+        self.rs_current = self.in_flight.pop_front();
+        self.rs_size = size;
+        self.rs_left = size - (self.rs_prefix.len() - 4);
+        self.rs_t_first = t_ns;
+        self.rs_prefix.clear();
+        Ok(())
+    }
+
+    fn finish(&mut self, t_ns: i64) {
+        let Some(cur) = self.rs_current.take() else { return };
+        let id = self.id_index(&cur.client_id);
+        self.records.extend_from_slice(&[KIND_RESPONSE, cur.correlation_id as i64, cur.api_key as i64,
+                                         cur.api_version as i64, id, self.rs_size as i64, 0, cur.t_request_ns,
+                                         self.rs_t_first, t_ns]);
+    }
+
+    /// The records since the last drain, and the client ids their field 4 indexes.
+    pub fn drain(&mut self) -> (Vec<i64>, Vec<Arc<[u8]>>) {
+        (std::mem::take(&mut self.records), std::mem::take(&mut self.ids))
+    }
+}
+
+/// The Python face: `Wire(max_frame_bytes, flexible, observed)`, the two version tables as
+/// `(api_key, lo, hi)` triples (`apis.table()`'s request flexible versions; `inflight.observed`).
+#[pyclass(name = "Wire", module = "fetchlat.native._core")]
+pub struct PyWire {
+    wire: Wire,
+}
+
+fn with_bytes<T>(buf: &Bound<'_, PyAny>, f: impl FnOnce(&[u8]) -> T) -> PyResult<T> {
+    let pybuf: PyBuffer<u8> = PyBuffer::get(buf)?;
+    if !pybuf.is_c_contiguous() {
+        return Err(PyValueError::new_err("the native wire needs a contiguous buffer"));
+    }
+    // SAFETY: the buffer is held (pybuf) for as long as the slice lives, is contiguous and is
+    // len_bytes() long; the GIL is held, so nothing resizes it meanwhile
+    let all: &[u8] = unsafe { std::slice::from_raw_parts(pybuf.buf_ptr() as *const u8, pybuf.len_bytes()) };
+    Ok(f(all))
+}
+
+#[pymethods]
+impl PyWire {
+    #[new]
+    fn new(max_frame_bytes: i64, flexible: Vec<(i16, i16, i16)>, observed: Vec<(i16, i16, i16)>) -> Self {
+        PyWire { wire: Wire::new(max_frame_bytes, Ranges::new(&flexible), Ranges::new(&observed)) }
+    }
+
+    /// Bytes the client sent at `t_ns`; a framing error raises `ValueError` with the Python
+    /// road's words (the connection is lost: nothing after it is read).
+    fn from_client(&mut self, data: &Bound<'_, PyAny>, t_ns: i64) -> PyResult<()> {
+        with_bytes(data, |b| self.wire.from_client(b, t_ns))?.map_err(|Framing(m)| PyValueError::new_err(m))
+    }
+
+    /// Bytes the broker sent, read at `t_ns`.
+    fn from_broker(&mut self, data: &Bound<'_, PyAny>, t_ns: i64) -> PyResult<()> {
+        with_bytes(data, |b| self.wire.from_broker(b, t_ns))?.map_err(|Framing(m)| PyValueError::new_err(m))
+    }
+
+    /// `(records, client_ids)`: the records since the last drain as native-endian i64s,
+    /// `RECORD_WIDTH` per record (kind, correlation id, api key, api version, client id index or
+    /// -1, size, flags, t_request, t_first, t_last), and the client ids (bytes) they index.
+    fn drain<'py>(&mut self, py: Python<'py>) -> (Bound<'py, PyBytes>, Vec<Bound<'py, PyBytes>>) {
+        let (records, ids) = self.wire.drain();
+        let raw: Vec<u8> = records.iter().flat_map(|v| v.to_ne_bytes()).collect();
+        (PyBytes::new(py, &raw), ids.iter().map(|i| PyBytes::new(py, i)).collect())
+    }
+
+    #[getter]
+    fn client_mid_frame(&self) -> bool {
+        self.wire.client_mid_frame()
+    }
+
+    #[getter]
+    fn in_flight(&self) -> usize {
+        self.wire.in_flight.len()
+    }
+
+    /// A SaslHandshake v0 went by: its answer may turn the connection to raw SASL tokens, which
+    /// only the Python road follows.
+    #[getter]
+    fn needs_python(&self) -> bool {
+        self.wire.needs_python
+    }
+}
