@@ -30,7 +30,11 @@ while both stay flat is an allocator keeping pages it was given back, not someth
 count that rises with it is something held, and ``fetchlat_held_entries`` says which structure.
 When none of those does, ``census`` (``kill -USR1`` a proxy: it logs one) counts the objects the
 collector tracks by type, leaving out those frozen at start: two censuses an hour apart name
-what grew.
+what grew. What the collector does not track (strings, bytes, ints: the keys and values a
+container holds) shows only in the memory blocks; a proxy started with Python's own
+``PYTHONTRACEMALLOC=N`` (N frames per allocation; it slows every allocation, so for a hunt, not
+for months) adds to each census the source lines whose live allocations grew most since its
+first census (``tracemalloc``), which names the container's filler too.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ import ctypes
 import ctypes.util
 import gc
 import sys
+import tracemalloc
 from collections import Counter
 from collections.abc import Callable
 
@@ -81,12 +86,38 @@ def settle_heap() -> int:
 
 
 
-def census(top: int = 25) -> str:
+class _Baseline:
+    """The first census's allocation snapshot, which later ones are compared with."""
+
+    snapshot: tracemalloc.Snapshot | None = None
+
+
+def _grown_sites(top: int) -> str:
+    """With tracemalloc on: the source lines whose live allocations grew most since the first
+    census (the first one names the largest). Empty without it."""
+    if not tracemalloc.is_tracing():
+        return ""
+    snap = tracemalloc.take_snapshot().filter_traces((tracemalloc.Filter(False, tracemalloc.__file__),))
+    first = _Baseline.snapshot
+    if first is None:
+        _Baseline.snapshot = snap
+        stats = [(s.traceback, s.size, s.count) for s in snap.statistics("lineno")[:top]]
+        head = "; live allocations by line (tracemalloc, the baseline of later censuses): "
+    else:
+        diffs = sorted(snap.compare_to(first, "lineno"), key=lambda d: d.size_diff, reverse=True)[:top]
+        stats = [(d.traceback, d.size_diff, d.count_diff) for d in diffs if d.size_diff > 0]
+        head = "; allocations grown since the first census by line (tracemalloc): "
+    return head + ", ".join(f"{tb[0].filename}:{tb[0].lineno} {size / 1024:+.1f} KiB ({count:+d})"
+                            for tb, size, count in stats)
+
+
+def census(top: int = 25, sites: int = 10) -> str:
     """The objects the collector tracks (containers: what a leak is made of), by type, the most
     numerous first; those frozen at start (``settle_heap``) are left out. Walks every one:
-    tens of ms for a proxy's few hundred thousand, so on demand only (SIGUSR1)."""
+    tens of ms for a proxy's few hundred thousand, so on demand only (SIGUSR1). With tracemalloc
+    tracing (``PYTHONTRACEMALLOC``), the ``sites`` lines whose allocations grew most after it."""
     counts = Counter(type(o).__qualname__ for o in gc.get_objects())
     total = sum(counts.values())
     listed = ", ".join(f"{name} {n}" for name, n in counts.most_common(top))
     return (f"heap census: {total} tracked objects ({gc.get_freeze_count()} frozen at start left out), "
-            f"{sys.getallocatedblocks()} memory blocks; by type: {listed}")
+            f"{sys.getallocatedblocks()} memory blocks; by type: {listed}{_grown_sites(sites)}")
