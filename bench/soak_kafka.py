@@ -347,19 +347,20 @@ def slope_mb_per_h(points: list[tuple[float, float, int]]) -> float | None:
     return round(sxy / sxx * 3600, 3) if sxx else None
 
 
-CENSUS = re.compile(r"heap census: (\d+) tracked objects .*?, (\d+) memory blocks; by type: (.*)$")
+CENSUS = re.compile(r"heap census: (\d+) tracked objects .*?, (\d+) memory blocks; by type: ([^;]*)(?:; (.*))?$")
 
 
-def census_lines(log: str) -> list[tuple[int, int, dict[str, int]]]:
+def census_lines(log: str) -> list[tuple[int, int, dict[str, int], str]]:
     """The heap censuses (``kill -USR1``, ``proxy/memory.py``) in a sidecar's log, of its last
     process only (a restarted sidecar appends to the same log; each start logs its metrics
-    address first), in order: (tracked objects, memory blocks, count by type)."""
+    address first), in order: (tracked objects, memory blocks, count by type, and with
+    ``--tracemalloc`` the source lines whose allocations grew since the first census)."""
     out = []
     for line in log[log.rfind("metrics and health on"):].splitlines():
         m = CENSUS.search(line)
         if m:
             types = dict((name, int(n)) for name, n in (part.rsplit(" ", 1) for part in m.group(3).split(", ")))
-            out.append((int(m.group(1)), int(m.group(2)), types))
+            out.append((int(m.group(1)), int(m.group(2)), types, m.group(4) or ""))
     return out
 
 
@@ -502,6 +503,8 @@ async def run(args: argparse.Namespace) -> int:
 
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
+    if args.tracemalloc:  # the sidecars (started from here on) inherit it; this process is not traced
+        os.environ["PYTHONTRACEMALLOC"] = str(args.tracemalloc)
     home = Path(tempfile.mkdtemp(prefix="fetchlat-soak-kafka-"))
     traces = home / "traces"
     trace_args = ["--trace-dir", str(traces)]
@@ -631,11 +634,12 @@ async def run(args: argparse.Namespace) -> int:
             seen = census_lines(side.log())
             if len(seen) >= 2:
                 censuses[str(i)] = {"censuses": len(seen), "tracked": [x[0] for x in seen],
-                                    "blocks": [x[1] for x in seen], "grew": census_growth(seen[0][2], seen[-1][2])}
+                                    "blocks": [x[1] for x in seen], "grew": census_growth(seen[0][2], seen[-1][2]),
+                                    **({"grown_sites": seen[-1][3]} if seen[-1][3] else {})}
     per = summarise(samples, faults, args.warmup_s, len(watches))
     summary = {
         "hours": round((samples[-1]["t_s"] if samples else 0) / 3600, 2), "samples": len(samples),
-        "sidecar_nice": args.sidecar_nice, "rate": args.rate,
+        "sidecar_nice": args.sidecar_nice, "rate": args.rate, "tracemalloc_frames": args.tracemalloc,
         "faults": faults, "acked": len(led.acked), "committed": len(led.committed),
         "failed_deliveries": len(led.failed), "first_failed": led.failed[:5],
         "acked_lost": len(led.acked - in_log), "committed_lost": len(led.committed - in_log),
@@ -675,6 +679,10 @@ def main() -> int:
     ap.add_argument("--first-fault-s", type=float, default=900.0)
     ap.add_argument("--census-every-s", type=float, default=1800.0,
                     help="each sidecar logs a heap census (SIGUSR1) this often from the end of the warm-up")
+    ap.add_argument("--tracemalloc", type=int, default=0, metavar="FRAMES",
+                    help="run the sidecars with PYTHONTRACEMALLOC=FRAMES: each census then names the source lines "
+                         "whose live allocations grew since the first (slower sidecars: for finding a leak, "
+                         "not for the lag and CPU figures)")
     return asyncio.run(run(ap.parse_args()))
 
 
