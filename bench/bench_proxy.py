@@ -39,7 +39,7 @@ import tempfile
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -131,15 +131,17 @@ def _front(kind: str, work: Path, base: int, front: int, broker_port: int, sidec
             env = {**os.environ, "FETCHLAT_PURE_PYTHON": "1" if kind == "fetchlat-py" else "",
                    **({"FETCHLAT_NATIVE": "0"} if kind == NO_CORE else {})}
             traces = ["--trace-dir", str(work / f"traces-{base}")] if kind == TRACED else []
+            wrap = os.environ.get("FETCHLAT_BENCH_WRAP", "").split()  # e.g. valgrind (bench/instr_round_trips.py)
             procs.append(subprocess.Popen(
-                [sys.executable, "-m", "fetchlat.app", "proxy", "--upstream", f"127.0.0.1:{broker_port}",
+                [*wrap, sys.executable, "-m", "fetchlat.app", "proxy", "--upstream", f"127.0.0.1:{broker_port}",
                  "--listen", f"127.0.0.1:{front}", "--metrics-listen", f"127.0.0.1:{base + 1002}",
                  "--log-level", "WARNING", *(["--sidecar-node", "0"] if sidecar else []), *traces],
                 stdout=log, stderr=subprocess.STDOUT, env=env))
             METRICS_PORTS[procs[-1].pid] = base + 1002
-        wait_until(lambda: connects(front), kind)
+        slow = 600.0 if os.environ.get("FETCHLAT_BENCH_WRAP") else 20.0  # under valgrind: minutes
+        wait_until(lambda: connects(front), kind, slow)
         if kind.startswith("fetchlat") and not sidecar:
-            wait_until(lambda: connects(front + 1 + NODE), "fetchlat's broker listener")
+            wait_until(lambda: connects(front + 1 + NODE), "fetchlat's broker listener", slow)
         yield
     finally:
         stop_processes(procs)
@@ -206,12 +208,14 @@ def create_topics(bootstrap: str, *topics: str) -> None:
 
 
 async def round_trips(port: int, topic: str, n: int, direct_port: int | None = None,
-                      proxy_pid: int | None = None) -> dict[str, dict[str, float]]:
+                      proxy_pid: int | None = None,
+                      around: Callable[[str, bool], None] | None = None) -> dict[str, dict[str, float]]:
     """One request at a time through ``port``. With ``direct_port``, every request through the
     path is paired with the same request straight to the broker, in alternating order: what the
     path adds is measured on the same broker at the same moment (fresh brokers differ by more
     than a proxy adds). With ``proxy_pid``, the proxy's CPU per request of each type (the
-    direct requests of a pair never reach it)."""
+    direct requests of a pair never reach it). ``around(name, start)`` is called before and after
+    each type's requests (``bench/instr_round_trips.py`` counts the proxy's instructions there)."""
     c = await AsyncClient.connect(port, "bench")
     d = await AsyncClient.connect(direct_port, "bench-direct") if direct_port is not None else None
     md, _ = await c.call(apis.METADATA, 12, {"Topics": [{"Name": topic, "TopicId": uuid.UUID(int=0)}],
@@ -232,12 +236,16 @@ async def round_trips(port: int, topic: str, n: int, direct_port: int | None = N
     for name, (key, v, value) in calls.items():
         rtts, direct = [], []
         cpu0 = cpu_s(proxy_pid) if proxy_pid else 0.0
+        if around is not None:
+            around(name, True)
         for i in range(n):
             if d is not None and i % 2:
                 direct.append((await d.call(key, v, value))[1])
             rtts.append((await c.call(key, v, value))[1])
             if d is not None and not i % 2:
                 direct.append((await d.call(key, v, value))[1])
+        if around is not None:
+            around(name, False)
         out[name] = {"p50_ms": _q(rtts, 0.5) * 1e3, "p99_ms": _q(rtts, 0.99) * 1e3}
         if proxy_pid:
             out[name]["cpu_us"] = (cpu_s(proxy_pid) - cpu0) / n * 1e6

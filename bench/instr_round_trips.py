@@ -1,0 +1,111 @@
+"""The proxy's instructions per small round trip, counted by valgrind (callgrind): a figure a
+busy machine does not move, where CPU seconds do. The proxy (this checkout's build, or
+``--other``'s) runs under callgrind in front of a fresh Tansu, counting only while each request
+type's round trips run (``bench_proxy.round_trips``: ApiVersions, Metadata, Fetch max_wait 0,
+Produce of one record, one at a time); everything else (start-up, calibration, the warm-up) is
+left out.
+
+    python bench/instr_round_trips.py [--round-trips 300] [--other CHECKOUT] [--top 25]
+
+Prints, per request type and build, the proxy's instructions per round trip (user space: the
+interpreter, the compiled modules, uvloop, libc; a system call counts as the instructions that
+make it), and for the first type (ApiVersions) the compiled functions with the most
+instructions per round trip, inclusive (the pure-Python build's functions are the interpreter's
+to callgrind). The counts are instructions, not time: cache misses and the kernel's side are not
+in them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parents[1]
+
+
+def _totals(out: Path) -> int:
+    """The instructions (Ir) a callgrind dump counted."""
+    for line in out.read_text().splitlines():
+        if line.startswith("totals:") or line.startswith("summary:"):
+            return int(line.split()[1])
+    raise ValueError(f"no totals in {out}")
+
+
+def one_run(n: int, top: int) -> dict[str, object]:
+    """In this checkout: a proxy under callgrind, a dump per request type."""
+    sys.path.insert(0, str(HERE))
+    work = Path(tempfile.mkdtemp(prefix="instr-"))
+    prefix = work / "callgrind.out"
+    os.environ["FETCHLAT_BENCH_WRAP"] = (f"valgrind --tool=callgrind --instr-atstart=no --quiet "
+                                         f"--callgrind-out-file={prefix}.%p")
+    from bench.bench_proxy import create_topics, round_trips, target
+
+    with target("fetchlat", work) as (port, pid, broker_port):
+        assert pid is not None
+        topic = f"instr-{uuid.uuid4().hex[:6]}"
+        create_topics(f"127.0.0.1:{broker_port}", topic, topic + "-idle")
+        asyncio.run(round_trips(port, topic, 20))  # warm: every road taken once before counting
+
+        def around(name: str, start: bool) -> None:
+            if start:
+                subprocess.run(["callgrind_control", "-i", "on", str(pid)], check=True, capture_output=True)
+                subprocess.run(["callgrind_control", "-z", str(pid)], check=True, capture_output=True)
+            else:
+                subprocess.run(["callgrind_control", "-d", re.sub(r"\W", "_", name), str(pid)], check=True,
+                               capture_output=True)
+                subprocess.run(["callgrind_control", "-i", "off", str(pid)], check=True, capture_output=True)
+
+        asyncio.run(round_trips(port, topic, n, around=around))
+    dumps = sorted(work.glob("callgrind.out.*.*"), key=lambda p: int(p.name.rsplit(".", 1)[1]))
+    names = ["ApiVersions", "Metadata", "Fetch(max_wait 0)", "Produce(1 record)"]
+    res: dict[str, object] = {}
+    for name, dump in zip(names, dumps, strict=False):
+        res[name] = round(_totals(dump) / n)
+    if dumps:
+        ann = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", str(dumps[0])],
+                             capture_output=True, text=True).stdout
+        seen: set[str] = set()
+        rows = []
+        for ln in ann.splitlines():  # the compiled modules' functions (mypyc names them CPyDef_<module>___<name>)
+            m = re.match(r"\s*([\d,]+) \(.*CPyDef_(\w+)", ln)
+            if m and m.group(2) not in seen:
+                seen.add(m.group(2))
+                rows.append(f"{int(m.group(1).replace(',', '')) / n:9,.0f}  {m.group(2)}")
+        res["top_inclusive_first_type"] = rows[:top]
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--round-trips", type=int, default=300)
+    ap.add_argument("--other", help="another checkout (with its own .venv), counted after this one")
+    ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.one:
+        print(json.dumps(one_run(a.round_trips, a.top)))
+        return
+    for root in [HERE, *([Path(a.other)] if a.other else [])]:
+        r = subprocess.run([str(root / ".venv" / "bin" / "python"), str(HERE / "bench" / "instr_round_trips.py"),
+                            "--one", "--round-trips", str(a.round_trips), "--top", str(a.top)], cwd=root,
+                           capture_output=True, text=True, timeout=3600)
+        if r.returncode != 0:
+            print(f"{root}: failed: {r.stderr[-1500:]}")
+            continue
+        res = json.loads(r.stdout.strip().splitlines()[-1])
+        tops = res.pop("top_inclusive_first_type", [])
+        print(f"{root}: instructions per round trip: " + ", ".join(f"{k} {v:,}" for k, v in res.items()), flush=True)
+        for line in tops:
+            print("   ", line)
+
+
+if __name__ == "__main__":
+    main()
