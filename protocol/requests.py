@@ -88,7 +88,7 @@ class RequestDecoder:
         pos, n = 0, len(data)
         while pos < n:
             if self._left == 0 and not self._size_buf and n - pos >= 4:
-                size = frame_size(data[pos : pos + 4], self.max_frame_bytes, "request")
+                size = frame_size(data, self.max_frame_bytes, "request", pos)
                 if n - pos - 4 >= size:  # the common case: the whole request in this chunk
                     self._whole(data, pos + 4, size, t_ns, events)
                     pos += 4 + size

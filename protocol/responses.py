@@ -37,7 +37,7 @@ from .events import (
     SaslPassthroughStarted,
     TopicIdsLearned,
 )
-from .framing import Segment, frame_size
+from .framing import Segment, be_i32, frame_size
 from .inflight import SASL_ROUNDS, SASL_TOKEN, InFlight, Shared
 from .primitives import I16, read_fixed
 from .rewrite import ResponseRewriter
@@ -191,7 +191,8 @@ class ResponseDecoder:
         view: memoryview | None = None
         pos, n = 0, len(data)
         while pos < n:
-            if self._current is None and not self._prefix and n - pos >= 8 and self._whole(data, pos, t_ns, out):
+            if (self._current is None and not self._prefix and n - pos >= 8
+                    and self._whole(data, pos, t_ns, out, before)):
                 pos += 4 + self._size
                 continue
             if self._current is None:
@@ -239,28 +240,37 @@ class ResponseDecoder:
             out = [data]  # frames cut apart only by the parse: one object, one write
         return out, before
 
-    def _whole(self, data: bytes, pos: int, t_ns: int, out: list[Segment]) -> bool:
-        """The common case: a response that lies whole in ``data`` from ``pos``, forwarded as it
-        came (PASS or DEFER). Handled where it lies: its slice (or ``data`` itself) to write, and
-        for DEFER its body for the direct twin after the write. False (nothing changed) when it
-        is anything else; the general road below takes it then."""
+    def _whole(self, data: bytes, pos: int, t_ns: int, out: list[Segment], before: list[Event]) -> bool:
+        """The common case: a response that lies whole in ``data`` from ``pos``. Handled where it
+        lies: forwarded as it came (PASS or DEFER: its slice, or ``data`` itself, to write, and for
+        DEFER its body for the direct twin after the write), or rewritten (HOLD, when nothing of
+        its body is parsed: Metadata, ApiVersions, FindCoordinator...). False (nothing changed)
+        when it is anything else; the general road below takes it then."""
         in_flight = self.shared.in_flight
         if not in_flight or in_flight[0].api_key == SASL_TOKEN:
             return False
-        size = frame_size(data[pos : pos + 4], self.max_frame_bytes, "response")
+        size = frame_size(data, self.max_frame_bytes, "response", pos)
         end = pos + 4 + size
         if size < 4 or end > len(data):
             return False
         head = in_flight[0]
         mode = self._mode_of(head, size)
-        if mode is not ResponseMode.PASS and mode is not ResponseMode.DEFER:
+        held = mode is ResponseMode.HOLD and head.info is None and head.sasl_mechanism is None
+        if mode is not ResponseMode.PASS and mode is not ResponseMode.DEFER and not held:
             return False
-        _check_correlation(int.from_bytes(data[pos + 4 : pos + 8], "big", signed=True), head)
+        _check_correlation(be_i32(data, pos + 4), head)
         in_flight.popleft()
         self._size = size
         whole = pos == 0 and end == len(data)
         view = None if whole else memoryview(data)
-        out.append(data if view is None else view[pos:end])
+        piece: Segment = data if view is None else view[pos:end]
+        if held:  # a rewriter wants it (the mode says so when nothing else holds a frame)
+            events: list[Event] = []
+            rewritten = self._held(head, data if whole else data[pos:end], [piece], True, out, before, events)
+            events.append(_seen(head, size, t_ns, t_ns, rewritten=rewritten))
+            self._after.extend(events)
+            return True
+        out.append(piece)
         body = None
         if mode is ResponseMode.DEFER:
             body = (memoryview(data) if view is None else view)[pos + 8 : end]
@@ -296,7 +306,8 @@ class ResponseDecoder:
         return events
 
     def _start(self, t_ns: int, out: list[Segment]) -> None:
-        size = frame_size(bytes(self._prefix[:4]), self.max_frame_bytes, "response")
+        prefix = bytes(self._prefix)
+        size = frame_size(prefix, self.max_frame_bytes, "response")
         in_flight = self.shared.in_flight
         if not in_flight:
             raise FramingError("response from the broker matches no request")
@@ -304,7 +315,7 @@ class ResponseDecoder:
         if head.api_key != SASL_TOKEN:
             if size < 4:
                 raise FramingError(f"response frame of {size} bytes has no correlation id")
-            _check_correlation(int.from_bytes(self._prefix[4:8], "big", signed=True), head)
+            _check_correlation(be_i32(prefix, 4), head)
         in_flight.popleft()
         self._current = head
         self._size = size
@@ -335,7 +346,6 @@ class ResponseDecoder:
         info = feeder.finish() if feeder is not None else None
         if mode is ResponseMode.HOLD:
             pieces, self._hold = self._hold, []
-            new = None
             # a Fetch/ShareFetch/Produce the codec read whole and whose NodeEndpoints is empty names no
             # broker: forwarded as it came, without the walk a rewrite needs
             names_brokers = not (cur.api_key in (apis.FETCH, apis.PRODUCE, apis.SHARE_FETCH) and info is not None
@@ -343,26 +353,8 @@ class ResponseDecoder:
             rewriter = self.rewriter
             rewrite = rewriter is not None and names_brokers and rewriter.wants(cur.api_key, cur.api_version)
             if rewrite or cur.sasl_mechanism is not None:
-                frame = b"".join(pieces)  # held frames are small, or must be rewritten whole
-                body = memoryview(frame)[4:]
-                if rewriter is not None and rewrite:
-                    try:
-                        result = rewriter.rewrite(cur.api_key, cur.api_version, body)
-                    except ProtocolError as exc:
-                        events.append(DecodeFailed(api_key=cur.api_key, api_version=cur.api_version,
-                                                   direction="response", reason=str(exc)))
-                    else:
-                        new = result.body
-                        if result.learned:
-                            before.append(BrokersLearned(api_key=cur.api_key, brokers=tuple(result.learned)))
-                        if result.topic_ids or result.leaders:
-                            before.append(TopicIdsLearned(topics=tuple(result.topic_ids),
-                                                          leaders=tuple(result.leaders)))
-                if cur.sasl_mechanism is not None:
-                    self._after_sasl_handshake_v0(cur.sasl_mechanism, body, events)
-            if new is not None:
-                out.append(len(new).to_bytes(4, "big") + new)
-                rewritten = True
+                # held frames are small, or must be rewritten whole
+                rewritten = self._held(cur, b"".join(pieces), pieces, rewrite, out, before, events)
             else:
                 out.extend(pieces)
         if feeder is not None:
@@ -378,6 +370,35 @@ class ResponseDecoder:
             out.extend(tail)
         events.append(_seen(cur, self._size, self._t_first, t_ns, rewritten=rewritten))
         self._after.extend(events)
+
+    def _held(self, cur: InFlight, frame: bytes, pieces: list[Segment], rewrite: bool, out: list[Segment],
+              before: list[Event], events: list[Event]) -> bool:
+        """A held response, whole in ``frame`` (its size prefix first; ``pieces``: as it came):
+        rewritten when ``rewrite`` (what it taught, in ``before``), read for the SASL mechanism's
+        outcome when it answers a SaslHandshake v0; its bytes to write in ``out``. True when
+        rewritten."""
+        body = memoryview(frame)[4:]
+        new = None
+        rewriter = self.rewriter
+        if rewriter is not None and rewrite:
+            try:
+                result = rewriter.rewrite(cur.api_key, cur.api_version, body)
+            except ProtocolError as exc:
+                events.append(DecodeFailed(api_key=cur.api_key, api_version=cur.api_version,
+                                           direction="response", reason=str(exc)))
+            else:
+                new = result.body
+                if result.learned:
+                    before.append(BrokersLearned(api_key=cur.api_key, brokers=tuple(result.learned)))
+                if result.topic_ids or result.leaders:
+                    before.append(TopicIdsLearned(topics=tuple(result.topic_ids), leaders=tuple(result.leaders)))
+        if cur.sasl_mechanism is not None:
+            self._after_sasl_handshake_v0(cur.sasl_mechanism, body, events)
+        if new is not None:
+            out.append(len(new).to_bytes(4, "big") + new)
+            return True
+        out.extend(pieces)
+        return False
 
     def _after_sasl_handshake_v0(self, mechanism: str, body: memoryview, events: list[Event]) -> None:
         try:

@@ -9,12 +9,16 @@ from fetchlat.metrics.model import (
     IMMEDIATE,
     INFERRED,
     REPORTED,
+    ROUND_TRIPS_KEPT,
+    ROUND_TRIPS_TO_TRUST,
     UNKNOWN,
     WOKEN,
     LatencyModel,
     estimate_wait,
 )
 from fetchlat.metrics.vocabulary import Kind
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from testkit.events import MS, T0, fetch_ev, produce_ev, share_ev
 
@@ -156,6 +160,18 @@ def test_the_round_trip_is_the_shortest_of_the_recent_ones() -> None:
     for _ in range(32):
         m.learn_round_trip(7 * MS)
     assert m.round_trips.estimate() == 7 * MS
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=50), max_size=200))
+def test_the_kept_shortest_is_the_shortest_of_the_window(rtts: list[int]) -> None:
+    """The estimate kept as answers come (O(1) to read) is what a min over the last 32 gives,
+    ties and the shortest leaving the window included (small values: many ties)."""
+    m = LatencyModel(wall_minus_mono_ns=0)
+    for i, ns in enumerate(rtts):
+        m.learn_round_trip(ns)
+        window = rtts[max(0, i + 1 - ROUND_TRIPS_KEPT): i + 1]
+        assert m.round_trips.estimate() == (min(window) if len(window) >= ROUND_TRIPS_TO_TRUST else -1)
 
 
 def test_a_follower_is_woken_by_the_end_of_the_append() -> None:
