@@ -9,7 +9,7 @@ left out.
 
 Prints, per request type and build, the proxy's instructions per round trip (user space: the
 interpreter, the compiled modules, uvloop, libc; a system call counts as the instructions that
-make it), and for the first type (ApiVersions) the compiled functions with the most
+make it), and for one type (``--profile``, ApiVersions) the compiled functions with the most
 instructions per round trip, inclusive (the pure-Python build's functions are the interpreter's
 to callgrind). The counts are instructions, not time: cache misses and the kernel's side are not
 in them.
@@ -39,7 +39,7 @@ def _totals(out: Path) -> int:
     raise ValueError(f"no totals in {out}")
 
 
-def one_run(n: int, top: int) -> dict[str, object]:
+def one_run(n: int, top: int, profile: str) -> dict[str, object]:
     """In this checkout: a proxy under callgrind, a dump per request type."""
     sys.path.insert(0, str(HERE))
     work = Path(tempfile.mkdtemp(prefix="instr-"))
@@ -69,8 +69,9 @@ def one_run(n: int, top: int) -> dict[str, object]:
     res: dict[str, object] = {}
     for name, dump in zip(names, dumps, strict=False):
         res[name] = round(_totals(dump) / n)
-    if dumps:
-        ann = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", str(dumps[0])],
+    chosen = [d for name, d in zip(names, dumps, strict=False) if name.startswith(profile)]
+    if chosen:
+        ann = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", str(chosen[0])],
                              capture_output=True, text=True).stdout
         seen: set[str] = set()
         rows = []
@@ -79,7 +80,7 @@ def one_run(n: int, top: int) -> dict[str, object]:
             if m and m.group(2) not in seen:
                 seen.add(m.group(2))
                 rows.append(f"{int(m.group(1).replace(',', '')) / n:9,.0f}  {m.group(2)}")
-        res["top_inclusive_first_type"] = rows[:top]
+        res["top_inclusive"] = rows[:top]
     return res
 
 
@@ -88,20 +89,23 @@ def main() -> None:
     ap.add_argument("--round-trips", type=int, default=300)
     ap.add_argument("--other", help="another checkout (with its own .venv), counted after this one")
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--profile", default="ApiVersions", help="the request type whose functions are listed "
+                    "(ApiVersions, Metadata, Fetch, Produce)")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.one:
-        print(json.dumps(one_run(a.round_trips, a.top)))
+        print(json.dumps(one_run(a.round_trips, a.top, a.profile)))
         return
     for root in [HERE, *([Path(a.other)] if a.other else [])]:
         r = subprocess.run([str(root / ".venv" / "bin" / "python"), str(HERE / "bench" / "instr_round_trips.py"),
-                            "--one", "--round-trips", str(a.round_trips), "--top", str(a.top)], cwd=root,
+                            "--one", "--round-trips", str(a.round_trips), "--top", str(a.top),
+                            "--profile", a.profile], cwd=root,
                            capture_output=True, text=True, timeout=3600)
         if r.returncode != 0:
             print(f"{root}: failed: {r.stderr[-1500:]}")
             continue
         res = json.loads(r.stdout.strip().splitlines()[-1])
-        tops = res.pop("top_inclusive_first_type", [])
+        tops = res.pop("top_inclusive", [])
         print(f"{root}: instructions per round trip: " + ", ".join(f"{k} {v:,}" for k, v in res.items()), flush=True)
         for line in tops:
             print("   ", line)

@@ -87,7 +87,11 @@ def i8(r: Reader) -> Parser[int]:
         r.pos = p + 1
     else:
         p = yield from need(r, 1)
-    v: int = I8.unpack_from(r.buf, p)[0]
+    buf = r.buf
+    if NATIVE and isinstance(buf, bytes):
+        b = buf[p]
+        return b - 256 if b >= 128 else b
+    v: int = I8.unpack_from(buf, p)[0]
     return v
 
 
@@ -97,7 +101,10 @@ def i16(r: Reader) -> Parser[int]:
         r.pos = p + 2
     else:
         p = yield from need(r, 2)
-    v: int = I16.unpack_from(r.buf, p)[0]
+    buf = r.buf
+    if NATIVE and isinstance(buf, bytes):
+        return read_i16_be(buf, p)
+    v: int = I16.unpack_from(buf, p)[0]
     return v
 
 
@@ -107,7 +114,10 @@ def i32(r: Reader) -> Parser[int]:
         r.pos = p + 4
     else:
         p = yield from need(r, 4)
-    v: int = I32.unpack_from(r.buf, p)[0]
+    buf = r.buf
+    if NATIVE and isinstance(buf, bytes):
+        return read_i32_be(buf, p)
+    v: int = I32.unpack_from(buf, p)[0]
     return v
 
 
@@ -117,14 +127,23 @@ def i64(r: Reader) -> Parser[int]:
         r.pos = p + 8
     else:
         p = yield from need(r, 8)
-    v: int = I64.unpack_from(r.buf, p)[0]
+    buf = r.buf
+    if NATIVE and isinstance(buf, bytes):
+        return read_i64_be(buf, p)
+    v: int = I64.unpack_from(buf, p)[0]
     return v
 
 
 def uvarint_here(r: Reader) -> int | None:
     """An unsigned varint wholly in the current chunk (consumed), or None (nothing consumed)."""
     buf, p = r.buf, r.pos
-    if p < len(buf) and buf[p] < 0x80:  # one byte: nearly every length and tag count
+    if isinstance(buf, bytes):  # compiled, indexing a bytes is a native read (a Buf's is a call)
+        if p < len(buf):
+            b = buf[p]
+            if b < 0x80:  # one byte: nearly every length and tag count
+                r.pos = p + 1
+                return b
+    elif p < len(buf) and buf[p] < 0x80:
         r.pos = p + 1
         return int(buf[p])
     v, p = uvarint_at(buf, p)
@@ -205,14 +224,18 @@ def topic(r: Reader, flexible: bool, by_id: bool) -> Parser[tuple[str | None, _u
     return (yield from string(r, flexible)), None
 
 
+NO_TAGS: Final[dict[str, tuple[int, bytes]]] = {}  # what an empty tag buffer yields; never changed
+
+
 def tags(r: Reader, wanted: dict[int, str] | None = None) -> Parser[dict[str, tuple[int, bytes]]]:
-    """Skip a tag buffer; return the raw bytes of the ``wanted`` tags (tag -> name)."""
-    found: dict[str, tuple[int, bytes]] = {}
+    """Skip a tag buffer; return the raw bytes of the ``wanted`` tags (tag -> name). The dict
+    returned is read, never changed: an empty tag buffer returns the one shared ``NO_TAGS``."""
     count = uvarint_here(r)
     if count is None:
         count = yield from uvarint(r)
-    if count == 0:  # the common case: an empty tag buffer
-        return found
+    if count == 0:  # the common case: an empty tag buffer (a dozen in a Fetch: no dict made for each)
+        return NO_TAGS
+    found: dict[str, tuple[int, bytes]] = {}
     for _ in range(count):
         tag = yield from uvarint(r)
         size = yield from uvarint(r)
@@ -480,8 +503,16 @@ class Feeder:
 ENDED_EARLY: Final = "frame ended before the message did"
 
 
+# A whole message up to this size is read from a copy of its bytes in the compiled build: librt's
+# readers take a field of a ``bytes`` in a few instructions, where a struct unpack from a
+# memoryview costs ~1 100 (a Fetch request's dozen fields: more than the copy).
+COPY_TO_READ_BYTES: Final = 16 << 10
+
+
 def run_direct(direct: Callable[[Buf], Any], whole: Buf) -> tuple[Any, str | None]:
     """A direct twin over a whole message: (result, None), or (None, why it failed)."""
+    if NATIVE and not isinstance(whole, bytes) and len(whole) <= COPY_TO_READ_BYTES:
+        whole = bytes(whole)
     try:
         return direct(whole), None
     except DecodeError as exc:

@@ -12,12 +12,15 @@ import uuid as _uuid
 from collections.abc import Callable
 from typing import Any
 
+from librt.strings import read_i16_be, read_i32_be, read_i64_be
+
 from .errors import DecodeError
-from .primitives import I8, I16, I32, I64
+from .primitives import I8, I16, I32, I64, NATIVE
 from .stream import (
     BATCH_HEADER_BYTES,
     CONTROL_BATCH,
     MAX_ARRAY,
+    NO_TAGS,
     TIMESTAMP_TYPE_LOG_APPEND,
     WALK,
     WALK_WHOLE,
@@ -40,7 +43,11 @@ def i8_now(r: Reader) -> int:
         r.pos = p + 1
     else:
         p = need_now(r, 1)
-    v: int = I8.unpack_from(r.buf, p)[0]
+    buf = r.buf
+    if NATIVE and isinstance(buf, bytes):
+        b = buf[p]
+        return b - 256 if b >= 128 else b
+    v: int = I8.unpack_from(buf, p)[0]
     return v
 
 
@@ -50,7 +57,10 @@ def i16_now(r: Reader) -> int:
         r.pos = p + 2
     else:
         p = need_now(r, 2)
-    v: int = I16.unpack_from(r.buf, p)[0]
+    buf = r.buf
+    if NATIVE and isinstance(buf, bytes):
+        return read_i16_be(buf, p)
+    v: int = I16.unpack_from(buf, p)[0]
     return v
 
 
@@ -60,7 +70,10 @@ def i32_now(r: Reader) -> int:
         r.pos = p + 4
     else:
         p = need_now(r, 4)
-    v: int = I32.unpack_from(r.buf, p)[0]
+    buf = r.buf
+    if NATIVE and isinstance(buf, bytes):
+        return read_i32_be(buf, p)
+    v: int = I32.unpack_from(buf, p)[0]
     return v
 
 
@@ -70,7 +83,10 @@ def i64_now(r: Reader) -> int:
         r.pos = p + 8
     else:
         p = need_now(r, 8)
-    v: int = I64.unpack_from(r.buf, p)[0]
+    buf = r.buf
+    if NATIVE and isinstance(buf, bytes):
+        return read_i64_be(buf, p)
+    v: int = I64.unpack_from(buf, p)[0]
     return v
 
 
@@ -117,13 +133,14 @@ def topic_now(r: Reader, flexible: bool, by_id: bool) -> tuple[str | None, _uuid
 
 
 def tags_now(r: Reader, wanted: dict[int, str] | None = None) -> dict[str, tuple[int, bytes]]:
-    """Skip a tag buffer; return the raw bytes of the ``wanted`` tags (tag -> name)."""
-    found: dict[str, tuple[int, bytes]] = {}
+    """Skip a tag buffer; return the raw bytes of the ``wanted`` tags (tag -> name). The dict
+    returned is read, never changed: an empty tag buffer returns the one shared ``NO_TAGS``."""
     count = uvarint_here(r)
     if count is None:
         count = uvarint_now(r)
-    if count == 0:  # the common case: an empty tag buffer
-        return found
+    if count == 0:  # the common case: an empty tag buffer (a dozen in a Fetch: no dict made for each)
+        return NO_TAGS
+    found: dict[str, tuple[int, bytes]] = {}
     for _ in range(count):
         tag = uvarint_now(r)
         size = uvarint_now(r)
