@@ -16,7 +16,7 @@ DEB_PACKAGES := kcat haproxy prometheus chromium tcpdump tshark
 TOOLS := javac:openjdk-17-jdk-headless mvn:maven node:nodejs npm:npm cargo:cargo
 
 .PHONY: debs test test-long test-pure demo lint typecheck unit integration deps clean bench-observe bench-analyze load soak fuzz bench-proxy \
-	bench-memory bench-codec bench-walk bench-spike bench-gil profile-proxy bench-core bench-rate bench-accuracy profile-api bench-pcap bench-scale bench-prune bench-incremental
+	bench-memory bench-instr bench-codec bench-walk bench-spike bench-gil profile-proxy bench-core bench-rate bench-accuracy profile-api bench-pcap bench-scale bench-prune bench-incremental
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -132,6 +132,11 @@ bench-spike: deps
 
 bench-gil: deps
 	$(BIN)/python bench/scrape_gil.py
+
+# instructions per small round trip under valgrind's callgrind (Debian's valgrind, installed when missing)
+bench-instr: deps
+	command -v valgrind >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null)
+	$(BIN)/python bench/instr_round_trips.py
 
 bench-core: deps
 	$(BIN)/python bench/core_cost.py

@@ -505,6 +505,8 @@ async def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     if args.tracemalloc:  # the sidecars (started from here on) inherit it; this process is not traced
         os.environ["PYTHONTRACEMALLOC"] = str(args.tracemalloc)
+    if args.pure:  # the sidecars run their sources: tracemalloc then sees the hot path's own lines
+        os.environ["FETCHLAT_PURE_PYTHON"] = "1"
     home = Path(tempfile.mkdtemp(prefix="fetchlat-soak-kafka-"))
     traces = home / "traces"
     trace_args = ["--trace-dir", str(traces)]
@@ -640,6 +642,7 @@ async def run(args: argparse.Namespace) -> int:
     summary = {
         "hours": round((samples[-1]["t_s"] if samples else 0) / 3600, 2), "samples": len(samples),
         "sidecar_nice": args.sidecar_nice, "rate": args.rate, "tracemalloc_frames": args.tracemalloc,
+        "pure_python": args.pure,
         "faults": faults, "acked": len(led.acked), "committed": len(led.committed),
         "failed_deliveries": len(led.failed), "first_failed": led.failed[:5],
         "acked_lost": len(led.acked - in_log), "committed_lost": len(led.committed - in_log),
@@ -683,6 +686,9 @@ def main() -> int:
                     help="run the sidecars with PYTHONTRACEMALLOC=FRAMES: each census then names the source lines "
                          "whose live allocations grew since the first (slower sidecars: for finding a leak, "
                          "not for the lag and CPU figures)")
+    ap.add_argument("--pure", action="store_true",
+                    help="run the sidecars' pure-Python build (FETCHLAT_PURE_PYTHON=1): with --tracemalloc, the "
+                         "compiled hot path's allocations are charged to its own lines, not to the event loop's")
     return asyncio.run(run(ap.parse_args()))
 
 
