@@ -31,20 +31,25 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parents[1]
 
 
-def _totals(out: Path) -> int:
-    """The instructions (Ir) a callgrind dump counted."""
+def _totals(out: Path) -> dict[str, int]:
+    """The events a callgrind dump counted: instructions (Ir), and with ``--cache-sim`` the
+    simulated cache misses (I1mr, D1mr, D1mw: first level; ILmr, DLmr, DLmw: last level)."""
+    events: list[str] = []
     for line in out.read_text().splitlines():
+        if line.startswith("events:"):
+            events = line.split()[1:]
         if line.startswith("totals:") or line.startswith("summary:"):
-            return int(line.split()[1])
+            return dict(zip(events, (int(v) for v in line.split()[1:]), strict=False))
     raise ValueError(f"no totals in {out}")
 
 
-def one_run(n: int, top: int, profile: str) -> dict[str, object]:
+def one_run(n: int, top: int, profile: str, cache_sim: bool) -> dict[str, object]:
     """In this checkout: a proxy under callgrind, a dump per request type."""
     sys.path.insert(0, str(HERE))
     work = Path(tempfile.mkdtemp(prefix="instr-"))
     prefix = work / "callgrind.out"
     os.environ["FETCHLAT_BENCH_WRAP"] = (f"valgrind --tool=callgrind --instr-atstart=no --quiet "
+                                         f"--cache-sim={'yes' if cache_sim else 'no'} "
                                          f"--callgrind-out-file={prefix}.%p")
     from bench.bench_proxy import create_topics, round_trips, target
 
@@ -68,7 +73,10 @@ def one_run(n: int, top: int, profile: str) -> dict[str, object]:
     names = ["ApiVersions", "Metadata", "Fetch(max_wait 0)", "Produce(1 record)"]
     res: dict[str, object] = {}
     for name, dump in zip(names, dumps, strict=False):
-        res[name] = round(_totals(dump) / n)
+        got = _totals(dump)
+        res[name] = round(got["Ir"] / n)
+        if cache_sim:
+            res[name + " misses"] = {k: round(v / n) for k, v in got.items() if k != "Ir"}
     chosen = [d for name, d in zip(names, dumps, strict=False) if name.startswith(profile)]
     if chosen:
         ann = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", str(chosen[0])],
@@ -91,22 +99,27 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--profile", default="ApiVersions", help="the request type whose functions are listed "
                     "(ApiVersions, Metadata, Fetch, Produce)")
+    ap.add_argument("--cache-sim", action="store_true",
+                    help="also simulate the caches: first- and last-level misses per round trip")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.one:
-        print(json.dumps(one_run(a.round_trips, a.top, a.profile)))
+        print(json.dumps(one_run(a.round_trips, a.top, a.profile, a.cache_sim)))
         return
     for root in [HERE, *([Path(a.other)] if a.other else [])]:
         r = subprocess.run([str(root / ".venv" / "bin" / "python"), str(HERE / "bench" / "instr_round_trips.py"),
                             "--one", "--round-trips", str(a.round_trips), "--top", str(a.top),
-                            "--profile", a.profile], cwd=root,
+                            "--profile", a.profile, *(["--cache-sim"] if a.cache_sim else [])], cwd=root,
                            capture_output=True, text=True, timeout=3600)
         if r.returncode != 0:
             print(f"{root}: failed: {r.stderr[-1500:]}")
             continue
         res = json.loads(r.stdout.strip().splitlines()[-1])
         tops = res.pop("top_inclusive", [])
+        misses = {k: res.pop(k) for k in [k for k in res if k.endswith(" misses")]}
         print(f"{root}: instructions per round trip: " + ", ".join(f"{k} {v:,}" for k, v in res.items()), flush=True)
+        for k, v in misses.items():
+            print(f"    {k} per round trip: " + ", ".join(f"{e} {c:,}" for e, c in v.items()), flush=True)
         for line in tops:
             print("   ", line)
 
