@@ -32,7 +32,8 @@ def test_demo_runs_and_reports_fetch_and_produce() -> None:
     # fed consumers: every fetch is accounted, waits never exceed max_wait + overshoot, p99 >= p50
     for client, max_wait in (("fed-wait-500ms", 500), ("fed-wait-100ms", 100), ("fed-wait-20ms", 20)):
         fetches, total, total99, wait, local, local99 = cells(client)
-        assert fetches >= 3 and wait <= max_wait + overshoot_ms and local <= total and total <= total99
+        # total is shown to 0.01 ms, local to 0.001 ms: local <= total holds to the total's rounding
+        assert fetches >= 3 and wait <= max_wait + overshoot_ms and local <= total + 0.005 and total <= total99
         assert local <= local99
     # the live view read the traces while the demo ran (the proxy closes them every 2 s)
     assert sum(1 for line in r.stdout.splitlines() if "s left]" in line and "true local p50" in line) >= 2
