@@ -3,11 +3,14 @@ the knowledge the model builds from produce and fetch traffic."""
 
 from __future__ import annotations
 
+import tracemalloc
+
 import pytest
 from fetchlat.metrics.model import (
     EXPIRED,
     IMMEDIATE,
     INFERRED,
+    MAX_APPENDS_PER_PARTITION,
     REPORTED,
     ROUND_TRIPS_KEPT,
     ROUND_TRIPS_TO_TRUST,
@@ -307,6 +310,33 @@ def test_follower_fetch_confirms_appends_as_replication_latency() -> None:
     assert [r.latency_ns for r in rep] == [25 * MS]
     _, rep = m.on_fetch(fetch_ev(T0 + 50 * MS, T0 + 51 * MS, T0 + 51 * MS, offset=10, replica=3))
     assert rep == []  # a follower's first fetch: what it confirmed before we looked is not counted
+
+
+def test_a_partitions_appends_are_bounded_and_take_eight_bytes_a_column() -> None:
+    """The appends a sidecar keeps of a partition it leads: a bounded window, stored as int64
+    columns (the soak's RSS grew by ~0.45 MB a partition while they were lists of ints)."""
+    m = LatencyModel(wall_minus_mono_ns=0)
+    n = 3 * MAX_APPENDS_PER_PARTITION
+    m.on_produce(produce_ev(T0, T0 + MS, base=0, n=1))  # the partition exists before we count
+    tracemalloc.start()
+    try:
+        before, _ = tracemalloc.get_traced_memory()
+        for i in range(1, n):  # timestamps far above the small-int cache, as monotonic ns are
+            m.on_produce(produce_ev(T0 + i * MS, T0 + i * MS + 500_000, base=i, n=1))
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    # three int64 columns at the bound, with the growth a column keeps, and no int objects
+    assert held < 3 * 8 * MAX_APPENDS_PER_PARTITION * 1.5, held
+    # the window still dates data: the newest appends are there, the oldest went
+    sent = T0 + (n - 2) * MS - 100_000  # just before the last append began
+    s, _ = m.on_fetch(fetch_ev(sent, T0 + n * MS, T0 + n * MS, offset=n - 2, records=1, hw=n - 1))
+    assert s.basis == "produce_seen"
+    m.on_fetch(fetch_ev(T0 + n * MS, T0 + (n + 1) * MS, T0 + (n + 1) * MS, offset=1, replica=2, max_wait=500))
+    _, rep = m.on_fetch(fetch_ev(T0 + (n + 2) * MS, T0 + (n + 3) * MS, T0 + (n + 3) * MS, offset=n, replica=2))
+    # a follower confirming everything gets a sample for each append still held, the oldest trimmed
+    assert MAX_APPENDS_PER_PARTITION * 3 // 4 <= len(rep) <= MAX_APPENDS_PER_PARTITION, len(rep)
+    assert rep[-1].latency_ns == 3 * MS  # the last append (end n) began at T0 + (n - 1) ms
 
 
 def test_throttled_and_error_fetches() -> None:
