@@ -33,6 +33,12 @@ EXPIRY_SLACK_NS: Final = 2 * NS_PER_MS
 # maxWaitMs of expired fetches p10/p50/p90 0.48/1.29/1.67 ms. Configurable (expiry_overshoot_ms).
 DEFAULT_EXPIRY_OVERSHOOT_NS: Final = 1 * NS_PER_MS
 MAX_APPENDS_PER_PARTITION: Final = 4096
+# A partition's appends are let go once older than this and held by every follower seen fetching
+# it: a fetch in flight is dated by an append after its request (max wait is seconds), and a
+# follower's replication latency by the appends it had not confirmed, which stay (up to the bound
+# above) for as long as it lags. Without it a busy partition kept its last 4 096 for good.
+APPEND_HORIZON_NS: Final = 60 * 1_000_000_000
+TRIM_EVERY: Final = 64  # appends between two looks at what can go
 MAX_PENDING_PER_PARTITION: Final = 64  # produces in flight to one partition (5 per producer by default)
 # A consumer fetch a follower serves (KIP-392) sees data once the follower's high watermark
 # moves, which only the leader's side of replication shows; its sidecar dates that from the
@@ -284,9 +290,31 @@ class _Partition:
     append_ends: array[int] = field(default_factory=_int64s)  # end offsets of appends seen, ascending
     append_times: array[int] = field(default_factory=_int64s)  # the produce forwarded (the append begins)
     append_acks: array[int] = field(default_factory=_int64s)  # its response's first byte (appended), or -1
+    floor_end: int = -1  # the end of the latest append let go (``_trim``): data below it was there by
+    floor_t_ns: int = 0  # this time (its forwarding)
     pending: list[int] = field(default_factory=list)  # produces with records sent, not yet answered: when
     pending_records: list[int] = field(default_factory=list)  # and how many records each carries
     confirmed: dict[int, int] = field(default_factory=dict)  # follower -> offset it has
+
+
+def _trim(p: _Partition, t_ns: int) -> None:
+    """Let go of ``p``'s appends older than ``APPEND_HORIZON_NS`` that every follower seen has
+    confirmed, and of the oldest beyond ``MAX_APPENDS_PER_PARTITION`` (a quarter of it at once).
+    The forwarding times ascend but for produces racing on two connections: a cut by time is
+    right to within those."""
+    ends = p.append_ends
+    cut = bisect.bisect_left(p.append_times, t_ns - APPEND_HORIZON_NS)
+    if p.confirmed and cut:
+        cut = min(cut, bisect.bisect_right(ends, min(p.confirmed.values())))
+    over = len(ends) - MAX_APPENDS_PER_PARTITION
+    if over > 0:
+        cut = max(cut, over - 1 + MAX_APPENDS_PER_PARTITION // 4)
+    if cut <= 0:
+        return
+    p.floor_end, p.floor_t_ns = ends[cut - 1], p.append_times[cut - 1]
+    del ends[:cut]
+    del p.append_times[:cut]
+    del p.append_acks[:cut]
 
 
 class RoundTrips:
@@ -465,10 +493,9 @@ class LatencyModel:
         p.append_ends.append(end_offset)
         p.append_times.append(t_ns)
         p.append_acks.append(ack_ns)
-        if len(p.append_ends) > MAX_APPENDS_PER_PARTITION:
-            del p.append_ends[: MAX_APPENDS_PER_PARTITION // 4]
-            del p.append_times[: MAX_APPENDS_PER_PARTITION // 4]
-            del p.append_acks[: MAX_APPENDS_PER_PARTITION // 4]
+        n = len(p.append_ends)
+        if n > MAX_APPENDS_PER_PARTITION or (n % TRIM_EVERY == 0 and p.append_times[0] < t_ns - APPEND_HORIZON_NS):
+            _trim(p, t_ns)
         if end_offset > p.log_end:
             p.log_end, p.log_end_t_ns = end_offset, t_ns
 
@@ -586,6 +613,8 @@ class LatencyModel:
         parked fetches as the high watermark moves, racing the produce's own answer; a share
         fetch alike): it is dated the same way, by the produce forwarded, not by the records'
         CreateTime (the producer's clock, taken before its batch was even sent)."""
+        if fetch_offset < st.floor_end:  # the append that holds it was let go: it was there by then
+            return st.floor_t_ns, "produce_seen"
         i = bisect.bisect_right(st.append_ends, fetch_offset)
         if i < len(st.append_ends):
             ack = st.append_acks[i]

@@ -7,6 +7,7 @@ import tracemalloc
 
 import pytest
 from fetchlat.metrics.model import (
+    APPEND_HORIZON_NS,
     EXPIRED,
     IMMEDIATE,
     INFERRED,
@@ -14,6 +15,7 @@ from fetchlat.metrics.model import (
     REPORTED,
     ROUND_TRIPS_KEPT,
     ROUND_TRIPS_TO_TRUST,
+    TRIM_EVERY,
     UNKNOWN,
     WOKEN,
     LatencyModel,
@@ -337,6 +339,65 @@ def test_a_partitions_appends_are_bounded_and_take_eight_bytes_a_column() -> Non
     # a follower confirming everything gets a sample for each append still held, the oldest trimmed
     assert MAX_APPENDS_PER_PARTITION * 3 // 4 <= len(rep) <= MAX_APPENDS_PER_PARTITION, len(rep)
     assert rep[-1].latency_ns == 3 * MS  # the last append (end n) began at T0 + (n - 1) ms
+
+
+SECOND = 1000 * MS
+
+
+def _held_appends(m: LatencyModel) -> int:
+    return len(m._part("t", 0).append_ends)
+
+
+def test_appends_go_after_the_horizon_once_every_follower_holds_them() -> None:
+    """A partition written 10 times a second for 5 minutes, its follower confirming each append:
+    what is held is the last minute's, not the last 4 096 appends."""
+    m = LatencyModel(wall_minus_mono_ns=0)
+    m.on_fetch(fetch_ev(T0, T0 + MS, T0 + MS, offset=0, replica=2, max_wait=500))
+    samples = []
+    for i in range(3000):
+        t = T0 + i * 100 * MS
+        m.on_produce(produce_ev(t, t + 2 * MS, base=i, n=1))
+        samples += m.on_fetch(fetch_ev(t + 5 * MS, t + 6 * MS, t + 6 * MS, offset=i + 1, replica=2))[1]
+    assert len(samples) == 3000 and {r.latency_ns for r in samples} == {5 * MS}  # every append, once
+    per_horizon = APPEND_HORIZON_NS // (100 * MS)
+    assert per_horizon <= _held_appends(m) <= per_horizon + TRIM_EVERY + 1
+
+
+def test_data_in_appends_let_go_was_there_before_a_fetch_in_flight() -> None:
+    """A consumer far behind fetches just as the first append after a long lull comes: the
+    append lets the old ones go (and moves the known log end past the request), yet the data
+    the fetch gets was there long before it: immediate, not woken by that append."""
+    m = LatencyModel(wall_minus_mono_ns=0)
+    for i in range(2 * TRIM_EVERY - 1):
+        m.on_produce(produce_ev(T0 + i * 100 * MS, T0 + i * 100 * MS + 2 * MS, base=i, n=1))
+    r = T0 + 100 * SECOND
+    m.on_produce(produce_ev(r + MS, r + 3 * MS, base=2 * TRIM_EVERY - 1, n=1))
+    assert _held_appends(m) == 1  # the lull's appends went
+    s, _ = m.on_fetch(fetch_ev(r, r + 4 * MS, r + 4 * MS, offset=10, records=1, hw=2 * TRIM_EVERY))
+    assert s.outcome == IMMEDIATE, (s.outcome, s.basis)
+
+
+def test_a_lagging_follower_keeps_its_unconfirmed_appends_and_is_sampled_when_it_catches_up() -> None:
+    """Follower 3 stops fetching for 2 minutes (a restart) while follower 2 keeps up: the appends
+    3 has not confirmed stay past the horizon, and its catching-up fetch samples each of them."""
+    m = LatencyModel(wall_minus_mono_ns=0)
+    for f in (2, 3):
+        m.on_fetch(fetch_ev(T0, T0 + MS, T0 + MS, offset=0, replica=f, max_wait=500))
+    n = 1200  # 2 minutes at 10 a second
+    for i in range(n):
+        t = T0 + i * 100 * MS
+        m.on_produce(produce_ev(t, t + 2 * MS, base=i, n=1))
+        m.on_fetch(fetch_ev(t + 5 * MS, t + 6 * MS, t + 6 * MS, offset=i + 1, replica=2))
+    assert _held_appends(m) >= n - 1
+    t = T0 + n * 100 * MS
+    _, rep = m.on_fetch(fetch_ev(t, t + MS, t + MS, offset=n, replica=3))
+    assert len(rep) == n and max(r.latency_ns for r in rep) == n * 100 * MS
+    for i in range(n, n + 2 * TRIM_EVERY):  # both hold everything now: the old appends go
+        t = T0 + i * 100 * MS
+        m.on_produce(produce_ev(t, t + 2 * MS, base=i, n=1))
+        for f in (2, 3):
+            m.on_fetch(fetch_ev(t + 5 * MS, t + 6 * MS, t + 6 * MS, offset=i + 1, replica=f))
+    assert _held_appends(m) <= APPEND_HORIZON_NS // (100 * MS) + TRIM_EVERY + 1
 
 
 def test_throttled_and_error_fetches() -> None:
