@@ -112,6 +112,7 @@ def target(kind: str, work: Path, broker: str = "tansu") -> Iterator[tuple[int, 
 def _front(kind: str, work: Path, base: int, front: int, broker_port: int, sidecar: bool, log: Any,
            procs: list[subprocess.Popen[bytes]]) -> Iterator[None]:
     """Starts ``kind`` on ``front`` in front of the broker (nothing for direct), stopped on exit."""
+    wrap = os.environ.get("FETCHLAT_BENCH_WRAP", "").split()  # e.g. valgrind (bench/instr_round_trips.py)
     try:
         if kind == "direct":
             yield
@@ -122,16 +123,16 @@ def _front(kind: str, work: Path, base: int, front: int, broker_port: int, sidec
                            "  timeout client 5m\n  timeout server 5m\n"
                            f"frontend f\n  bind 127.0.0.1:{front}\n  default_backend b\n"
                            f"backend b\n  server s 127.0.0.1:{broker_port}\n")
-            procs.append(subprocess.Popen(["haproxy", "-f", str(cfg), "-db"], stdout=log, stderr=subprocess.STDOUT))
+            procs.append(subprocess.Popen([*wrap, "haproxy", "-f", str(cfg), "-db"], stdout=log,
+                                          stderr=subprocess.STDOUT))
         elif kind == "relay":
-            procs.append(subprocess.Popen([sys.executable, str(Path(__file__).with_name("relay.py")), "--listen",
+            procs.append(subprocess.Popen([*wrap, sys.executable, str(Path(__file__).with_name("relay.py")), "--listen",
                                            f"127.0.0.1:{front}", "--upstream", f"127.0.0.1:{broker_port}"],
                                           stdout=log, stderr=subprocess.STDOUT))
         else:
             env = {**os.environ, "FETCHLAT_PURE_PYTHON": "1" if kind == "fetchlat-py" else "",
                    **({"FETCHLAT_NATIVE": "0"} if kind == NO_CORE else {})}
             traces = ["--trace-dir", str(work / f"traces-{base}")] if kind == TRACED else []
-            wrap = os.environ.get("FETCHLAT_BENCH_WRAP", "").split()  # e.g. valgrind (bench/instr_round_trips.py)
             procs.append(subprocess.Popen(
                 [*wrap, sys.executable, "-m", "fetchlat.app", "proxy", "--upstream", f"127.0.0.1:{broker_port}",
                  "--listen", f"127.0.0.1:{front}", "--metrics-listen", f"127.0.0.1:{base + 1002}",

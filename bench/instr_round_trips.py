@@ -6,6 +6,10 @@ Produce of one record, one at a time); everything else (start-up, calibration, t
 left out.
 
     python bench/instr_round_trips.py [--round-trips 300] [--other CHECKOUT] [--top 25]
+    python bench/instr_round_trips.py --paths fetchlat,fetchlat+traces,relay,haproxy --cache-sim
+
+``--paths`` counts other paths in front of the same kind of broker, each under callgrind the same
+way: fetchlat with traces on, the zero-decode Python relay (``bench/relay.py``), haproxy.
 
 Prints, per request type and build, the proxy's instructions per round trip (user space: the
 interpreter, the compiled modules, uvloop, libc; a system call counts as the instructions that
@@ -43,8 +47,9 @@ def _totals(out: Path) -> dict[str, int]:
     raise ValueError(f"no totals in {out}")
 
 
-def one_run(n: int, top: int, profile: str, cache_sim: bool) -> dict[str, object]:
-    """In this checkout: a proxy under callgrind, a dump per request type."""
+def one_run(n: int, top: int, profile: str, cache_sim: bool, kind: str = "fetchlat") -> dict[str, object]:
+    """In this checkout: a proxy (``kind``, a ``bench_proxy`` path) under callgrind, a dump per
+    request type."""
     sys.path.insert(0, str(HERE))
     work = Path(tempfile.mkdtemp(prefix="instr-"))
     prefix = work / "callgrind.out"
@@ -53,7 +58,7 @@ def one_run(n: int, top: int, profile: str, cache_sim: bool) -> dict[str, object
                                          f"--callgrind-out-file={prefix}.%p")
     from bench.bench_proxy import create_topics, round_trips, target
 
-    with target("fetchlat", work) as (port, pid, broker_port):
+    with target(kind, work) as (port, pid, broker_port):
         assert pid is not None
         topic = f"instr-{uuid.uuid4().hex[:6]}"
         create_topics(f"127.0.0.1:{broker_port}", topic, topic + "-idle")
@@ -101,27 +106,39 @@ def main() -> None:
                     "(ApiVersions, Metadata, Fetch, Produce)")
     ap.add_argument("--cache-sim", action="store_true",
                     help="also simulate the caches: first- and last-level misses per round trip")
+    ap.add_argument("--paths", default="fetchlat",
+                    help="comma-separated bench_proxy paths: fetchlat, fetchlat+traces, relay, haproxy "
+                         "(--other counts its fetchlat paths only)")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    paths = [p.strip() for p in a.paths.split(",") if p.strip()]
     if a.one:
-        print(json.dumps(one_run(a.round_trips, a.top, a.profile, a.cache_sim)))
+        print(json.dumps(one_run(a.round_trips, a.top, a.profile, a.cache_sim, paths[0])))
         return
     for root in [HERE, *([Path(a.other)] if a.other else [])]:
-        r = subprocess.run([str(root / ".venv" / "bin" / "python"), str(HERE / "bench" / "instr_round_trips.py"),
-                            "--one", "--round-trips", str(a.round_trips), "--top", str(a.top),
-                            "--profile", a.profile, *(["--cache-sim"] if a.cache_sim else [])], cwd=root,
-                           capture_output=True, text=True, timeout=3600)
-        if r.returncode != 0:
-            print(f"{root}: failed: {r.stderr[-1500:]}")
-            continue
-        res = json.loads(r.stdout.strip().splitlines()[-1])
-        tops = res.pop("top_inclusive", [])
-        misses = {k: res.pop(k) for k in [k for k in res if k.endswith(" misses")]}
-        print(f"{root}: instructions per round trip: " + ", ".join(f"{k} {v:,}" for k, v in res.items()), flush=True)
-        for k, v in misses.items():
-            print(f"    {k} per round trip: " + ", ".join(f"{e} {c:,}" for e, c in v.items()), flush=True)
-        for line in tops:
-            print("   ", line)
+        for kind in paths:
+            if root != HERE and not kind.startswith("fetchlat"):
+                continue
+            _count(root, kind, a)
+
+
+def _count(root: Path, kind: str, a: argparse.Namespace) -> None:
+    r = subprocess.run([str(root / ".venv" / "bin" / "python"), str(HERE / "bench" / "instr_round_trips.py"),
+                        "--one", "--round-trips", str(a.round_trips), "--top", str(a.top), "--paths", kind,
+                        "--profile", a.profile, *(["--cache-sim"] if a.cache_sim else [])], cwd=root,
+                       capture_output=True, text=True, timeout=3600)
+    if r.returncode != 0:
+        print(f"{root} {kind}: failed: {r.stderr[-1500:]}")
+        return
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    tops = res.pop("top_inclusive", [])
+    misses = {k: res.pop(k) for k in [k for k in res if k.endswith(" misses")]}
+    print(f"{root} {kind}: instructions per round trip: " + ", ".join(f"{k} {v:,}" for k, v in res.items()),
+          flush=True)
+    for k, v in misses.items():
+        print(f"    {k} per round trip: " + ", ".join(f"{e} {c:,}" for e, c in v.items()), flush=True)
+    for line in tops:
+        print("   ", line)
 
 
 if __name__ == "__main__":
