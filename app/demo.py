@@ -262,6 +262,21 @@ def _analyze(console: Any, trace_dir: str, out: str) -> str | None:
     return stdout.strip().splitlines()[-1]
 
 
+OVERSHOOT_METRIC = "fetchlat_broker_expiry_overshoot_seconds"
+
+
+def expiry_overshoots_ms(metrics_urls: tuple[str, ...]) -> list[float]:
+    """What each sidecar's model adds to max wait for an expired fetch (learned by its probes of
+    its broker, ``proxy/calibration.py``), in ms; a sidecar that does not answer is left out."""
+    out = []
+    for url in metrics_urls:
+        with contextlib.suppress(OSError):
+            text = urllib.request.urlopen(url, timeout=5).read().decode()
+            out += [float(line.split()[-1]) * 1e3 for line in text.splitlines()
+                    if line.startswith(OVERSHOOT_METRIC + " ")]
+    return out
+
+
 def run_demo(args: argparse.Namespace) -> int:
     from rich.console import Console, Group
     from rich.live import Live
@@ -302,11 +317,15 @@ def run_demo(args: argparse.Namespace) -> int:
         stop.set()
         for t in threads:
             t.join(15)
+        overshoots = expiry_overshoots_ms(stack.metrics_urls)
     tail.new_rows()  # the files the proxy closed on its way out
     summary = stats(tail.rows)
     console.print(_table(summary, "whole run, from the traces: fetch latency per client, ms (p50 and p99)"))
     if tail.replication:
         console.print(_replication_table(tail.replication))
+    if overshoots:  # an expired fetch's wait is its max wait plus this
+        console.print("expiry overshoot each sidecar learned of its broker (ms past max wait): "
+                      + " ".join(f"{ms:.2f}" for ms in overshoots))
     report = None if args.no_report else _analyze(console, traces, os.path.join(workdir, "report"))
     console.print(
         "Naive total is what broker and client metrics show. On the idle topic it is the long poll parked in "
