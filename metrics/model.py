@@ -297,11 +297,11 @@ class _Partition:
     confirmed: dict[int, int] = field(default_factory=dict)  # follower -> offset it has
 
 
-def _trim(p: _Partition, t_ns: int) -> None:
+def _trim(p: _Partition, t_ns: int) -> int:
     """Let go of ``p``'s appends older than ``APPEND_HORIZON_NS`` that every follower seen has
     confirmed, and of the oldest beyond ``MAX_APPENDS_PER_PARTITION`` (a quarter of it at once).
     The forwarding times ascend but for produces racing on two connections: a cut by time is
-    right to within those."""
+    right to within those. Returns how many went."""
     ends = p.append_ends
     cut = bisect.bisect_left(p.append_times, t_ns - APPEND_HORIZON_NS)
     if p.confirmed and cut:
@@ -310,11 +310,12 @@ def _trim(p: _Partition, t_ns: int) -> None:
     if over > 0:
         cut = max(cut, over - 1 + MAX_APPENDS_PER_PARTITION // 4)
     if cut <= 0:
-        return
+        return 0
     p.floor_end, p.floor_t_ns = ends[cut - 1], p.append_times[cut - 1]
     del ends[:cut]
     del p.append_times[:cut]
     del p.append_acks[:cut]
+    return cut
 
 
 class RoundTrips:
@@ -364,6 +365,7 @@ class LatencyModel:
         self.beside_broker = beside_broker
         self.cluster = ClusterView()  # topic names by id, partition leaders
         self._parts: OrderedDict[tuple[str, int], _Partition] = OrderedDict()
+        self.appends_held = 0  # appends every partition keeps (fetchlat_held_entries{structure="appends"})
         self.first_byte_ns = DEFAULT_FIRST_BYTE_NS  # an immediate answer's first byte, smoothed
         self.round_trips = RoundTrips()  # to the brokers, for a proxy away from them
 
@@ -373,7 +375,7 @@ class LatencyModel:
         p = self._parts.get(key)
         if p is None:
             if len(self._parts) >= MAX_PARTITIONS:
-                self._parts.popitem(last=False)
+                self.appends_held -= len(self._parts.popitem(last=False)[1].append_ends)
             p = self._parts[key] = _Partition()
         return p
 
@@ -387,7 +389,7 @@ class LatencyModel:
         names = {name for name, _ in topics} | {t for t, _, _ in leaders}
         gone = [key for key in self._parts if key[0] not in names]
         for key in gone:
-            del self._parts[key]
+            self.appends_held -= len(self._parts.pop(key).append_ends)
         return len(gone)
 
     @property
@@ -494,8 +496,9 @@ class LatencyModel:
         p.append_times.append(t_ns)
         p.append_acks.append(ack_ns)
         n = len(p.append_ends)
+        self.appends_held += 1
         if n > MAX_APPENDS_PER_PARTITION or (n % TRIM_EVERY == 0 and p.append_times[0] < t_ns - APPEND_HORIZON_NS):
-            _trim(p, t_ns)
+            self.appends_held -= _trim(p, t_ns)
         if end_offset > p.log_end:
             p.log_end, p.log_end_t_ns = end_offset, t_ns
 

@@ -282,6 +282,7 @@ class Proxy:
         ``len`` is one read of a size the loop keeps)."""
         model = self.observer.model
         return {"connections": len(self.sessions), "partitions": model.partitions_held,
+                "appends": model.appends_held,
                 "topics": len(model.cluster.topic_names), "leaders": len(model.cluster.leaders),
                 "brokers": len(self.registry.nodes)}  # fetch sessions: fetchlat_fetch_sessions_mirrored
 

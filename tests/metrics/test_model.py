@@ -361,6 +361,9 @@ def test_appends_go_after_the_horizon_once_every_follower_holds_them() -> None:
     assert len(samples) == 3000 and {r.latency_ns for r in samples} == {5 * MS}  # every append, once
     per_horizon = APPEND_HORIZON_NS // (100 * MS)
     assert per_horizon <= _held_appends(m) <= per_horizon + TRIM_EVERY + 1
+    assert m.appends_held == _held_appends(m)  # what fetchlat_held_entries{structure="appends"} says
+    m.learn_every_topic((), ())  # the topic is gone: so are its appends
+    assert m.appends_held == 0
 
 
 def test_data_in_appends_let_go_was_there_before_a_fetch_in_flight() -> None:
@@ -398,6 +401,7 @@ def test_a_lagging_follower_keeps_its_unconfirmed_appends_and_is_sampled_when_it
         for f in (2, 3):
             m.on_fetch(fetch_ev(t + 5 * MS, t + 6 * MS, t + 6 * MS, offset=i + 1, replica=f))
     assert _held_appends(m) <= APPEND_HORIZON_NS // (100 * MS) + TRIM_EVERY + 1
+    assert m.appends_held == _held_appends(m)
 
 
 def test_throttled_and_error_fetches() -> None:
