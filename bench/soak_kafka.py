@@ -22,10 +22,11 @@ From the end of the warm-up, every ``--census-every-s`` (30 min) and once at the
 sidecar is asked for a heap census (SIGUSR1: it logs the objects it holds by type); the summary
 gives, per sidecar, the types that grew between its first and last census.
 
-Written to ``--out``: ``samples.jsonl`` (one line per 10 s: per sidecar RSS, open files,
-asyncio tasks, loop lag p99, CPU, trace rows written and dropped; records acknowledged and
-consumed; the fault under way), ``summary.json`` (heap censuses, RSS slope per sidecar after warm-up as a
-linear fit in MB per hour, fds and tasks after warm-up, loop lag p99 and rows dropped outside
+Written to ``--out``: ``samples.jsonl`` (one line per 10 s: per sidecar RSS, and by kind of
+mapping, open files, asyncio tasks, loop lag p99, CPU, trace rows written and dropped; records
+acknowledged and consumed; the fault under way), ``summary.json`` (heap censuses, RSS slope per
+sidecar after warm-up as a linear fit in MB per hour, and the same for its main heap, anonymous
+mappings and mapped files, fds and tasks after warm-up, loop lag p99 and rows dropped outside
 the faults, acknowledged records lost) and ``rss.svg`` (RSS over time, faults marked).
 The exit status is 0 only when the goals hold (docs/reliability.md).
 """
@@ -60,7 +61,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench.kafka_client import AsyncClient, fetch_request
 from bench.procs import cpu_s, quantile
-from testkit.procfs import open_fds, rss_mb
+from testkit.procfs import open_fds, rss_by_mapping_mb, rss_mb
 
 IDEM, TXN, SHARE = "soak-idem", "soak-txn", "soak-share"
 PAUSE_S = 35.0  # longer than librdkafka's request.timeout.ms (30 s)
@@ -309,6 +310,7 @@ class Watch:
         try:
             m = scrape(side.metrics())
             rss, fds, cpu = rss_mb(pid), open_fds(pid), cpu_s(pid)
+            mappings = rss_by_mapping_mb(pid)
         except (OSError, ValueError, RuntimeError) as exc:
             return {"sidecar": self.index, "pid": pid, "error": repr(exc)}
         if pid != self.pid:  # a new process: its counters start at 0
@@ -323,7 +325,7 @@ class Watch:
                "lag_buckets": lag,
                "rows_written": int(self.written_before + m["written"]),
                "rows_dropped": int(self.dropped_before + m["dropped"]),
-               "held": m["held"], "gc_collections": m["gc"], "heap": m["heap"]}
+               "held": m["held"], "gc_collections": m["gc"], "heap": m["heap"], "rss_by_mapping_mb": mappings}
         self.prev, self.cpu, self.last = m, cpu, m
         return row
 
@@ -411,6 +413,10 @@ def summarise(samples: list[dict[str, Any]], faults: list[dict[str, Any]], warmu
                 [(t, r["heap"]["python_allocated_blocks"], r["pid"]) for t, r in warm if "heap" in r]),
             "arrow_mb_slope_per_h_after_warmup": slope_mb_per_h(
                 [(t, r["heap"]["arrow_allocated_bytes"] / 1e6, r["pid"]) for t, r in warm if "heap" in r]),
+            # which allocator's memory a rise is in: the main heap, anonymous mappings, mapped files
+            "rss_by_mapping_slope_mb_per_h_after_warmup": {
+                kind: slope_mb_per_h([(t, r["rss_by_mapping_mb"][kind], r["pid"]) for t, r in warm
+                                      if "rss_by_mapping_mb" in r]) for kind in ("heap", "anon", "file")},
             "fds_after_warmup": [min((r["fds"] for _, r in quiet), default=None),
                                  max((r["fds"] for _, r in quiet), default=None)],
             "tasks_after_warmup": [min((r["tasks"] for _, r in quiet), default=None),

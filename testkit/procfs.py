@@ -20,3 +20,21 @@ def rss_mb(pid: int) -> float:
 
 def open_fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def rss_by_mapping_mb(pid: int) -> dict[str, float]:
+    """Resident MB by kind of mapping (``/proc/PID/smaps``): ``heap`` (the main malloc heap),
+    ``anon`` (anonymous mappings: the interpreter's arenas, other malloc arenas, Arrow's pool, thread
+    stacks), ``file`` (libraries and other files mapped). Tells which allocator holds a rise that
+    no live object explains."""
+    out = {"heap": 0, "anon": 0, "file": 0}
+    kind = "anon"
+    with open(f"/proc/{pid}/smaps") as fh:
+        for line in fh:
+            first = line.split(maxsplit=6)
+            if "-" in first[0] and len(first) >= 5 and ":" in first[3]:  # a mapping's header line
+                name = first[5].strip() if len(first) > 5 else ""
+                kind = "heap" if name == "[heap]" else "file" if name.startswith("/") else "anon"
+            elif first[0] == "Rss:":
+                out[kind] += int(first[1])
+    return {k: round(v / 1024, 2) for k, v in out.items()}
