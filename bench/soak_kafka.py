@@ -294,6 +294,8 @@ def scrape(text: str) -> dict[str, Any]:
                 out["gc"][s.labels["generation"]] = int(s.value)
             elif s.name in ("fetchlat_python_allocated_blocks", "fetchlat_arrow_allocated_bytes"):
                 out["heap"][s.name.removeprefix("fetchlat_")] = int(s.value)  # whose an RSS rise is
+            elif s.name == "fetchlat_libc_heap_bytes":  # glibc's share: in use, free but kept
+                out["heap"][f"libc_{s.labels['state']}_bytes"] = int(s.value)
     return out
 
 
@@ -416,7 +418,11 @@ def summarise(samples: list[dict[str, Any]], faults: list[dict[str, Any]], warmu
             # which allocator's memory a rise is in: the main heap, anonymous mappings, mapped files
             "rss_by_mapping_slope_mb_per_h_after_warmup": {
                 kind: slope_mb_per_h([(t, r["rss_by_mapping_mb"][kind], r["pid"]) for t, r in warm
-                                      if "rss_by_mapping_mb" in r]) for kind in ("heap", "anon", "file")},
+                                      if "rss_by_mapping_mb" in r])
+                for kind in ("heap", "thread_arenas", "big_anon", "anon", "file")},
+            "libc_mb_slope_per_h_after_warmup": {
+                state: slope_mb_per_h([(t, r["heap"][f"libc_{state}_bytes"] / 1e6, r["pid"]) for t, r in warm
+                                       if f"libc_{state}_bytes" in r.get("heap", {})]) for state in ("in_use", "free")},
             "fds_after_warmup": [min((r["fds"] for _, r in quiet), default=None),
                                  max((r["fds"] for _, r in quiet), default=None)],
             "tasks_after_warmup": [min((r["tasks"] for _, r in quiet), default=None),

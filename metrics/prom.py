@@ -106,10 +106,11 @@ class ProxyMetrics:
             "The proxy's own time per response chunk: read from the broker -> handed to the client socket",
             buckets=LATENCY_BUCKETS, registry=r,
         )
+        self.heap_sizes = HeapSizes()  # whose memory an RSS rise is (proxy/memory.py sets .libc)
         if registry is None:  # process_cpu_seconds_total, process_resident_memory_bytes, open fds;
             ProcessCollector(registry=r)  # and python_gc_*: the collector's runs per generation
             GCCollector(registry=r)
-            r.register(HeapSizes())  # whose memory an RSS rise is (proxy/memory.py)
+            r.register(self.heap_sizes)
 
 
 class TraceRowCounters(Collector):
@@ -144,9 +145,13 @@ class HeldEntries(Collector):
 
 
 class HeapSizes(Collector):
-    """What the interpreter and Arrow hold, read at scrape time (either thread may read them:
-    each is one read of a counter its allocator keeps): RSS rising while both stay flat is an
-    allocator keeping pages, not something held (``proxy/memory.py``)."""
+    """What the interpreter, Arrow and glibc's allocator hold, read at scrape time (any thread may
+    read them: each allocator keeps its own count): RSS rising while all stay flat is an allocator
+    keeping pages, not something held (``proxy/memory.py``). ``libc()`` gives glibc's (in use,
+    free but kept) bytes, or None where the libc cannot say."""
+
+    def __init__(self, libc: Callable[[], tuple[int, int] | None] = lambda: None) -> None:
+        self.libc = libc
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         yield GaugeMetricFamily("fetchlat_python_allocated_blocks", "Memory blocks the interpreter holds (live "
@@ -156,6 +161,14 @@ class HeapSizes(Collector):
         held = arrow.default_memory_pool().bytes_allocated() if arrow is not None else 0
         yield GaugeMetricFamily("fetchlat_arrow_allocated_bytes", "Bytes Arrow's memory pool holds (the trace "
                                 "writer's tables)", value=held)
+        libc = self.libc()
+        if libc is not None:
+            family = GaugeMetricFamily("fetchlat_libc_heap_bytes", "Bytes glibc's allocator holds over all its "
+                                       "arenas: in use, and free but kept (not given back to the system)",
+                                       labels=["state"])
+            family.add_metric(["in_use"], libc[0])
+            family.add_metric(["free"], libc[1])
+            yield family
 
 
 class StampCounters(Collector):

@@ -24,8 +24,9 @@ afterwards a full collection walks only what the traffic made. ``python_gc_colle
 (``metrics/prom.py``) counts the collections per generation.
 
 When the resident size rises, ``HeapSizes`` (``metrics/prom.py``) says whose it is: ``fetchlat_python_allocated_blocks``
-(the interpreter's live memory blocks: objects, and buffers Python allocated) and
-``fetchlat_arrow_allocated_bytes`` (what Arrow's pool holds for the trace writer). RSS rising
+(the interpreter's live memory blocks: objects, and buffers Python allocated),
+``fetchlat_arrow_allocated_bytes`` (what Arrow's pool holds for the trace writer) and
+``fetchlat_libc_heap_bytes{state}`` (what glibc's allocator holds in use, and free but kept). RSS rising
 while both stay flat is an allocator keeping pages it was given back, not something held; a
 count that rises with it is something held, and ``fetchlat_held_entries`` says which structure.
 When none of those does, ``census`` (``kill -USR1`` a proxy: it logs one) counts the objects the
@@ -62,6 +63,35 @@ def _trim() -> Callable[[], int] | None:
 
 
 _TRIM = _trim()
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+def _mallinfo2() -> Callable[[], _MallInfo2] | None:
+    try:
+        fn = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallinfo2  # glibc >= 2.33
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = []
+    fn.restype = _MallInfo2
+    return fn
+
+
+_MALLINFO2 = _mallinfo2()
+
+
+def libc_heap_bytes() -> tuple[int, int] | None:
+    """What glibc's allocator holds over all its arenas (the main heap, the threads' arenas and its
+    large mmapped blocks): (bytes in use, bytes free but kept). Python's object arenas and Arrow's
+    pool are not in it (both map their own memory). None on a libc without ``mallinfo2``. It walks
+    the free lists under each arena's lock: tens of µs, so at scrape time only."""
+    if _MALLINFO2 is None:
+        return None
+    m = _MALLINFO2()
+    return m.uordblks + m.hblkhd, m.fordblks
 
 
 def can_release() -> bool:

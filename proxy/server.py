@@ -24,7 +24,7 @@ from .config import RELOADABLE, Config, HostPort, format_hostport
 from .conversation import CoreContext
 from .discovery import Discovery
 from .listeners import NodeListeners, bind_listener
-from .memory import RELEASE_EVERY_S, release_free_memory
+from .memory import RELEASE_EVERY_S, libc_heap_bytes, release_free_memory
 from .policy import Limits
 from .registry import BrokerRegistry
 from .session import ClientSide, ConnContext, as_protocol
@@ -65,6 +65,7 @@ class Proxy:
                                 kernel_stamps=stamp_source(cfg.stamps) == KERNEL)
         counts = self.conn.stamp_counts
         metrics.stamps.counts = lambda: (counts.kernel, counts.clock)
+        metrics.heap_sizes.libc = libc_heap_bytes
         self._stamping = keep_stamping_on() if self.conn.kernel_stamps else None
         self.listeners = NodeListeners(cfg, self._node_factory,
                                        lambda: metrics.connection_errors.labels("listener_bind_failed").inc())

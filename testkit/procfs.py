@@ -22,19 +22,41 @@ def open_fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
+_ARENA_SPAN = 64 << 20  # a glibc thread arena's heap: a 64 MiB-aligned span, rw-p then ---p
+
+
 def rss_by_mapping_mb(pid: int) -> dict[str, float]:
-    """Resident MB by kind of mapping (``/proc/PID/smaps``): ``heap`` (the main malloc heap),
-    ``anon`` (anonymous mappings: the interpreter's arenas, other malloc arenas, Arrow's pool, thread
-    stacks), ``file`` (libraries and other files mapped). Tells which allocator holds a rise that
-    no live object explains."""
-    out = {"heap": 0, "anon": 0, "file": 0}
-    kind = "anon"
+    """Resident MB by kind of mapping (``/proc/PID/smaps``): ``heap`` (glibc's main heap),
+    ``thread_arenas`` (glibc's arenas for other threads: a 64 MiB-aligned read-write mapping with
+    its reserved, inaccessible rest right after it), ``big_anon`` (other anonymous mappings of
+    64 MiB or more: the regions mimalloc, Arrow's allocator, reserves), ``anon`` (the other
+    anonymous mappings: the interpreter's 1 MiB arenas, glibc's large blocks, thread stacks),
+    ``file`` (libraries and other files mapped). Tells which allocator holds a rise that no live
+    object explains."""
+    out = {"heap": 0, "thread_arenas": 0, "big_anon": 0, "anon": 0, "file": 0}
+    maps: list[tuple[int, int, str, str, int]] = []  # start, end, perms, name, resident kB
     with open(f"/proc/{pid}/smaps") as fh:
         for line in fh:
-            first = line.split(maxsplit=6)
+            first = line.split(maxsplit=5)
             if "-" in first[0] and len(first) >= 5 and ":" in first[3]:  # a mapping's header line
-                name = first[5].strip() if len(first) > 5 else ""
-                kind = "heap" if name == "[heap]" else "file" if name.startswith("/") else "anon"
-            elif first[0] == "Rss:":
-                out[kind] += int(first[1])
+                start, end = (int(x, 16) for x in first[0].split("-"))
+                maps.append((start, end, first[1], first[5].strip() if len(first) > 5 else "", 0))
+            elif first[0] == "Rss:" and maps:
+                maps[-1] = (*maps[-1][:4], int(first[1]))
+    for i, (start, end, perms, name, rss) in enumerate(maps):
+        nxt = maps[i + 1] if i + 1 < len(maps) else None
+        if name == "[heap]":
+            kind = "heap"
+        elif name.startswith("/"):
+            kind = "file"
+        elif name:
+            kind = "anon"  # [stack], [vdso] and the like
+        elif (start % _ARENA_SPAN == 0 and perms.startswith("rw") and nxt is not None and nxt[0] == end
+              and nxt[2].startswith("---") and not nxt[3] and nxt[1] - start == _ARENA_SPAN):
+            kind = "thread_arenas"
+        elif end - start >= _ARENA_SPAN:
+            kind = "big_anon"
+        else:
+            kind = "anon"
+        out[kind] += rss
     return {k: round(v / 1024, 2) for k, v in out.items()}

@@ -103,3 +103,15 @@ def test_the_heap_sizes_say_whose_memory_it_is() -> None:
     after = read()
     assert after["fetchlat_python_allocated_blocks"] < during["fetchlat_python_allocated_blocks"] - 90_000
     assert after["fetchlat_arrow_allocated_bytes"] < during["fetchlat_arrow_allocated_bytes"] - 7_000_000
+
+
+def test_the_heap_sizes_carry_what_libc_says_when_it_can() -> None:
+    """``fetchlat_libc_heap_bytes{state}`` is what the injected reader gives, and absent without one."""
+    reg = CollectorRegistry()
+    sizes = HeapSizes()
+    reg.register(sizes)
+    assert "fetchlat_libc_heap_bytes" not in generate_latest(reg).decode()
+    sizes.libc = lambda: (1234, 567)
+    text = generate_latest(reg).decode()
+    assert 'fetchlat_libc_heap_bytes{state="in_use"} 1234.0' in text
+    assert 'fetchlat_libc_heap_bytes{state="free"} 567.0' in text

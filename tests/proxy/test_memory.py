@@ -114,3 +114,52 @@ def test_with_tracemalloc_the_census_names_the_line_that_grew() -> None:
     assert f"{__file__}:{line} +" in grown.split(", ")[0], grown
     assert memory.census(top=3).count("tracemalloc") == 0  # off again: the census as before
     del filler
+
+
+@pytest.mark.skipif(memory.libc_heap_bytes() is None, reason="this libc has no mallinfo2")
+def test_glibcs_heap_is_counted_in_use_and_free():
+    """``fetchlat_libc_heap_bytes``: blocks malloc'd show in use; once freed they show free (kept)
+    until the release gives them back."""
+    in_use0, _ = memory.libc_heap_bytes()
+    keep, burst = [], []
+    for i in range(10_000):  # ~30 MB of glibc blocks (bytes this size skip Python's small-object arenas)
+        burst.append(bytes(3000))
+        if i % 50 == 0:
+            keep.append(bytes(3000))  # live blocks among them, so the freed ones stay as holes
+    in_use1, _ = memory.libc_heap_bytes()
+    assert in_use1 >= in_use0 + 25_000_000
+    del burst
+    in_use2, free2 = memory.libc_heap_bytes()
+    assert in_use2 <= in_use1 - 25_000_000
+    assert free2 >= 25_000_000, "freed blocks not counted as kept"
+    assert len(keep) == 200
+
+
+def test_resident_memory_is_told_apart_by_allocator():
+    """testkit/procfs.py (the soak's sampler): the kinds add up to the whole RSS, and a thread's
+    malloc'd blocks land in ``thread_arenas``, not in the main heap."""
+    import os
+    import threading
+
+    from testkit.procfs import rss_by_mapping_mb, rss_mb
+
+    held: list[bytes] = []
+    ready, done = threading.Event(), threading.Event()
+
+    def thread() -> None:
+        held.extend(bytes(3000) for _ in range(5_000))  # ~15 MB in this thread's glibc arena
+        ready.set()
+        done.wait(30)
+
+    before = rss_by_mapping_mb(os.getpid())
+    t = threading.Thread(target=thread)
+    t.start()
+    try:
+        assert ready.wait(30)
+        during = rss_by_mapping_mb(os.getpid())
+        assert abs(sum(during.values()) - rss_mb(os.getpid())) < 2
+        assert during["thread_arenas"] >= before["thread_arenas"] + 10
+        assert during["heap"] < before["heap"] + 5
+    finally:
+        done.set()
+        t.join(30)
