@@ -25,8 +25,9 @@ gives, per sidecar, the types that grew between its first and last census.
 Written to ``--out``: ``samples.jsonl`` (one line per 10 s: per sidecar RSS, and by kind of
 mapping, open files, asyncio tasks, loop lag p99, CPU, trace rows written and dropped; records
 acknowledged and consumed; the fault under way), ``summary.json`` (heap censuses, RSS slope per
-sidecar after warm-up as a linear fit in MB per hour, and the same for its main heap, anonymous
-mappings and mapped files, fds and tasks after warm-up, loop lag p99 and rows dropped outside
+sidecar after warm-up as a linear fit in MB per hour, and the same for each kind of mapping
+(``testkit/procfs.py``: glibc's main heap and thread arenas, big anonymous regions, other
+anonymous mappings, mapped files) and for glibc's bytes in use and free (``fetchlat_libc_heap_bytes``), fds and tasks after warm-up, loop lag p99 and rows dropped outside
 the faults, acknowledged records lost) and ``rss.svg`` (RSS over time, faults marked).
 The exit status is 0 only when the goals hold (docs/reliability.md).
 """
