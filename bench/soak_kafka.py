@@ -28,7 +28,8 @@ acknowledged and consumed; the fault under way), ``summary.json`` (heap censuses
 sidecar after warm-up as a linear fit in MB per hour, and the same for each kind of mapping
 (``testkit/procfs.py``: glibc's main heap and thread arenas, big anonymous regions, other
 anonymous mappings, mapped files) and for glibc's bytes in use and free (``fetchlat_libc_heap_bytes``), fds and tasks after warm-up, loop lag p99 and rows dropped outside
-the faults, acknowledged records lost) and ``rss.svg`` (RSS over time, faults marked).
+the faults, acknowledged records lost) and ``rss.svg`` (RSS over time, faults marked), ``rss-by-mapping-N.svg`` (sidecar N's resident
+MB by kind of mapping after warm-up, as changes).
 The exit status is 0 only when the goals hold (docs/reliability.md).
 """
 
@@ -439,15 +440,15 @@ def summarise(samples: list[dict[str, Any]], faults: list[dict[str, Any]], warmu
     return out
 
 
-def svg(samples: list[dict[str, Any]], faults: list[dict[str, Any]], n: int, path: Path) -> None:
-    """RSS per sidecar over the run (a line each), the faults as grey marks."""
-    w, h, left, bottom, top = 900, 360, 60, 40, 20
-    pts = [(s["t_s"], i, s["sidecars"][i]["rss_mb"]) for s in samples for i in range(n)
-           if "rss_mb" in s["sidecars"][i]]
+def svg_lines(series: dict[str, list[tuple[float, float]]], faults: list[dict[str, Any]], path: Path,
+              unit: str = "MB") -> None:
+    """A line per series over the run (``{label: [(t_s, value)]}``), the faults as grey marks."""
+    pts = [(t, v) for line in series.values() for t, v in line]
     if not pts:
         return
-    tmax = max(p[0] for p in pts) or 1.0
-    lo, hi = min(p[2] for p in pts) - 2, max(p[2] for p in pts) + 2
+    w, h, left, bottom, top = 900, 360, 60, 40, 20
+    tmax = max(t for t, _ in pts) or 1.0
+    lo, hi = min(v for _, v in pts) - 2, max(v for _, v in pts) + 2
 
     def x(t: float) -> float:
         return left + (w - left - 20) * t / tmax
@@ -455,7 +456,7 @@ def svg(samples: list[dict[str, Any]], faults: list[dict[str, Any]], n: int, pat
     def y(r: float) -> float:
         return top + (h - top - bottom) * (hi - r) / (hi - lo)
 
-    colours = ["#1f77b4", "#d62728", "#2ca02c"]
+    colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" '
              f'font-size="11"><rect width="{w}" height="{h}" fill="white"/>']
     for f in faults:
@@ -464,17 +465,43 @@ def svg(samples: list[dict[str, Any]], faults: list[dict[str, Any]], n: int, pat
                      f'fill="#777" font-size="9">{f["kind"]}</text>')
     for k in range(6):
         r = lo + (hi - lo) * k / 5
-        parts.append(f'<text x="4" y="{y(r) + 4:.1f}">{r:.0f} MB</text>'
+        parts.append(f'<text x="4" y="{y(r) + 4:.1f}">{r:.0f} {unit}</text>'
                      f'<line x1="{left}" x2="{w - 20}" y1="{y(r):.1f}" y2="{y(r):.1f}" stroke="#eee"/>')
     for k in range(7):
         t = tmax * k / 6
         parts.append(f'<text x="{x(t) - 10:.1f}" y="{h - 20}">{t / 60:.0f} min</text>')
-    for i in range(n):
-        line = " ".join(f"{x(t):.1f},{y(r):.1f}" for t, j, r in pts if j == i)
-        parts.append(f'<polyline fill="none" stroke="{colours[i % 3]}" stroke-width="1.2" points="{line}"/>'
-                     f'<text x="{left + 10 + 90 * i}" y="{h - 5}" fill="{colours[i % 3]}">sidecar {i}</text>')
+    for i, (label, line) in enumerate(series.items()):
+        points = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in line)
+        parts.append(f'<polyline fill="none" stroke="{colours[i % len(colours)]}" stroke-width="1.2" '
+                     f'points="{points}"/><text x="{left + 10 + 120 * i}" y="{h - 5}" '
+                     f'fill="{colours[i % len(colours)]}">{label}</text>')
     parts.append("</svg>")
     path.write_text("".join(parts))
+
+
+def svg(samples: list[dict[str, Any]], faults: list[dict[str, Any]], n: int, path: Path) -> None:
+    """RSS per sidecar over the run (a line each), the faults as grey marks."""
+    svg_lines({f"sidecar {i}": [(s["t_s"], s["sidecars"][i]["rss_mb"]) for s in samples
+                                if "rss_mb" in s["sidecars"][i]] for i in range(n)}, faults, path)
+
+
+MAPPING_KINDS = ("heap", "thread_arenas", "big_anon", "anon", "file")
+
+
+def svg_mappings(samples: list[dict[str, Any]], faults: list[dict[str, Any]], i: int, warmup_s: float,
+                 path: Path) -> None:
+    """One sidecar's resident MB by kind of mapping, each as its change since the process's first
+    sample after warm-up (a restart starts each line again at 0): which allocator a rise is in."""
+    first: dict[tuple[int, str], float] = {}
+    series: dict[str, list[tuple[float, float]]] = {k: [] for k in MAPPING_KINDS}
+    for s in samples:
+        row = s["sidecars"][i]
+        if s["t_s"] < warmup_s or "rss_by_mapping_mb" not in row:
+            continue
+        for k in MAPPING_KINDS:
+            base = first.setdefault((row["pid"], k), row["rss_by_mapping_mb"][k])
+            series[k].append((s["t_s"], row["rss_by_mapping_mb"][k] - base))
+    svg_lines(series, faults, path, unit="MB Δ")
 
 
 # --------------------------------------------------------------------------------- run
@@ -676,6 +703,8 @@ async def run(args: argparse.Namespace) -> int:
     summary["goals"] = goals
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     svg(samples, faults, len(watches), out / "rss.svg")
+    for i in range(len(watches)):
+        svg_mappings(samples, faults, i, args.warmup_s, out / f"rss-by-mapping-{i}.svg")
     print(json.dumps(summary, indent=2))
     return 0 if all(goals.values()) else 1
 
