@@ -27,9 +27,10 @@ mapping, open files, asyncio tasks, loop lag p99, CPU, trace rows written and dr
 acknowledged and consumed; the fault under way), ``summary.json`` (heap censuses, RSS slope per
 sidecar after warm-up as a linear fit in MB per hour, and the same for each kind of mapping
 (``testkit/procfs.py``: glibc's main heap and thread arenas, big anonymous regions, other
-anonymous mappings, mapped files) and for glibc's bytes in use and free (``fetchlat_libc_heap_bytes``), fds and tasks after warm-up, loop lag p99 and rows dropped outside
-the faults, acknowledged records lost) and ``rss.svg`` (RSS over time, faults marked), ``rss-by-mapping-N.svg`` (sidecar N's resident
-MB by kind of mapping after warm-up, as changes).
+anonymous mappings, mapped files) and for glibc's bytes in use and free
+(``fetchlat_libc_heap_bytes``), fds and tasks after warm-up, loop lag p99 and rows dropped
+outside the faults, acknowledged records lost), ``rss.svg`` (RSS over time, faults marked) and
+``rss-by-mapping-N.svg`` (sidecar N's resident MB by kind of mapping after warm-up, as changes).
 The exit status is 0 only when the goals hold (docs/reliability.md).
 """
 
