@@ -98,6 +98,8 @@ class ProxyMetrics:
                                       "the default", registry=r)
         self.calibration = CalibrationCounters()  # fetchlat_calibration_probes_total{result}
         r.register(self.calibration)
+        self.learned = BrokerLearned()  # the model's other learned figures
+        r.register(self.learned)
         self.loop_tasks = Gauge("fetchlat_event_loop_tasks", "asyncio tasks alive on the proxy's event loop "
                                 "(flat in a healthy proxy: one per listener and discovery, none per request)",
                                 registry=r)
@@ -186,6 +188,29 @@ class StampCounters(Collector):
         family.add_metric(["kernel"], kernel)
         family.add_metric(["clock"], clock)
         yield family
+
+
+class BrokerLearned(Collector):
+    """What the latency model learned of its brokers besides the expiry overshoot, read at scrape
+    time: ``read()`` gives (an immediate answer's first byte, the network round trip or -1 until
+    enough answers were seen), in ns (``metrics/model.py``: ``learn_first_byte``, ``RoundTrips``)."""
+
+    def __init__(self) -> None:
+        self.read: Callable[[], tuple[int, int]] = lambda: (-1, -1)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        first_byte, round_trip = self.read()
+        if first_byte >= 0:
+            yield GaugeMetricFamily("fetchlat_broker_first_byte_seconds", "How long the broker takes to start "
+                                    "answering a fetch that does not park, as the model uses it: learned (smoothed) "
+                                    "from fetches answered at once and the sidecar's probes; a follower's data is "
+                                    "dated by its answer's first byte less this", value=first_byte / 1e9)
+        if round_trip >= 0:
+            yield GaugeMetricFamily("fetchlat_broker_round_trip_seconds", "The network round trip to the brokers "
+                                    "the model learned (the shortest recent answer of requests a broker answers at "
+                                    "once, with nothing before them on their connection); away from its brokers a "
+                                    "proxy takes it off a produce's answer to date the append. Absent until enough "
+                                    "answers were seen", value=round_trip / 1e9)
 
 
 class CalibrationCounters(Collector):

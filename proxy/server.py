@@ -95,6 +95,7 @@ class Proxy:
             learner = self.calibrator.learner
             metrics.calibration.counts = lambda: dict(learner.counts)
         metrics.expiry_overshoot.set_function(lambda: model.expiry_overshoot_ns / 1e9)
+        metrics.learned.read = lambda: (model.first_byte_ns, model.round_trips.estimate())
         metrics.held.sizes = self._held
         self.traces: TraceWriter | None = None  # set by the CLI when --trace-dir is given
         self.servers: list[asyncio.Server] = []

@@ -115,3 +115,24 @@ def test_the_heap_sizes_carry_what_libc_says_when_it_can() -> None:
     text = generate_latest(reg).decode()
     assert 'fetchlat_libc_heap_bytes{state="in_use"} 1234.0' in text
     assert 'fetchlat_libc_heap_bytes{state="free"} 567.0' in text
+
+
+def test_what_the_model_learned_of_its_brokers_is_exported() -> None:
+    """``fetchlat_broker_first_byte_seconds`` and ``fetchlat_broker_round_trip_seconds`` follow
+    the model; the round trip is absent until the model trusts one."""
+    from fetchlat.metrics.model import LatencyModel, ROUND_TRIPS_TO_TRUST
+
+    reg = CollectorRegistry()
+    m = ProxyMetrics(reg)
+    model = LatencyModel(wall_minus_mono_ns=0)
+    m.learned.read = lambda: (model.first_byte_ns, model.round_trips.estimate())
+    text = generate_latest(reg).decode()
+    assert "fetchlat_broker_round_trip_seconds" not in text
+    assert f"fetchlat_broker_first_byte_seconds {model.first_byte_ns / 1e9}" in text
+    for ns in range(ROUND_TRIPS_TO_TRUST):
+        model.learn_round_trip(2_000_000 + ns * 1000)
+    model.learn_first_byte(model.first_byte_ns + 160_000)
+    text = generate_latest(reg).decode()
+    assert "fetchlat_broker_round_trip_seconds 0.002" in text
+    assert f"fetchlat_broker_first_byte_seconds {model.first_byte_ns / 1e9}" in text
+    assert model.first_byte_ns != 300_000
