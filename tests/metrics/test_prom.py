@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fetchlat.metrics.model import LatencyModel
+from fetchlat.metrics.model import ROUND_TRIPS_TO_TRUST, LatencyModel
 from fetchlat.metrics.prom import (
     LATENCY_BUCKETS,
     OTHER,
@@ -120,8 +120,6 @@ def test_the_heap_sizes_carry_what_libc_says_when_it_can() -> None:
 def test_what_the_model_learned_of_its_brokers_is_exported() -> None:
     """``fetchlat_broker_first_byte_seconds`` and ``fetchlat_broker_round_trip_seconds`` follow
     the model; the round trip is absent until the model trusts one."""
-    from fetchlat.metrics.model import LatencyModel, ROUND_TRIPS_TO_TRUST
-
     reg = CollectorRegistry()
     m = ProxyMetrics(reg)
     model = LatencyModel(wall_minus_mono_ns=0)
