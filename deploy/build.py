@@ -189,13 +189,17 @@ PROXY = [
         Q(f"histogram_quantile(0.99, sum by (le, instance) (rate(fetchlat_event_loop_lag_seconds_bucket[{RI}])))",
           "p99 {{instance}}"),
     ), description="How late the loop ran a 100 ms timer: every connection of that proxy waited as long."),
-    Panel("The broker's expiry overshoot, as the model uses it, and the proxies' probes", (
+    Panel("What the model learned of its broker (expiry overshoot, first byte, round trip) and the probes", (
         Q("max by (instance) (fetchlat_broker_expiry_overshoot_seconds)", "overshoot {{instance}}"),
+        Q("max by (instance) (fetchlat_broker_first_byte_seconds)", "first byte {{instance}}"),
+        Q("max by (instance) (fetchlat_broker_round_trip_seconds)", "round trip {{instance}}"),
         Q(f"sum by (instance, result) (increase(fetchlat_calibration_probes_total[{RI}])) / 1000",
           "probes/1000 {{result}} {{instance}}"),
     ), description="The proxy learns how late its broker's purgatory timer lets an expired fetch go (probe "
                    "pairs on its own connection: every 0.1 s until it holds 31 samples, then every 30 s); "
-                   "--expiry-overshoot-ms sets it instead."),
+                   "--expiry-overshoot-ms sets it instead. First byte: how long the broker takes to start "
+                   "answering a fetch that does not park. Round trip: the network to the brokers (a proxy "
+                   "away from them takes it off a produce's answer)."),
     Panel("Event-loop tasks (flat in a healthy proxy)", (
         Q("sum by (instance) (fetchlat_event_loop_tasks)", "{{instance}}"),
     ), unit="short", description="asyncio tasks alive on each proxy's loop: one per listener and the discovery; "

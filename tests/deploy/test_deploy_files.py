@@ -56,7 +56,7 @@ def test_promtool_accepts_config_and_rules_and_the_rules_fire_as_written(tmp_pat
 
 def sample_names() -> set[str]:
     reg = CollectorRegistry()
-    ProxyMetrics(reg)
+    ProxyMetrics(reg).learned.read = lambda: (300_000, 1_000_000)  # as a proxy's model, once it learned both
     FetchMetrics(reg)
     names = {"up", "process_cpu_seconds_total", "process_resident_memory_bytes"}
     suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
