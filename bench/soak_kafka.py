@@ -354,20 +354,22 @@ def slope_mb_per_h(points: list[tuple[float, float, int]]) -> float | None:
     return round(sxy / sxx * 3600, 3) if sxx else None
 
 
-CENSUS = re.compile(r"heap census: (\d+) tracked objects .*?, (\d+) memory blocks; by type: ([^;]*)(?:; (.*))?$")
+CENSUS = re.compile(r"heap census: (\d+) tracked objects .*?, (\d+) memory blocks(?:, (\d+) interpreter arenas[^;]*)?; "
+                    r"by type: ([^;]*)(?:; (.*))?$")
 
 
-def census_lines(log: str) -> list[tuple[int, int, dict[str, int], str]]:
+def census_lines(log: str) -> list[tuple[int, int, int, dict[str, int], str]]:
     """The heap censuses (``kill -USR1``, ``proxy/memory.py``) in a sidecar's log, of its last
     process only (a restarted sidecar appends to the same log; each start logs its metrics
-    address first), in order: (tracked objects, memory blocks, count by type, and with
-    ``--tracemalloc`` the source lines whose allocations grew since the first census)."""
+    address first), in order: (tracked objects, memory blocks, the interpreter's 1 MiB arenas
+    (-1 when not said), count by type, and with ``--tracemalloc`` the source lines whose
+    allocations grew since the first census)."""
     out = []
     for line in log[log.rfind("metrics and health on"):].splitlines():
         m = CENSUS.search(line)
         if m:
-            types = dict((name, int(n)) for name, n in (part.rsplit(" ", 1) for part in m.group(3).split(", ")))
-            out.append((int(m.group(1)), int(m.group(2)), types, m.group(4) or ""))
+            types = dict((name, int(n)) for name, n in (part.rsplit(" ", 1) for part in m.group(4).split(", ")))
+            out.append((int(m.group(1)), int(m.group(2)), int(m.group(3) or -1), types, m.group(5) or ""))
     return out
 
 
@@ -677,8 +679,9 @@ async def run(args: argparse.Namespace) -> int:
             seen = census_lines(side.log())
             if len(seen) >= 2:
                 censuses[str(i)] = {"censuses": len(seen), "tracked": [x[0] for x in seen],
-                                    "blocks": [x[1] for x in seen], "grew": census_growth(seen[0][2], seen[-1][2]),
-                                    **({"grown_sites": seen[-1][3]} if seen[-1][3] else {})}
+                                    "blocks": [x[1] for x in seen], "interpreter_arenas": [x[2] for x in seen],
+                                    "grew": census_growth(seen[0][3], seen[-1][3]),
+                                    **({"grown_sites": seen[-1][4]} if seen[-1][4] else {})}
     per = summarise(samples, faults, args.warmup_s, len(watches))
     summary = {
         "hours": round((samples[-1]["t_s"] if samples else 0) / 3600, 2), "samples": len(samples),

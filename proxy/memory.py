@@ -40,10 +40,14 @@ first census (``tracemalloc``), which names the container's filler too.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import gc
+import os
+import re
 import sys
+import tempfile
 import tracemalloc
 from collections import Counter
 from collections.abc import Callable
@@ -141,13 +145,63 @@ def _grown_sites(top: int) -> str:
                             for tb, size, count in stats)
 
 
+_ARENA_STATS = re.compile(r"^# (arenas allocated current|arenas highwater mark|bytes in allocated blocks|"
+                          r"bytes in available blocks) += +([\d,]+)$|^(\d+) unused pools \* \d+ bytes += +([\d,]+)$",
+                          re.MULTILINE)
+
+
+def python_arenas() -> dict[str, int]:
+    """What the interpreter's own allocator (obmalloc: 1 MiB arenas of 16 KiB pools, for objects
+    of up to 512 bytes) holds, from ``sys._debugmallocstats``: arenas now and at most, bytes in
+    live blocks, bytes free in partly used pools, bytes in empty pools. An arena goes back to
+    the system only when all its pools are empty, so arenas rising while the blocks stay flat is
+    fragmentation. That function writes to file descriptor 2, so for the few ms it runs
+    stderr goes to a temporary file instead: on demand only (the census), never on a timer
+    (another thread's stderr line meanwhile would land there). Empty where the interpreter
+    does not say."""
+    if not hasattr(sys, "_debugmallocstats"):
+        return {}
+    with tempfile.TemporaryFile() as tmp:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        try:
+            os.dup2(tmp.fileno(), 2)
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        tmp.seek(0)
+        text = tmp.read().decode(errors="replace")
+    out: dict[str, int] = {}
+    keys = {"arenas allocated current": "arenas", "arenas highwater mark": "arenas_highwater",
+            "bytes in allocated blocks": "block_bytes", "bytes in available blocks": "free_block_bytes"}
+    for m in _ARENA_STATS.finditer(text):
+        if m.group(1):
+            out[keys[m.group(1)]] = int(m.group(2).replace(",", ""))
+        else:
+            out["empty_pool_bytes"] = int(m.group(4).replace(",", ""))
+    return out
+
+
+def _arenas_said() -> str:
+    a = {}
+    with contextlib.suppress(OSError):
+        a = python_arenas()
+    if "arenas" not in a:
+        return ""
+    return (f", {a['arenas']} interpreter arenas (high-water {a.get('arenas_highwater', 0)}): "
+            f"{a.get('block_bytes', 0) / 1e6:.1f} MB in blocks, {a.get('free_block_bytes', 0) / 1e6:.1f} MB free "
+            f"in used pools, {a.get('empty_pool_bytes', 0) / 1e6:.1f} MB in empty pools")
+
+
 def census(top: int = 25, sites: int = 10) -> str:
     """The objects the collector tracks (containers: what a leak is made of), by type, the most
     numerous first; those frozen at start (``settle_heap``) are left out. Walks every one:
     tens of ms for a proxy's few hundred thousand, so on demand only (SIGUSR1). With tracemalloc
-    tracing (``PYTHONTRACEMALLOC``), the ``sites`` lines whose allocations grew most after it."""
+    tracing (``PYTHONTRACEMALLOC``), the ``sites`` lines whose allocations grew most after it.
+    With the interpreter's arenas (``python_arenas``): fragmentation shows there."""
     counts = Counter(type(o).__qualname__ for o in gc.get_objects())
     total = sum(counts.values())
     listed = ", ".join(f"{name} {n}" for name, n in counts.most_common(top))
     return (f"heap census: {total} tracked objects ({gc.get_freeze_count()} frozen at start left out), "
-            f"{sys.getallocatedblocks()} memory blocks; by type: {listed}{_grown_sites(sites)}")
+            f"{sys.getallocatedblocks()} memory blocks{_arenas_said()}; by type: {listed}{_grown_sites(sites)}")

@@ -163,3 +163,24 @@ def test_resident_memory_is_told_apart_by_allocator():
     finally:
         done.set()
         t.join(30)
+
+
+@pytest.mark.skipif(not memory.python_arenas(), reason="this interpreter has no _debugmallocstats")
+def test_the_interpreters_arenas_show_fragmentation():
+    """``python_arenas`` (in the census): objects made fill arenas; freeing all but one object in
+    sixteen keeps the arenas (each still holds a live block) while their free bytes rise, which
+    is what fragmentation looks like. stderr is whole afterwards."""
+    before = memory.python_arenas()
+    made = [[i] for i in range(300_000)]  # ~30 MB of small objects: lists of one int
+    during = memory.python_arenas()
+    assert during["arenas"] >= before["arenas"] + 15
+    assert during["block_bytes"] >= before["block_bytes"] + 15_000_000
+    kept = made[::16]
+    del made
+    after = memory.python_arenas()
+    assert after["block_bytes"] <= during["block_bytes"] - 10_000_000
+    assert after["arenas"] >= during["arenas"] - 3, "arenas with a live block went back"
+    assert after["free_block_bytes"] >= during["free_block_bytes"] + 10_000_000
+    assert len(kept) == 18_750
+    print("stderr still works", file=sys.stderr)
+    assert "interpreter arenas" in memory.census(top=1)
