@@ -63,6 +63,12 @@ def test_sigusr1_logs_a_heap_census(proxy: ProxyProc) -> None:
         time.sleep(0.05)
     line = next(ln for ln in proxy.log().splitlines() if "heap census:" in ln)
     assert "tracked objects" in line and "frozen at start left out" in line and "by type: " in line, line
+    assert "interpreter arenas" in line, line  # read with stderr lent to a file for a moment ...
+    proxy.proc.send_signal(signal.SIGUSR1)  # ... and given back: the next census reaches the log too
+    deadline = time.monotonic() + 5
+    while proxy.log().count("heap census:") < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proxy.log().count("heap census:") == 2
     assert proxy.health()["live"]
 
 
