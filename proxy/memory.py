@@ -9,11 +9,13 @@ and a few ms when a burst left tens of MB (8.5 ms for 90 MB here), so the proxy'
 once a minute (``tests/proxy/test_memory.py``).
 On a libc without it (musl, macOS) this does nothing.
 
-The trace writer's Arrow tables come from Arrow's own allocator (mimalloc in the pyarrow wheels),
-which keeps freed segments the same way and which ``malloc_trim`` does not reach: measured here,
-200 tables built and dropped left 220 MB resident until ``release_unused()`` (1 µs when there is
-nothing to give back, 0.4 ms for 80 MB). So the same once-a-minute call asks Arrow's pool too,
-when pyarrow is loaded (traces on); this module never loads it.
+The trace writer's Arrow buffers come from glibc too (``proxy/traces.py``: ``use_system_pool``),
+so the same trim reaches them. Arrow's own default in the pyarrow wheels, mimalloc, keeps freed
+segments the same way and ``malloc_trim`` does not reach them: measured here, 200 tables built
+and dropped left 220 MB resident until ``release_unused()`` (1 µs when there is nothing to give
+back, 0.4 ms for 80 MB). So the same once-a-minute call asks Arrow's pool too, whichever it is
+(``ARROW_DEFAULT_MEMORY_POOL`` may choose another), when pyarrow is loaded (traces on); this
+module never loads it.
 
 Python's collector is the other source of pauses: a full collection walks every tracked object,
 and a proxy that has loaded its codec, pyarrow and prometheus_client holds ~48 000 of them before

@@ -64,6 +64,22 @@ def yield_gil() -> None:
     time.sleep(0)
 
 
+def use_system_pool() -> str:
+    """Arrow's buffers from glibc's allocator, not the mimalloc pool the pyarrow wheels default to,
+    unless ``ARROW_DEFAULT_MEMORY_POOL`` says otherwise; the pool in use. The trace writer is the
+    proxy's only Arrow user. mimalloc keeps freed segments for reuse and gives them back on its own
+    schedule: a writer alone at 1 000 rows a second held 9-13 MB of them, moving by ±2 MB between
+    samples (RSS 96-101 MB), where glibc's heap, which the proxy trims once a minute
+    (``proxy/memory.py``), held the same work at 88.9-90.9 MB (standard deviation 0.57 MB against
+    1.89 MB over 25 minutes: ``bench/writer_memory.py``; the writing cost the same within the
+    noise, ``bench/trace_write.py``).
+    A sidecar's resident size that swings by megabytes hides a slope of one MB an hour
+    (``docs/reliability.md``)."""
+    if "ARROW_DEFAULT_MEMORY_POOL" not in os.environ:
+        pa.set_memory_pool(pa.system_memory_pool())
+    return str(pa.default_memory_pool().backend_name)
+
+
 def dictionary_columns(table: str) -> list[str]:
     """The columns a file dictionary-encodes: the strings (a few values each: broker, api, kind,
     outcome, client id). Numbers are left plain: a dictionary of timestamps and durations
@@ -103,6 +119,7 @@ class TraceWriter:
                  rotate_bytes: int = 128 * 1024 * 1024, block: bool = False,
                  batch_rows: int = DEFAULT_BATCH_ROWS) -> None:
         self.directory = directory
+        self.pool = use_system_pool()
         self.block = block  # a full queue waits for the writer (offline: no row may be lost) instead of dropping
         self.proxy_id = proxy_id
         self.rotate_ns = int(rotate_s * 1e9)

@@ -238,3 +238,23 @@ def test_a_row_that_cannot_be_converted_drops_its_table_in_that_batch_and_nothin
     assert w.dropped == 2 and w.written == 4 + 4  # the 4 fetches and their 4 partitions rows
     ex = pq.read_table(next((tmp_path / "exchanges").rglob("*.parquet")))
     assert ex.num_rows == 4
+
+
+def test_the_writers_arrow_buffers_come_from_glibc_unless_the_user_chose(tmp_path: Path) -> None:
+    """``use_system_pool``: a writer's Arrow buffers come from glibc's heap (trimmed once a minute
+    with the rest), not mimalloc's; ``ARROW_DEFAULT_MEMORY_POOL`` set by the user wins. Each case
+    in a fresh interpreter (the pool is the process's)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys; from fetchlat.proxy.traces import TraceWriter; import pyarrow as pa; "
+            "w = TraceWriter(sys.argv[1], proxy_id='p'); print(w.pool, pa.default_memory_pool().backend_name)")
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "a")], env=env, capture_output=True,
+                         text=True, timeout=60, check=True).stdout.split()
+    assert out == ["system", "system"]
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "b")],
+                         env={**env, "ARROW_DEFAULT_MEMORY_POOL": "mimalloc"}, capture_output=True,
+                         text=True, timeout=60, check=True).stdout.split()
+    assert out == ["mimalloc", "mimalloc"]
