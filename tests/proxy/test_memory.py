@@ -151,6 +151,7 @@ def test_resident_memory_is_told_apart_by_allocator():
         ready.set()
         done.wait(30)
 
+    memory.release_free_memory()  # free pages an earlier thread left in an arena would take the blocks unseen
     before = rss_by_mapping_mb(os.getpid())
     t = threading.Thread(target=thread)
     t.start()
