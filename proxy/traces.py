@@ -68,11 +68,11 @@ def use_system_pool() -> str:
     """Arrow's buffers from glibc's allocator, not the mimalloc pool the pyarrow wheels default to,
     unless ``ARROW_DEFAULT_MEMORY_POOL`` says otherwise; the pool in use. The trace writer is the
     proxy's only Arrow user. mimalloc keeps freed segments for reuse and gives them back on its own
-    schedule: a writer alone at 1 000 rows a second held 9-13 MB of them, moving by ±2 MB between
-    samples (RSS 96-101 MB), where glibc's heap, which the proxy trims once a minute
-    (``proxy/memory.py``), held the same work at 88.9-90.9 MB (standard deviation 0.57 MB against
-    1.89 MB over 25 minutes: ``bench/writer_memory.py``; the writing cost the same within the
-    noise, ``bench/trace_write.py``).
+    schedule: a writer alone at 1 000 rows a second (``bench/writer_memory.py``, two 25-minute runs
+    beside a soak) held 8-13 MB of them, and its RSS averaged 98.5 MB with a standard deviation of
+    1.69-1.89 MB between samples, where glibc's heap, which the proxy trims once a minute
+    (``proxy/memory.py``), held the same work at 89.6-92.6 MB, standard deviation 0.57-0.71 MB.
+    The writing cost the same within the noise (``bench/trace_write.py``).
     A sidecar's resident size that swings by megabytes hides a slope of one MB an hour
     (``docs/reliability.md``)."""
     if "ARROW_DEFAULT_MEMORY_POOL" not in os.environ:
