@@ -68,10 +68,11 @@ def use_system_pool() -> str:
     """Arrow's buffers from glibc's allocator, not the mimalloc pool the pyarrow wheels default to,
     unless ``ARROW_DEFAULT_MEMORY_POOL`` says otherwise; the pool in use. The trace writer is the
     proxy's only Arrow user. mimalloc keeps freed segments for reuse and gives them back on its own
-    schedule: a writer alone at 1 000 rows a second (``bench/writer_memory.py``, two 25-minute runs
-    beside a soak) held 8-13 MB of them, and its RSS averaged 98.5 MB with a standard deviation of
-    1.69-1.89 MB between samples, where glibc's heap, which the proxy trims once a minute
-    (``proxy/memory.py``), held the same work at 89.6-92.6 MB, standard deviation 0.57-0.71 MB.
+    schedule: a writer alone at 1 000 rows a second (``bench/writer_memory.py``, runs of 45 and 25
+    minutes beside a soak, from minute 5) held 4.5-13 MB of them, and its RSS averaged 98.2-98.5 MB
+    with a standard deviation of 1.7-2.0 MB between samples, where glibc's heap, which the proxy
+    trims once a minute (``proxy/memory.py``), held the same work at 91.2-92.6 MB, standard
+    deviation 0.71-0.73 MB.
     The writing cost the same within the noise (``bench/trace_write.py``).
     A sidecar's resident size that swings by megabytes hides a slope of one MB an hour
     (``docs/reliability.md``)."""
