@@ -157,3 +157,21 @@ def quantile(buckets: list[tuple[float, float]], q: float, before: list[tuple[fl
         if c >= rank:
             return le
     return float("inf")
+
+
+def slope_mb_per_h(points: list[tuple[float, float, int]]) -> float | None:
+    """Least squares of RSS on time with one intercept per process (a restarted sidecar starts
+    lower): the common slope, in MB per hour. ``points`` are (t_s, rss_mb, pid) (any other
+    measure in place of the MB: its slope per hour)."""
+    by_pid: dict[int, list[tuple[float, float]]] = {}
+    for t, r, pid in points:
+        by_pid.setdefault(pid, []).append((t, r))
+    sxx = sxy = 0.0
+    for pts in by_pid.values():
+        if len(pts) < 3:
+            continue
+        mt = sum(t for t, _ in pts) / len(pts)
+        mr = sum(r for _, r in pts) / len(pts)
+        sxx += sum((t - mt) ** 2 for t, _ in pts)
+        sxy += sum((t - mt) * (r - mr) for t, r in pts)
+    return round(sxy / sxx * 3600, 3) if sxx else None

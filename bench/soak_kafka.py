@@ -63,8 +63,8 @@ from fetchlat.protocol import apis
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.kafka_client import AsyncClient, fetch_request
-from bench.procs import cpu_s, quantile
-from testkit.procfs import open_fds, rss_by_mapping_mb, rss_mb
+from bench.procs import cpu_s, quantile, slope_mb_per_h
+from testkit.procfs import MAPPING_KINDS, open_fds, rss_by_mapping_mb, rss_mb
 
 IDEM, TXN, SHARE = "soak-idem", "soak-txn", "soak-share"
 PAUSE_S = 35.0  # longer than librdkafka's request.timeout.ms (30 s)
@@ -336,22 +336,6 @@ class Watch:
 
 
 # ----------------------------------------------------------------------------- summary
-def slope_mb_per_h(points: list[tuple[float, float, int]]) -> float | None:
-    """Least squares of RSS on time with one intercept per process (a restarted sidecar starts
-    lower): the common slope, in MB per hour. ``points`` are (t_s, rss_mb, pid) (any other
-    measure in place of the MB: its slope per hour)."""
-    by_pid: dict[int, list[tuple[float, float]]] = {}
-    for t, r, pid in points:
-        by_pid.setdefault(pid, []).append((t, r))
-    sxx = sxy = 0.0
-    for pts in by_pid.values():
-        if len(pts) < 3:
-            continue
-        mt = sum(t for t, _ in pts) / len(pts)
-        mr = sum(r for _, r in pts) / len(pts)
-        sxx += sum((t - mt) ** 2 for t, _ in pts)
-        sxy += sum((t - mt) * (r - mr) for t, r in pts)
-    return round(sxy / sxx * 3600, 3) if sxx else None
 
 
 CENSUS = re.compile(r"heap census: (\d+) tracked objects .*?, (\d+) memory blocks(?:, (\d+) interpreter arenas[^;]*)?; "
@@ -424,7 +408,7 @@ def summarise(samples: list[dict[str, Any]], faults: list[dict[str, Any]], warmu
             "rss_by_mapping_slope_mb_per_h_after_warmup": {
                 kind: slope_mb_per_h([(t, r["rss_by_mapping_mb"][kind], r["pid"]) for t, r in warm
                                       if "rss_by_mapping_mb" in r])
-                for kind in ("heap", "thread_arenas", "big_anon", "anon", "file")},
+                for kind in MAPPING_KINDS},
             "libc_mb_slope_per_h_after_warmup": {
                 state: slope_mb_per_h([(t, r["heap"][f"libc_{state}_bytes"] / 1e6, r["pid"]) for t, r in warm
                                        if f"libc_{state}_bytes" in r.get("heap", {})]) for state in ("in_use", "free")},
@@ -486,9 +470,6 @@ def svg(samples: list[dict[str, Any]], faults: list[dict[str, Any]], n: int, pat
     """RSS per sidecar over the run (a line each), the faults as grey marks."""
     svg_lines({f"sidecar {i}": [(s["t_s"], s["sidecars"][i]["rss_mb"]) for s in samples
                                 if "rss_mb" in s["sidecars"][i]] for i in range(n)}, faults, path)
-
-
-MAPPING_KINDS = ("heap", "thread_arenas", "big_anon", "anon", "file")
 
 
 def svg_mappings(samples: list[dict[str, Any]], faults: list[dict[str, Any]], i: int, warmup_s: float,

@@ -24,6 +24,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.procs import slope_mb_per_h
+from testkit.procfs import MAPPING_KINDS
+
 SETTLE_S = 300.0  # the first files and batches: left out of the figures
 
 
@@ -65,12 +68,11 @@ def figures(path: Path) -> dict[str, object]:
     late = [r for r in rows if r["t"] >= SETTLE_S]
     if len(late) < 3:
         return {"pool": rows[-1]["pool"] if rows else "?", "samples": len(late)}
-    mt, mv = statistics.fmean(r["t"] for r in late), statistics.fmean(r["rss"] for r in late)
-    slope = (sum((r["t"] - mt) * (r["rss"] - mv) for r in late) / sum((r["t"] - mt) ** 2 for r in late)) * 3600
-    kinds = ("heap", "thread_arenas", "big_anon", "anon", "file")
-    return {"pool": late[-1]["pool"], "samples": len(late), "rss_mean_mb": round(mv, 2),
-            "rss_sd_mb": round(statistics.pstdev(r["rss"] for r in late), 2), "rss_slope_mb_per_h": round(slope, 2),
-            "by_mapping_mean_mb": {k: round(statistics.fmean(r[k] for r in late), 2) for k in kinds},
+    rss = [r["rss"] for r in late]
+    return {"pool": late[-1]["pool"], "samples": len(late), "rss_mean_mb": round(statistics.fmean(rss), 2),
+            "rss_sd_mb": round(statistics.pstdev(rss), 2),
+            "rss_slope_mb_per_h": slope_mb_per_h([(r["t"], r["rss"], 0) for r in late]),
+            "by_mapping_mean_mb": {k: round(statistics.fmean(r[k] for r in late), 2) for k in MAPPING_KINDS},
             "rows_written": late[-1]["written"], "rows_dropped": late[-1]["dropped"]}
 
 

@@ -166,7 +166,8 @@ class HeapSizes(Collector):
         libc = self.libc()
         if libc is not None:
             family = GaugeMetricFamily("fetchlat_libc_heap_bytes", "Bytes glibc's allocator holds over all its "
-                                       "arenas: in use, and free but kept (not given back to the system)",
+                                       "arenas: in use, and free but kept by it (the once-a-minute trim gives their "
+                                       "pages back, so not all of what is free is resident)",
                                        labels=["state"])
             family.add_metric(["in_use"], libc[0])
             family.add_metric(["free"], libc[1])

@@ -53,15 +53,23 @@ import tempfile
 import tracemalloc
 from collections import Counter
 from collections.abc import Callable
+from typing import Any, cast
 
 RELEASE_EVERY_S = 60.0
 
 
-def _trim() -> Callable[[], int] | None:
+def _libc_fn(name: str) -> Any | None:
+    """A function of the C library by name, or None where it is not there (musl has no
+    ``malloc_trim``; ``mallinfo2`` is glibc 2.33 and later)."""
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        fn = libc.malloc_trim
+        return getattr(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6"), name)
     except (OSError, AttributeError):
+        return None
+
+
+def _trim() -> Callable[[], int] | None:
+    fn = _libc_fn("malloc_trim")
+    if fn is None:
         return None
     fn.argtypes = [ctypes.c_size_t]
     fn.restype = ctypes.c_int
@@ -77,13 +85,12 @@ class _MallInfo2(ctypes.Structure):
 
 
 def _mallinfo2() -> Callable[[], _MallInfo2] | None:
-    try:
-        fn = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallinfo2  # glibc >= 2.33
-    except (OSError, AttributeError):
+    fn = _libc_fn("mallinfo2")
+    if fn is None:
         return None
     fn.argtypes = []
     fn.restype = _MallInfo2
-    return fn
+    return cast("Callable[[], _MallInfo2]", fn)
 
 
 _MALLINFO2 = _mallinfo2()

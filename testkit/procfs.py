@@ -22,6 +22,7 @@ def open_fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
+MAPPING_KINDS = ("heap", "thread_arenas", "big_anon", "anon", "file")  # rss_by_mapping_mb's keys
 _ARENA_SPAN = 64 << 20  # a glibc thread arena's heap: a 64 MiB-aligned span, rw-p then ---p
 
 
@@ -33,7 +34,7 @@ def rss_by_mapping_mb(pid: int) -> dict[str, float]:
     anonymous mappings: the interpreter's 1 MiB arenas, glibc's large blocks, thread stacks),
     ``file`` (libraries and other files mapped). Tells which allocator holds a rise that no live
     object explains."""
-    out = {"heap": 0, "thread_arenas": 0, "big_anon": 0, "anon": 0, "file": 0}
+    out = dict.fromkeys(MAPPING_KINDS, 0)
     maps: list[tuple[int, int, str, str, int]] = []  # start, end, perms, name, resident kB
     with open(f"/proc/{pid}/smaps") as fh:
         for line in fh:
