@@ -230,11 +230,14 @@ def test_a_proxy_away_from_its_brokers_finds_its_bootstrap_brokers_node() -> Non
     assert BrokerRegistry(sidecar_node=2).node_at(("127.0.0.1", 9092)) == 2  # a sidecar's, learned or not
 
 
+PROBES = 5
+
+
 @pytest.mark.skipif(not kernel_stamps_possible(), reason="no kernel receive stamps here")
 @pytest.mark.parametrize("loop_kind", ["uvloop", "asyncio"])
 @pytest.mark.parametrize("stamped", [True, False])
 def test_a_busy_loop_does_not_make_the_probe_late(stamped: bool, loop_kind: str) -> None:
-    """The answers are dated by the kernel's receive stamps: the probing loop, blocked for 30 ms
+    """The answers are dated by the kernel's receive stamps: the probing loop, blocked for 40 ms
     just before the parked fetch's answer arrives, still measures the broker's 3 ms lateness.
     Dated by the clock when the loop gets to them (``stamped=False``), the same probe is late
     by the block and its sample is thrown away as a stall."""
@@ -264,7 +267,7 @@ def test_a_busy_loop_does_not_make_the_probe_late(stamped: bool, loop_kind: str)
         cal = Calibrator(("127.0.0.1", port[0]), lambda: [("t", 0, 1)], lambda _ns: None, node_of=lambda: 1,
                          max_frame_bytes=1 << 20, connect_timeout_s=5, kernel_stamps=stamped)
         samples = []
-        for _ in range(3):
+        for _ in range(PROBES):
             loop = asyncio.get_running_loop()
             # the parked fetch goes out a few ms into the probe; its answer comes ~53 ms after that
             loop.call_later(0.040, time.sleep, 0.040)
@@ -276,10 +279,11 @@ def test_a_busy_loop_does_not_make_the_probe_late(stamped: bool, loop_kind: str)
     finally:
         done.set()
         server.join(10)
-    def near_lateness(got: list[int | None]) -> bool:  # 3 ms, give or take this machine's load on a pair
-        return all(s is not None for s in got) and 1.5 * MS <= sorted(got)[1] < 8 * MS  # type: ignore[type-var]
-
+    # 3 ms, give or take this machine's load on a pair; a probe the machine itself stalls (the
+    # stand-in's timer late by 20 ms on a loaded pair of cores) is thrown away either way, so the
+    # claim is about most probes, not all
+    near = [s for s in samples if s is not None and 1.5 * MS <= s < 8 * MS]
     if stamped:
-        assert near_lateness(samples), samples
+        assert len(near) > PROBES // 2, samples
     else:
-        assert not near_lateness(samples), samples
+        assert len(near) <= PROBES // 2, samples
