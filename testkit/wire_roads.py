@@ -3,6 +3,10 @@
 core's ``Wire`` (``native/src/wire.rs``: the same as records). What the differential test
 (``tests/protocol/test_wire_native.py``) and the fuzz harness (``tests/fuzz/harness.py``) compare.
 
+The routed road (``protocol/routed.py``) is held to the Python road whole: the same bytes forwarded
+to the client, and the Python road's events of the exchanges routed to it the same as a Python
+road reading every frame gives for them (``routed_disagreement``).
+
 A road's output is one entry per chunk fed: the requests seen and the responses matched in that
 chunk, as tuples of the same fields; a framing error ends it (that chunk's entry is the error's
 words). From the chunk where a SaslHandshake v0 goes by, only the Python road goes on (its answer
@@ -19,7 +23,9 @@ from fetchlat import native
 from fetchlat.protocol import apis, fetch, produce, share
 from fetchlat.protocol.connection import KafkaConnection
 from fetchlat.protocol.errors import FramingError
-from fetchlat.protocol.events import DecodeFailed, RequestSeen, ResponseSeen
+from fetchlat.protocol.events import DecodeFailed, Event, RequestSeen, ResponseSeen
+from fetchlat.protocol.rewrite import ResponseRewriter
+from fetchlat.protocol.routed import RoutedConnection, route_ranges
 
 CORE = native.core()
 MAX_FRAME = 1 << 20
@@ -98,10 +104,87 @@ def disagreement(chunks: list[Chunk]) -> str | None:
     py = python_road(chunks)
     if stop is not None:
         py = py[:stop + 1]
+        # the core reads nothing of the client's after the SaslHandshake v0 (``Routed.rest``):
+        # the Python road's requests of that chunk are compared up to it, and an error of the
+        # Python road's in what follows it in the chunk is not the core's to see
+        got, last = nat[stop], py[stop]
+        assert isinstance(got, tuple) and got[0] and got[0][-1][1:3] == (apis.SASL_HANDSHAKE, 0)
+        py[stop] = (last[0][:len(got[0])], last[1]) if isinstance(last, tuple) else got
     for i, (a, b) in enumerate(zip(py, nat, strict=False)):
         if a != b:
             return f"chunk {i} ({'request' if chunks[i][0] else 'response'} bytes {chunks[i][1][:64]!r}): " \
                    f"Python {a!r}, native {b!r}"
     if len(py) != len(nat):
         return f"Python read {len(py)} chunks, native {len(nat)}"
+    return None
+
+
+class _Expected:
+    """Which of the Python road's events the routed road's Python road must give too: those of
+    exchanges routed there (an event naming no api key comes of a body parsed, so of one of them;
+    one naming a key alone, of a rewrite, so of one too), and, from a SaslHandshake v0 on (its
+    request on the client's side, its answer on the broker's), every one."""
+
+    def __init__(self, ranges: list[tuple[int, int, int]]) -> None:
+        self.ranges = ranges
+        self.handed = {True: False, False: False}  # by side: from the client
+
+    def routed(self, e: Event) -> bool:
+        if not hasattr(e, "api_key"):
+            return True
+        version = getattr(e, "api_version", 0)
+        return (e.api_key, version) == (apis.SASL_HANDSHAKE, 0) or any(
+            k == e.api_key and lo <= version <= hi for k, lo, hi in self.ranges)
+
+    def events(self, events: list[Event], from_client: bool) -> list[Event]:
+        out = []
+        for e in events:
+            if (getattr(e, "api_key", None), getattr(e, "api_version", None)) == (apis.SASL_HANDSHAKE, 0) and \
+                    isinstance(e, RequestSeen if from_client else ResponseSeen):
+                self.handed[from_client] = True
+                out.append(e)
+            elif self.handed[from_client] or self.routed(e):
+                out.append(e)
+        return out
+
+
+def routed_disagreement(chunks: list[Chunk], rewriter: ResponseRewriter | None = None) -> str | None:
+    """None when the routed road forwards the same bytes as the Python road alone and its Python
+    road gives the same events for the exchanges routed there, chunk by chunk, and both refuse
+    the same chunk in the same words; otherwise the first chunk where they differ."""
+    whole = KafkaConnection(rewriter=rewriter, max_frame_bytes=MAX_FRAME)
+    road = RoutedConnection.make(KafkaConnection(rewriter=rewriter, max_frame_bytes=MAX_FRAME), MAX_FRAME,
+                                 rewriter.wants if rewriter else None)
+    assert road is not None
+    expected = _Expected(route_ranges(rewriter.wants if rewriter else None))
+    # what went to the client so far on each road: a road may hold back the first bytes of an
+    # answer's prefix a chunk longer than the other (the client acts on whole frames only)
+    sent = [b"", b""]
+    for t, (from_client, data) in enumerate(chunks):
+        steps: list[tuple[bytes, list[Event]] | str] = []
+        for conn in (whole, road):
+            try:
+                if from_client:
+                    steps.append((b"", conn.receive_from_client(data, t)))
+                else:
+                    segments, events = conn.receive_from_broker(data, t)
+                    steps.append((b"".join(bytes(s) for s in segments), events))
+            except FramingError as exc:
+                steps.append(str(exc))
+        where = f"chunk {t} ({'request' if from_client else 'response'} bytes {data[:64]!r})"
+        a, b = steps
+        if isinstance(a, tuple) and isinstance(b, tuple):
+            sent = [sent[0] + a[0], sent[1] + b[0]]
+            if not (sent[0].startswith(sent[1]) or sent[1].startswith(sent[0])):
+                return f"{where}: the client was sent {sent[0][-64:]!r} by Python, {sent[1][-64:]!r} routed"
+            a, b = expected.events(a[1], from_client), b[1]
+        if a != b:
+            return f"{where}: Python {a!r}, routed {b!r}"
+        if isinstance(a, str):
+            return None
+        counts = (len(whole.in_flight), whole.client_mid_frame), (road.in_flight, road.client_mid_frame)
+        if counts[0] != counts[1]:
+            return f"{where}: in flight and mid-frame {counts[0]} on the Python road, {counts[1]} routed"
+    if abs(len(sent[0]) - len(sent[1])) >= 8:  # past an answer's prefix the Python road holds back
+        return f"the client was sent {len(sent[0])} bytes by Python, {len(sent[1])} routed"
     return None

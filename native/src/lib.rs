@@ -19,7 +19,8 @@
 //!
 //! - `Wire`: one connection's framing, request headers and correlation, both ways (`wire.rs`),
 //!   each exchange a fixed-width record drained in batches: the Python road's rules, held to it
-//!   by `tests/protocol/test_wire_native.py`; not yet on the proxy's road.
+//!   by `tests/protocol/test_wire_native.py`; each read's answer says which of its bytes the
+//!   Python road must parse (`protocol/routed.py`); not yet on the proxy's road.
 //!
 //! Every length read from the kernel or the bytes is checked before it is used; nothing here
 //! keeps a pointer past the call that made it. `SOURCE` is the core's source, so the door can tell
@@ -334,6 +335,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("WIRE_RECORD_WIDTH", wire::RECORD_WIDTH)?;
     m.add("WIRE_FLAGS", (wire::EXPECTS_RESPONSE, wire::OBSERVED, wire::HEADER_UNREADABLE, wire::SASL_V0,
                          wire::ACKS_UNREADABLE))?;
+    m.add("WIRE_ROUTED", wire::ROUTED)?;
     m.add_function(wrap_pyfunction!(walk_batches, m)?)?;
     m.add_function(wrap_pyfunction!(walk_whole, m)?)?;
     Ok(())

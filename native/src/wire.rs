@@ -9,10 +9,13 @@
 //! (the same errors, in the same words, as the Python road raises). Each exchange becomes a
 //! fixed-width record of machine values that the caller drains in batches (`drain()`).
 //!
-//! What it does not do: the bodies. A frame the Python road parses (Fetch, Produce, ShareFetch in
-//! the versions `protocol/inflight.py`'s `observed` names) carries the flag `OBSERVED`; a
+//! What it does not do: the bodies. A frame the Python road parses (the table it is made with:
+//! Fetch, Produce, ShareFetch in the versions `protocol/inflight.py`'s `observed` names, and what
+//! a rewriter wants, `protocol/routed.py`'s `route_ranges`) carries the flag `OBSERVED`; a
 //! SaslHandshake v0 the flag `SASL_V0` (its answer may switch the connection to raw SASL tokens,
-//! which only the Python road follows: `needs_python` turns true). Rewrites stay Python's too.
+//! which only the Python road follows: `needs_python` turns true). Both are routed: each read's
+//! answer (`Routed`) names the bytes of it the Python road must be fed, and the exchange's
+//! records carry `ROUTED`.
 //!
 //! Every length read from the bytes is checked before it is used; a frame is never copied, only
 //! its first `PEEK_BYTES` when it arrives in pieces (as the Python road).
@@ -37,6 +40,9 @@ pub const OBSERVED: i64 = 2;
 pub const HEADER_UNREADABLE: i64 = 4;
 pub const SASL_V0: i64 = 8;
 pub const ACKS_UNREADABLE: i64 = 16;
+/// A request or response record's flag: the exchange's frames are routed to the Python road too
+/// (`Routed`), which makes its events; the record only marks its place.
+pub const ROUTED: i64 = 32;
 
 /// How many of the latest client ids a record's id is looked for among before it is added again.
 const RECENT_IDS: usize = 4;
@@ -197,6 +203,51 @@ struct InFlight {
     api_version: i16,
     client_id: Option<Arc<[u8]>>,
     t_request_ns: i64,
+    /// its answer goes to the Python road too (its request did)
+    routed: bool,
+    /// a SaslHandshake v0: from its answer on, the broker's bytes are the Python road's alone
+    hands_over: bool,
+}
+
+/// A frame's route while its first bytes are still coming: the Python road's, or the core's alone.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Route {
+    Undecided,
+    Native,
+    Python,
+}
+
+/// The bytes of one chunk the Python road must be fed (`Wire` routes a frame there when the Python
+/// road parses its body: `OBSERVED`, or a SaslHandshake v0): first `held`, a routed request's
+/// bytes from earlier chunks (at most its first eight, read before its route was known: a
+/// response's route is known from its first byte, so `held` is always empty for responses), then
+/// `spans` of the chunk, in order. Empty when every frame of the chunk is the core's alone.
+///
+/// `rest`: from this offset of the chunk on, every byte of this direction is the Python road's
+/// alone, and the core reads no more of it: the client's after a SaslHandshake v0 (its answer may
+/// turn the connection to raw SASL tokens), the broker's from that answer on (the answers before
+/// it are still the core's).
+#[derive(Default, Debug, PartialEq, Eq)]
+pub struct Routed {
+    pub held: Vec<u8>,
+    pub spans: Vec<(usize, usize)>,
+    pub rest: Option<usize>,
+}
+
+impl Routed {
+    fn span(&mut self, from: usize, to: usize) {
+        if from >= to {
+            return;
+        }
+        match self.spans.last_mut() {
+            Some(last) if last.1 == from => last.1 = to,
+            _ => self.spans.push((from, to)),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.held.is_empty() && self.spans.is_empty() && self.rest.is_none()
+    }
 }
 
 /// A framing error, in the Python road's words (`FramingError`).
@@ -221,31 +272,39 @@ pub struct Wire {
     flexible: Ranges,
     observed: Ranges,
     last_client: Option<Arc<[u8]>>,
-    // requests: the size prefix so far, what is left of the frame, its first bytes
+    // requests: the size prefix so far, what is left of the frame, its first bytes, its route
+    // and (while that is undecided) its bytes from earlier chunks
     rq_size_buf: Vec<u8>,
     rq_left: usize,
     rq_size: usize,
     rq_peek: Vec<u8>,
     rq_peek_want: usize,
-    // responses: the size and correlation id so far, the one under way
+    rq_route: Route,
+    rq_carry: Vec<u8>,
+    // responses: the size and correlation id so far, the one under way, its route (known from
+    // its first byte: the oldest request in flight's)
     rs_prefix: Vec<u8>,
     rs_left: usize,
     rs_size: usize,
     rs_current: Option<InFlight>,
+    rs_route: Route,
     rs_t_first: i64,
     in_flight: VecDeque<InFlight>,
     records: Vec<i64>,
     // the client ids the records since the last drain name, by index
     ids: Vec<Arc<[u8]>>,
     needs_python: bool,
+    broker_handed_over: bool,
 }
 
 impl Wire {
     pub fn new(max_frame: i64, flexible: Ranges, observed: Ranges) -> Self {
         Wire { max_frame, flexible, observed, last_client: None, rq_size_buf: Vec::with_capacity(4), rq_left: 0,
-               rq_size: 0, rq_peek: Vec::new(), rq_peek_want: 0, rs_prefix: Vec::with_capacity(8), rs_left: 0,
-               rs_size: 0, rs_current: None, rs_t_first: 0, in_flight: VecDeque::new(), records: Vec::new(),
-               ids: Vec::new(), needs_python: false }
+               rq_size: 0, rq_peek: Vec::new(), rq_peek_want: 0, rq_route: Route::Undecided, rq_carry: Vec::new(),
+               rs_prefix: Vec::with_capacity(8), rs_left: 0, rs_size: 0, rs_current: None,
+               rs_route: Route::Undecided, rs_t_first: 0, in_flight: VecDeque::new(),
+               records: Vec::new(), ids: Vec::new(), needs_python: false,
+               broker_handed_over: false }
     }
 
     pub fn client_mid_frame(&self) -> bool {
@@ -263,21 +322,45 @@ impl Wire {
         (self.ids.len() - 1) as i64
     }
 
-    /// Requests: `requests.py`'s `RequestDecoder.receive`, the bytes the client sent at `t_ns`.
-    pub fn from_client(&mut self, data: &[u8], t_ns: i64) -> Result<(), Framing> {
+    /// A request goes to the Python road too: the Python road parses its body (`OBSERVED`), or
+    /// it is a SaslHandshake v0 (its answer may turn the connection to raw SASL tokens).
+    fn routes(&self, key: i16, version: i16) -> bool {
+        self.observed.contains(key, version) || (key == SASL_HANDSHAKE && version == 0)
+    }
+
+    /// Requests: `requests.py`'s `RequestDecoder.receive`, the bytes the client sent at `t_ns`;
+    /// the bytes of `data` the Python road must see go into `out`: every request it parses, whole
+    /// (size prefix included), and nothing else.
+    pub fn from_client(&mut self, data: &[u8], t_ns: i64, out: &mut Routed) -> Result<(), Framing> {
         let n = data.len();
+        if self.needs_python {
+            out.rest = Some(0);
+            return Ok(());
+        }
         let mut pos = 0;
+        // where the current frame's bytes begin in this chunk (0: it began in an earlier one)
+        let mut fstart = 0;
         while pos < n {
+            let at = pos;
             if self.rq_left == 0 && self.rq_size_buf.is_empty() && n - pos >= 4 {
                 let size = frame_size(data[pos..pos + 4].try_into().unwrap(), self.max_frame, "request")?;
                 if n - pos - 4 >= size {
                     // the whole request is here: read where it lies
                     let start = pos + 4;
                     self.rq_size = size;
+                    if size >= 4 && self.routes(be_i16(data, start).unwrap(), be_i16(data, start + 2).unwrap()) {
+                        out.span(pos, start + size);
+                    }
                     self.done(&data[start..start + size.min(PEEK_BYTES)], t_ns)?;
                     pos += 4 + size;
+                    if self.needs_python {
+                        out.rest = Some(pos);
+                        return Ok(());
+                    }
                     continue;
                 }
+                fstart = pos;
+                self.rq_route = Route::Undecided;
                 self.rq_size = size;
                 self.rq_left = size;
                 self.rq_peek.clear();
@@ -286,6 +369,10 @@ impl Wire {
                 continue;
             }
             if self.rq_left == 0 {
+                if self.rq_size_buf.is_empty() {
+                    fstart = pos;
+                    self.rq_route = Route::Undecided;
+                }
                 let take = (4 - self.rq_size_buf.len()).min(n - pos);
                 self.rq_size_buf.extend_from_slice(&data[pos..pos + take]);
                 pos += take;
@@ -309,12 +396,39 @@ impl Wire {
             };
             pos += take;
             self.rq_left -= take;
+            match self.rq_route {
+                Route::Python => out.span(at, pos),
+                Route::Native => {}
+                Route::Undecided if self.rq_peek.len() >= 4 => {
+                    if self.routes(be_i16(&self.rq_peek, 0).unwrap(), be_i16(&self.rq_peek, 2).unwrap()) {
+                        self.rq_route = Route::Python;
+                        if fstart == 0 {
+                            out.held.append(&mut self.rq_carry);
+                        }
+                        out.span(fstart, pos);
+                    } else {
+                        self.rq_route = Route::Native;
+                    }
+                    self.rq_carry.clear();
+                }
+                Route::Undecided => {}
+            }
             if self.rq_left == 0 {
+                self.rq_route = Route::Undecided;
+                self.rq_carry.clear();
                 let peek = std::mem::take(&mut self.rq_peek);
                 let r = self.done(&peek, t_ns);
                 self.rq_peek = peek;
                 r?;
+                if self.needs_python {
+                    out.rest = Some(pos);
+                    return Ok(());
+                }
             }
+        }
+        // a frame whose route is not known yet: its bytes so far, for the chunk that decides it
+        if self.rq_route == Route::Undecided && (self.rq_left > 0 || !self.rq_size_buf.is_empty()) {
+            self.rq_carry.extend_from_slice(&data[fstart..n]);
         }
         Ok(())
     }
@@ -329,11 +443,13 @@ impl Wire {
             let key = be_i16(peek, 0).unwrap_or(0);
             let ver = be_i16(peek, 2).unwrap_or(0);
             let corr = be_i32(peek, 4).unwrap_or(0);
+            let routed = self.routes(key, ver);
             self.in_flight.push_back(InFlight { correlation_id: corr, api_key: key, api_version: ver, client_id: None,
-                                                t_request_ns: t_ns });
+                                                t_request_ns: t_ns, routed, hands_over: false });
             // no body is parsed without a header, so never OBSERVED
-            self.records.extend_from_slice(&[KIND_REQUEST, corr as i64, key as i64, ver as i64, -1, size,
-                                             EXPECTS_RESPONSE | HEADER_UNREADABLE, t_ns, 0, 0]);
+            let flags = EXPECTS_RESPONSE | HEADER_UNREADABLE | if routed { ROUTED } else { 0 };
+            self.records.extend_from_slice(&[KIND_REQUEST, corr as i64, key as i64, ver as i64, -1, size, flags, t_ns,
+                                             0, 0]);
             return Ok(());
         };
         self.last_client = h.client_id.clone();
@@ -346,15 +462,21 @@ impl Wire {
                 Some(acks) => expects = acks != 0,
                 None => flags |= ACKS_UNREADABLE,
             }
-        } else if h.api_key == SASL_HANDSHAKE && h.api_version == 0 {
+        }
+        let hands_over = h.api_key == SASL_HANDSHAKE && h.api_version == 0;
+        if hands_over {
             flags |= SASL_V0;
             self.needs_python = true;
+        }
+        if self.routes(h.api_key, h.api_version) {
+            flags |= ROUTED;
         }
         if expects {
             flags |= EXPECTS_RESPONSE;
             self.in_flight.push_back(InFlight { correlation_id: h.correlation_id, api_key: h.api_key,
                                                 api_version: h.api_version, client_id: h.client_id.clone(),
-                                                t_request_ns: t_ns });
+                                                t_request_ns: t_ns, routed: self.routes(h.api_key, h.api_version),
+                                                hands_over });
         }
         let id = self.id_index(&h.client_id);
         self.records.extend_from_slice(&[KIND_REQUEST, h.correlation_id as i64, h.api_key as i64,
@@ -363,17 +485,37 @@ impl Wire {
     }
 
     /// Responses: `responses.py`'s `ResponseDecoder.forward` (no rewriter, no raw SASL), the
-    /// bytes read at `t_ns`; every response that ends becomes a record.
-    pub fn from_broker(&mut self, data: &[u8], t_ns: i64) -> Result<(), Framing> {
+    /// bytes read at `t_ns`; every response that ends becomes a record. The bytes of `data` the
+    /// Python road must see go into `out`: the answers to the requests routed there, whole (size
+    /// prefix included), and nothing else.
+    pub fn from_broker(&mut self, data: &[u8], t_ns: i64, out: &mut Routed) -> Result<(), Framing> {
         let n = data.len();
         let mut pos = 0;
+        if self.broker_handed_over {
+            out.rest = Some(0);
+            return Ok(());
+        }
         while pos < n {
             if self.rs_current.is_none() {
                 // the size and the correlation id; only the size before a raw token's answer
-                let want = if self.in_flight.front().is_some_and(|h| h.api_key == SASL_TOKEN) { 4 } else { 8 };
+                let head = self.in_flight.front();
+                let want = if head.is_some_and(|h| h.api_key == SASL_TOKEN) { 4 } else { 8 };
+                if self.rs_prefix.is_empty() && head.is_some_and(|h| h.hands_over) {
+                    self.broker_handed_over = true;
+                    out.rest = Some(pos);
+                    return Ok(());
+                }
+                if self.rs_prefix.is_empty() {
+                    // known from the first byte: none of an answer routed to Python is written alone
+                    self.rs_route = if head.is_some_and(|h| h.routed) { Route::Python } else { Route::Native };
+                }
+                let at = pos;
                 let take = (want - self.rs_prefix.len()).min(n - pos);
                 self.rs_prefix.extend_from_slice(&data[pos..pos + take]);
                 pos += take;
+                if self.rs_route == Route::Python {
+                    out.span(at, pos);
+                }
                 if self.rs_prefix.len() == want {
                     self.start(t_ns)?;
                     if self.rs_left == 0 {
@@ -382,9 +524,13 @@ impl Wire {
                 }
                 continue;
             }
+            let at = pos;
             let take = self.rs_left.min(n - pos);
             pos += take;
             self.rs_left -= take;
+            if self.rs_route == Route::Python {
+                out.span(at, pos);
+            }
             if self.rs_left == 0 {
                 self.finish(t_ns);
             }
@@ -417,9 +563,11 @@ impl Wire {
 
     fn finish(&mut self, t_ns: i64) {
         let Some(cur) = self.rs_current.take() else { return };
+        self.rs_route = Route::Undecided;
         let id = self.id_index(&cur.client_id);
+        let flags = if cur.routed { ROUTED } else { 0 };
         self.records.extend_from_slice(&[KIND_RESPONSE, cur.correlation_id as i64, cur.api_key as i64,
-                                         cur.api_version as i64, id, self.rs_size as i64, 0, cur.t_request_ns,
+                                         cur.api_version as i64, id, self.rs_size as i64, flags, cur.t_request_ns,
                                          self.rs_t_first, t_ns]);
     }
 
@@ -447,6 +595,18 @@ fn with_bytes<T>(buf: &Bound<'_, PyAny>, f: impl FnOnce(&[u8]) -> T) -> PyResult
     Ok(f(all))
 }
 
+/// `(held, spans, rest)`: the bytes to feed the Python road first (b"" when none), then the
+/// `(start, end)` ranges of the chunk, then (unless `rest` is -1) the chunk from `rest` on and
+/// every later chunk of this direction; None when the chunk holds nothing for it.
+type RoutedTuple<'py> = Option<(Bound<'py, PyBytes>, Vec<(usize, usize)>, i64)>;
+
+fn routed(py: Python<'_>, out: Routed) -> RoutedTuple<'_> {
+    if out.is_empty() {
+        return None;
+    }
+    Some((PyBytes::new(py, &out.held), out.spans, out.rest.map_or(-1, |r| r as i64)))
+}
+
 #[pymethods]
 impl PyWire {
     #[new]
@@ -455,14 +615,21 @@ impl PyWire {
     }
 
     /// Bytes the client sent at `t_ns`; a framing error raises `ValueError` with the Python
-    /// road's words (the connection is lost: nothing after it is read).
-    fn from_client(&mut self, data: &Bound<'_, PyAny>, t_ns: i64) -> PyResult<()> {
-        with_bytes(data, |b| self.wire.from_client(b, t_ns))?.map_err(|Framing(m)| PyValueError::new_err(m))
+    /// road's words (the connection is lost: nothing after it is read). None when no frame of
+    /// them goes to the Python road, otherwise `routed()`'s answer for them.
+    fn from_client<'py>(&mut self, py: Python<'py>, data: &Bound<'_, PyAny>, t_ns: i64) -> PyResult<RoutedTuple<'py>> {
+        let mut out = Routed::default();
+        with_bytes(data, |b| self.wire.from_client(b, t_ns, &mut out))?
+            .map_err(|Framing(m)| PyValueError::new_err(m))?;
+        Ok(routed(py, out))
     }
 
-    /// Bytes the broker sent, read at `t_ns`.
-    fn from_broker(&mut self, data: &Bound<'_, PyAny>, t_ns: i64) -> PyResult<()> {
-        with_bytes(data, |b| self.wire.from_broker(b, t_ns))?.map_err(|Framing(m)| PyValueError::new_err(m))
+    /// Bytes the broker sent, read at `t_ns`; the same answer as `from_client`.
+    fn from_broker<'py>(&mut self, py: Python<'py>, data: &Bound<'_, PyAny>, t_ns: i64) -> PyResult<RoutedTuple<'py>> {
+        let mut out = Routed::default();
+        with_bytes(data, |b| self.wire.from_broker(b, t_ns, &mut out))?
+            .map_err(|Framing(m)| PyValueError::new_err(m))?;
+        Ok(routed(py, out))
     }
 
     /// `(records, client_ids)`: the records since the last drain as native-endian i64s,
@@ -482,6 +649,12 @@ impl PyWire {
     #[getter]
     fn in_flight(&self) -> usize {
         self.wire.in_flight.len()
+    }
+
+    /// Of `in_flight`, the requests routed to the Python road too (its own in-flight count has them).
+    #[getter]
+    fn routed_in_flight(&self) -> usize {
+        self.wire.in_flight.iter().filter(|f| f.routed).count()
     }
 
     /// A SaslHandshake v0 went by: its answer may turn the connection to raw SASL tokens, which

@@ -9,7 +9,9 @@ exception allowed out is ``ProtocolError`` -- on a real connection it closes tha
 Where the native core is loaded, every response's bytes are also walked as records by the core
 and by the Python road (``walk_batches`` against ``walk``), and the conversation is framed by the
 core's ``Wire`` and by the Python road without a rewriter (``testkit/wire_roads.py``: the same
-requests seen and responses matched, the same framing error): a difference is a crash. Seeds are
+requests seen and responses matched, the same framing error), and the routed road (the core
+first, the frames the Python road parses routed to it, with a rewriter) must forward and observe
+as the Python road alone: a difference is a crash. Seeds are
 the captured conversations of four real clients."""
 
 from __future__ import annotations
@@ -25,9 +27,10 @@ from fetchlat.protocol.rewrite import ResponseRewriter
 from fetchlat.protocol.stream import WALK, Reader, walk_native
 from fetchlat.protocol.stream_now import walk_now
 
-from testkit.wire_roads import CORE, disagreement
+from testkit.wire_roads import CORE, disagreement, routed_disagreement
 
 MAX_RECORDS = 64
+REWRITER = ResponseRewriter(lambda node, host, port: ("fuzz.example", 40000 + node % 1000))
 
 
 def records(data: bytes) -> Iterator[tuple[bool, bytes]]:
@@ -72,6 +75,9 @@ def wires_agree(data: bytes, cut: int) -> None:
     d = disagreement(fed)
     if d is not None:
         raise AssertionError(f"the native and Python framing differ: {d}")
+    d = routed_disagreement(fed, REWRITER)
+    if d is not None:
+        raise AssertionError(f"the routed road and the Python road differ: {d}")
 
 
 def one_input(data: bytes) -> None:
@@ -79,8 +85,7 @@ def one_input(data: bytes) -> None:
         return
     cut = data[0]
     wires_agree(data, cut)
-    conn = KafkaConnection(rewriter=ResponseRewriter(lambda node, host, port: ("fuzz.example", 40000 + node % 1000)),
-                           max_frame_bytes=1 << 20, wait_time_tag=99)
+    conn = KafkaConnection(rewriter=REWRITER, max_frame_bytes=1 << 20, wait_time_tag=99)
     model = LatencyModel(wall_minus_mono_ns=0)
     t = 1_000
     try:

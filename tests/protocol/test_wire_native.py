@@ -19,17 +19,26 @@ from fetchlat import native
 from fetchlat.protocol import apis
 from fetchlat.protocol.framing import request_frame, response_frame
 from fetchlat.protocol.primitives import encode_uvarint
+from fetchlat.protocol.rewrite import ResponseRewriter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from testkit.captures import RUNS, Frame, conversations
-from testkit.wire_roads import CORE, MAX_FRAME, Chunk, disagreement, python_road, wire
+from testkit.wire_roads import CORE, MAX_FRAME, Chunk, disagreement, python_road, routed_disagreement, wire
 
 needs_core = pytest.mark.skipif(CORE is None, reason=f"native core not loaded: {native.reason()}")
 
 
+REWRITER = ResponseRewriter(lambda node, host, port: ("proxy", 9000 + node))
+
+
 def agree(chunks: list[Chunk]) -> None:
+    """Both roads frame ``chunks`` alike, and the routed road (the core first, only the frames
+    the Python road parses routed to it) forwards and observes as the Python road alone, with
+    and without a rewriter (which routes more: ApiVersions, Metadata, FindCoordinator...)."""
     assert (d := disagreement(chunks)) is None, d
+    assert (d := routed_disagreement(chunks)) is None, d
+    assert (d := routed_disagreement(chunks, REWRITER)) is None, d
 
 
 def _cut(frames: list[Frame], at: int) -> Iterator[Chunk]:

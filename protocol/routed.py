@@ -1,0 +1,184 @@
+"""One connection read by the native core first (``native/src/wire.rs``, ``Wire``), with only the
+frames the Python road must parse routed to it: ``KafkaConnection``'s face, the next step of the
+native road (``docs/architecture.md``, "The native core").
+
+The core frames both directions, reads every request's header, matches every answer to its
+request and keeps each exchange as a fixed-width record (``records()``). A request goes to the
+Python road too (``route_ranges``) when its body is parsed there: a Fetch, Produce or ShareFetch
+the latency model reads, a response the rewriter wants, a SaslHandshake v0. The Python road is
+then fed exactly those frames, whole, size prefix included, and their answers, in order: to it
+the connection looks as if only they went by, which is all its rules need (Kafka answers a
+connection's requests in order). Every other frame is settled by the core alone: its bytes go
+on as they came, and only its record is left.
+
+Once a SaslHandshake v0 has gone by, its answer may turn the connection to raw SASL tokens,
+which only the Python road follows: every byte the client sends after it goes to the Python road
+alone, and so does every byte the broker sends from that answer on (the answers before it, to
+requests the core settled alone, are still the core's).
+
+Must never: do I/O, read clocks, copy a frame it does not route (a routed frame spanning the
+whole chunk goes to the Python road as the very object read).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final
+
+from .. import native
+from . import apis
+from .connection import KafkaConnection
+from .errors import FramingError
+from .events import Event
+from .framing import Segment
+from .inflight import observed
+
+# The versions a request header can name: every rule is constant below 0 and past a key's last
+# version in the specs, and must be out to these (``route_ranges`` checks it)
+TOP_VERSION: Final = 0x7FFF
+BOTTOM_VERSION: Final = -0x8000
+NO_EVENTS: Final[list[Event]] = []
+
+
+def route_ranges(wants: Callable[[int, int], bool] | None) -> list[tuple[int, int, int]]:
+    """``(api_key, lo, hi)``: the versions of each api key whose exchanges the Python road must
+    see (``observed``, or ``wants``: a rewriter's), for the core's ``Wire``. One range per key:
+    a rule that routes versions with a gap between them is refused (ValueError), not narrowed."""
+    out: list[tuple[int, int, int]] = []
+    for key, api in sorted(apis.table().items()):
+        last = max(api.valid.hi, 0) + 1  # past the spec's versions every rule is constant
+
+        def routes(v: int, key: int = key) -> bool:
+            return observed(key, v) or (wants is not None and wants(key, v))
+
+        if routes(last) != routes(TOP_VERSION) or routes(-1) != routes(BOTTOM_VERSION):
+            raise ValueError(f"api key {key}: a route that changes below version 0 or past version {last}")
+        versions = [v for v in range(-1, last + 1) if routes(v)]
+        if not versions:
+            continue
+        lo, hi = versions[0], versions[-1]
+        if hi - lo + 1 != len(versions):
+            raise ValueError(f"api key {key}: routed versions {versions} have a gap")
+        out.append((key, BOTTOM_VERSION if lo == -1 else lo, TOP_VERSION if hi == last else hi))
+    return out
+
+
+def flexible_ranges() -> list[tuple[int, int, int]]:
+    """``(api_key, lo, hi)``: each api key's flexible request versions, for the core's ``Wire``."""
+    return [(k, a.request_flexible.lo, a.request_flexible.hi) for k, a in apis.table().items()]
+
+
+def _read(read: Callable[[bytes, int], Any], data: bytes, t_ns: int) -> Any:
+    """One of the core's reads; its framing error (ValueError, in the Python road's words) as the
+    Python road raises it."""
+    try:
+        return read(data, t_ns)
+    except ValueError as exc:
+        raise FramingError(str(exc)) from None
+
+
+class RoutedConnection:
+    """``KafkaConnection``'s calls over the core's ``Wire`` (module docstring). ``python`` is the
+    Python road's connection the routed frames go to (the caller's: it owns its fetch sessions
+    and rewriter); ``wire`` a ``native.core().Wire`` made with ``route_ranges`` of the same
+    rewriter."""
+
+    def __init__(self, wire: Any, python: KafkaConnection) -> None:
+        self.wire = wire
+        self.python = python
+        # a SaslHandshake v0 went by: every byte the client sends is the Python road's alone; its
+        # answer began: every byte the broker sends
+        self.requests_python_only = False
+        self.python_only = False
+
+    @classmethod
+    def make(cls, python: KafkaConnection, max_frame_bytes: int,
+             wants: Callable[[int, int], bool] | None) -> RoutedConnection | None:
+        """One over a new ``Wire``, or None where the core is not loaded."""
+        core = native.core()
+        if core is None:
+            return None
+        return cls(core.Wire(max_frame_bytes, flexible_ranges(), route_ranges(wants)), python)
+
+    @property
+    def in_flight(self) -> int:
+        """Requests whose answers have not begun (both roads')."""
+        if self.python_only:
+            return len(self.python.in_flight)
+        wire = self.wire
+        if self.requests_python_only:  # the Python road's, and those the core settles alone
+            return len(self.python.in_flight) + int(wire.in_flight) - int(wire.routed_in_flight)
+        return int(wire.in_flight)
+
+    @property
+    def client_mid_frame(self) -> bool:
+        return self.python.client_mid_frame if self.requests_python_only else bool(self.wire.client_mid_frame)
+
+    def records(self) -> tuple[bytes, list[bytes]]:
+        """The core's records since the last call (``Wire.drain``): one per request and per answer,
+        those routed to the Python road flagged ``WIRE_ROUTED``."""
+        raw, ids = self.wire.drain()
+        return raw, ids
+
+    def receive_from_client(self, data: bytes, t_ns: int) -> list[Event]:
+        """The Python road's events of the routed requests among ``data`` (read at ``t_ns``)."""
+        python = self.python
+        if self.requests_python_only:
+            return python.receive_from_client(data, t_ns)
+        routed = _read(self.wire.from_client, data, t_ns)
+        if routed is None:
+            return NO_EVENTS
+        held, spans, rest = routed
+        events = python.receive_from_client(held, t_ns) if held else []
+        n = len(data)
+        for start, end in spans:
+            events += python.receive_from_client(data if end - start == n else data[start:end], t_ns)
+        if rest >= 0:
+            self.requests_python_only = True
+            if rest < n:
+                events += python.receive_from_client(data[rest:], t_ns)
+        return events
+
+    def forward_from_broker(self, data: bytes, t_ns: int) -> tuple[list[Segment], list[Event]]:
+        """``KafkaConnection.forward_from_broker``: the segments to write (the core's frames as
+        they came, the Python road's as it forwards them) and the events before writing them."""
+        python = self.python
+        if self.python_only:
+            return python.forward_from_broker(data, t_ns)
+        routed = _read(self.wire.from_broker, data, t_ns)
+        if routed is None:
+            return [data], NO_EVENTS
+        _, spans, rest = routed  # an answer's route is known from its first byte: nothing is held
+        n = len(data)
+        if rest >= 0:
+            self.python_only = True
+        else:
+            rest = n
+        if rest == 0 or (len(spans) == 1 and spans[0] == (0, n)):
+            return python.forward_from_broker(data, t_ns)
+        view = memoryview(data)
+        out: list[Segment] = []
+        before: list[Event] = []
+        pos = 0
+        for start, end in spans:
+            if start > pos:
+                out.append(view[pos:start])
+            segments, events = python.forward_from_broker(data[start:end], t_ns)
+            out += segments
+            before += events
+            pos = end
+        if pos < rest:
+            out.append(view[pos:rest])
+        if rest < n:
+            segments, events = python.forward_from_broker(data[rest:], t_ns)
+            out += segments
+            before += events
+        return out, before
+
+    def after_write(self) -> list[Event]:
+        return self.python.after_write()
+
+    def receive_from_broker(self, data: bytes, t_ns: int) -> tuple[list[Segment], list[Event]]:
+        """For callers that only observe: the segments, and all the events at once."""
+        out, before = self.forward_from_broker(data, t_ns)
+        return out, before + self.after_write()
