@@ -50,10 +50,12 @@ INTERNAL_ERROR: Final = "internal_error"  # a bug in fetchlat: reported, and onl
 def capture_context(observer: Observer, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
                     wait_time_tag: int | None = None) -> CoreContext:
     """The proxy core's context for a capture: its rewriter reads (topic ids, brokers) and never
-    rewrites; brokers learned from Metadata name connections by node id, as in the proxy."""
+    rewrites; brokers learned from Metadata name connections by node id, as in the proxy. Read by
+    the Python road alone (not the native core first, ``protocol/routed.py``)."""
     return CoreContext(observer=observer, registry=BrokerRegistry(), limits=Limits(),
                        rewriter=ResponseRewriter(lambda node, host, port: None),
-                       max_frame_bytes=max_frame_bytes, wait_time_tag=wait_time_tag)
+                       max_frame_bytes=max_frame_bytes, wait_time_tag=wait_time_tag,
+                       routed=False)  # the resync below reads the Python road's in-flight table
 
 
 def plausible_request(buf: bytes | bytearray, pos: int, max_frame: int) -> int:

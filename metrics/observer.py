@@ -21,6 +21,7 @@ Owns: which events become which samples and rows. Must never: read clocks, do I/
 from __future__ import annotations
 
 import dataclasses
+from struct import iter_unpack
 from typing import TypeVar
 
 from ..protocol.apis import API_VERSIONS, DESCRIBE_CLUSTER, FIND_COORDINATOR, LIST_OFFSETS, METADATA, api_name
@@ -36,6 +37,8 @@ from ..protocol.events import (
     TopicIdsLearned,
 )
 from ..protocol.inflight import observed
+from ..protocol.requests import UNREADABLE_HEADER
+from ..protocol.routed import HEADER_UNREADABLE, KIND_REQUEST, RECORD_FORMAT, ROUTED
 from .fast import CounterChild, HistogramChild
 from .model import DEFAULT_EXPIRY_OVERSHOOT_NS, LatencyModel
 from .prom import FetchMetrics, ProxyMetrics
@@ -194,6 +197,60 @@ class ConnectionObserver:
             elif isinstance(ev, SaslPassthroughStarted):
                 notable = True
         return notable
+
+    def observe_records(self, raw: bytes, ids: list[bytes], events: list[Event], t_read_ns: int,
+                        t_written_ns: int, notes: list[Event]) -> bool:
+        """The routed road's read (``protocol/routed.py``): the core's records of the exchanges it
+        settled alone, each with the samples and row its ``RequestSeen`` or ``ResponseSeen``
+        would give, and the Python road's ``events`` of those routed to it, each exchange's
+        observed where its record (flagged ``ROUTED``) stands, so answers are taken in the order
+        they came. A request whose header the core could not read becomes the Python road's
+        events for it, appended to ``notes`` for the log. True when one is worth a log line."""
+        notable = False
+        at, n = 0, len(events)
+        names: list[str | None] | None = None
+        for kind, corr, key, ver, cid, size, flags, t_req, _first, t_last in iter_unpack(RECORD_FORMAT, raw):
+            if flags & ROUTED:
+                end = at
+                terminal = RequestSeen if kind == KIND_REQUEST else ResponseSeen
+                while end < n and not isinstance(events[end], terminal):
+                    end += 1
+                if self.observe(events[at:end + 1], t_read_ns, t_written_ns):
+                    notable = True
+                at = end + 1
+            elif kind == KIND_REQUEST:
+                if flags & HEADER_UNREADABLE:
+                    unread: list[Event] = [
+                        DecodeFailed(api_key=key, api_version=ver, direction="request", reason=UNREADABLE_HEADER),
+                        RequestSeen(correlation_id=corr, api_key=key, api_version=ver, client_id=None,
+                                    size_bytes=size, expects_response=True, t_ns=t_req)]
+                    notes += unread
+                    notable = self.observe(unread, t_read_ns, t_written_ns) or notable
+                else:
+                    (self._children.get(key) or self._api(key))[0].inc()
+            else:
+                if names is None:
+                    names = [i.decode() for i in ids]
+                self._answered(corr, key, ver, names[cid] if cid >= 0 else None, size, t_req, t_last)
+        if at < n and self.observe(events[at:], t_read_ns, t_written_ns):
+            notable = True
+        return notable
+
+    def _answered(self, corr: int, key: int, ver: int, client_id: str | None, size: int, t_request_ns: int,
+                  t_last_ns: int) -> None:
+        """An answer the core settled alone: what ``observe`` does of a ``ResponseSeen`` that was
+        neither rewritten nor of an exchange whose body the model reads."""
+        obs = self.obs
+        fwd = self.forwarded_ns(t_request_ns)
+        self.broker_free_ns = obs.model.broker_frame_ns(t_last_ns)
+        c = self._children.get(key) or self._api(key)
+        c[1].observe((t_last_ns - fwd) / 1e9)
+        if key in ROUND_TRIP_APIS and fwd == t_request_ns:
+            obs.model.learn_round_trip(t_last_ns - fwd)
+        if obs.traces is not None:
+            obs.traces.other(fwd + obs.wall_minus_mono_ns, obs.proxy_id, self.broker, self.conn_id, api_key=key,
+                             api_version=ver, client_id=client_id, correlation_id=corr, response_bytes=size + 4,
+                             total_ns=t_last_ns - fwd)
 
     def _as_forwarded(self, ev: Exchanged) -> tuple[Exchanged, int]:
         """The exchange timed from when its request went upstream, and how long it was held

@@ -55,6 +55,7 @@ HOT: Final = (
     "fetchlat.protocol.requests",
     "fetchlat.protocol.responses",
     "fetchlat.protocol.connection",
+    "fetchlat.protocol.routed",
     "fetchlat.metrics.vocabulary",
     "fetchlat.metrics.cluster",
     "fetchlat.metrics.model",

@@ -22,6 +22,7 @@ from .sessions import Covered
 from .stream import Feeder, Twin, run_direct
 
 REQUEST_PEEK_BYTES: Final = 512  # header + what we read of a body; the rest is skipped
+UNREADABLE_HEADER: Final = "request header longer than the peek window"  # a DecodeFailed's reason
 # A Fetch/Produce request up to this size that arrives in pieces is parsed once whole (the pieces
 # are kept as references until it ends; one join), not by the generator piece by piece.
 REQUEST_COLLECT_BYTES: Final = 1 << 20
@@ -183,7 +184,7 @@ class RequestDecoder:
             ver, _ = read_fixed(I16, peek, 2)
             corr, _ = read_fixed(I32, peek, 4)
             events.append(DecodeFailed(api_key=key, api_version=ver, direction="request",
-                                       reason="request header longer than the peek window"))
+                                       reason=UNREADABLE_HEADER))
             shared.in_flight.append(InFlight(corr, key, ver, None, t_ns))
             events.append(RequestSeen(correlation_id=corr, api_key=key, api_version=ver, client_id=None,
                                       size_bytes=self._size, expects_response=True, t_ns=t_ns))

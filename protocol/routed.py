@@ -33,6 +33,20 @@ from .events import Event
 from .framing import Segment
 from .inflight import observed
 
+# The core's records (``Wire.drain``): RECORD_WIDTH native-endian i64s each -- kind, correlation
+# id, api key, api version, client id (an index into the drain's list, or -1), size, flags, the
+# request's stamp, the answer's first and last stamps. ``test_routed.py`` holds these to the core's.
+RECORD_WIDTH: Final = 10
+RECORD_FORMAT: Final = f"={RECORD_WIDTH}q"
+KIND_REQUEST: Final = 1
+KIND_RESPONSE: Final = 2
+EXPECTS_RESPONSE: Final = 1
+OBSERVED: Final = 2
+HEADER_UNREADABLE: Final = 4
+SASL_V0: Final = 8
+ACKS_UNREADABLE: Final = 16
+ROUTED: Final = 32  # the Python road made this exchange's events: the record only marks their place
+
 # The versions a request header can name: every rule is constant below 0 and past a key's last
 # version in the specs, and must be out to these (``route_ranges`` checks it)
 TOP_VERSION: Final = 0x7FFF
@@ -42,14 +56,15 @@ NO_EVENTS: Final[list[Event]] = []
 
 def route_ranges(wants: Callable[[int, int], bool] | None) -> list[tuple[int, int, int]]:
     """``(api_key, lo, hi)``: the versions of each api key whose exchanges the Python road must
-    see (``observed``, or ``wants``: a rewriter's), for the core's ``Wire``. One range per key:
+    see (``observed``, or ``wants``: a rewriter's, and every Produce), for the core's ``Wire``. One range per key:
     a rule that routes versions with a gap between them is refused (ValueError), not narrowed."""
     out: list[tuple[int, int, int]] = []
     for key, api in sorted(apis.table().items()):
         last = max(api.valid.hi, 0) + 1  # past the spec's versions every rule is constant
 
         def routes(v: int, key: int = key) -> bool:
-            return observed(key, v) or (wants is not None and wants(key, v))
+            # every Produce: an acks field the Python road cannot read is its event to report
+            return key == apis.PRODUCE or observed(key, v) or (wants is not None and wants(key, v))
 
         if routes(last) != routes(TOP_VERSION) or routes(-1) != routes(BOTTOM_VERSION):
             raise ValueError(f"api key {key}: a route that changes below version 0 or past version {last}")
@@ -77,6 +92,19 @@ def _read(read: Callable[[bytes, int], Any], data: bytes, t_ns: int) -> Any:
         raise FramingError(str(exc)) from None
 
 
+def _hold_back(out: list[Segment], n: int) -> bytes:
+    """The last ``n`` bytes of ``out``, taken off its end."""
+    held: list[bytes] = []
+    while n:
+        last = out.pop()
+        if len(last) > n:
+            out.append(last[:len(last) - n])
+            last = last[len(last) - n:]
+        held.append(bytes(last))
+        n -= len(last)
+    return b"".join(reversed(held))
+
+
 class RoutedConnection:
     """``KafkaConnection``'s calls over the core's ``Wire`` (module docstring). ``python`` is the
     Python road's connection the routed frames go to (the caller's: it owns its fetch sessions
@@ -90,6 +118,10 @@ class RoutedConnection:
         # answer began: every byte the broker sends
         self.requests_python_only = False
         self.python_only = False
+        # the first bytes of an answer the core settles, held as the Python road holds them until
+        # its size and correlation id are in (a client acts only on whole frames: the same bytes
+        # go out, at the same reads, on both roads)
+        self._withheld = b""
 
     @classmethod
     def make(cls, python: KafkaConnection, max_frame_bytes: int,
@@ -128,7 +160,7 @@ class RoutedConnection:
         routed = _read(self.wire.from_client, data, t_ns)
         if routed is None:
             return NO_EVENTS
-        held, spans, rest = routed
+        held, spans, rest, _ = routed  # nothing is ever pending of a request
         events = python.receive_from_client(held, t_ns) if held else []
         n = len(data)
         for start, end in spans:
@@ -146,18 +178,20 @@ class RoutedConnection:
         if self.python_only:
             return python.forward_from_broker(data, t_ns)
         routed = _read(self.wire.from_broker, data, t_ns)
-        if routed is None:
+        withheld = self._withheld
+        if routed is None and not withheld:
             return [data], NO_EVENTS
-        _, spans, rest = routed  # an answer's route is known from its first byte: nothing is held
+        # an answer's route is known from its first byte: nothing is held for the Python road
+        _, spans, rest, pending = routed if routed is not None else (b"", [], -1, 0)
         n = len(data)
         if rest >= 0:
             self.python_only = True
         else:
             rest = n
-        if rest == 0 or (len(spans) == 1 and spans[0] == (0, n)):
+        if not withheld and not pending and (rest == 0 or (len(spans) == 1 and spans[0] == (0, n))):
             return python.forward_from_broker(data, t_ns)
         view = memoryview(data)
-        out: list[Segment] = []
+        out: list[Segment] = [withheld] if withheld else []
         before: list[Event] = []
         pos = 0
         for start, end in spans:
@@ -173,6 +207,7 @@ class RoutedConnection:
             segments, events = python.forward_from_broker(data[rest:], t_ns)
             out += segments
             before += events
+        self._withheld = _hold_back(out, pending) if pending else b""
         return out, before
 
     def after_write(self) -> list[Event]:

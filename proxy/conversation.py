@@ -24,6 +24,7 @@ from ..protocol.connection import KafkaConnection, Segment
 from ..protocol.errors import FramingError
 from ..protocol.events import BrokerAddress, BrokersLearned, DecodeFailed, Event, SaslPassthroughStarted
 from ..protocol.rewrite import ResponseRewriter
+from ..protocol.routed import RoutedConnection
 from ..protocol.sessions import FetchSessions
 from .policy import RTT_SAMPLE_EVERY_NS, ConnectionPolicy, Limits, Refusal, first_bytes_verdict, tls_failure
 from .registry import BrokerRegistry, HostPort
@@ -88,6 +89,7 @@ class CoreContext:
     max_frame_bytes: int
     wait_time_tag: int | None
     fetch_sessions: dict[HostPort, FetchSessions] = field(default_factory=dict)  # one mirror per broker
+    routed: bool = True  # read by the native core first where it is loaded (protocol/routed.py)
 
     def sessions_for(self, upstream: HostPort) -> FetchSessions:
         """The fetch-session mirror of the broker at ``upstream``, shared by its connections."""
@@ -107,6 +109,11 @@ class Conversation:
         self.peer = peer
         self.codec = KafkaConnection(rewriter=ctx.rewriter, max_frame_bytes=ctx.max_frame_bytes,
                                      wait_time_tag=ctx.wait_time_tag, sessions=ctx.sessions_for(upstream))
+        # the core frames the connection and hands the Python road only the frames it parses
+        self.routed: RoutedConnection | None = None
+        if ctx.routed:
+            self.routed = RoutedConnection.make(self.codec, ctx.max_frame_bytes,
+                                                ctx.rewriter.wants if ctx.rewriter is not None else None)
         self.policy = ConnectionPolicy(ctx.limits, t_ns, tls=tls)
         self._default_label = broker_label
         self.upstream = upstream
@@ -134,7 +141,8 @@ class Conversation:
 
     @property
     def in_flight(self) -> int:
-        return len(self.codec.in_flight)
+        routed = self.routed
+        return len(self.codec.in_flight) if routed is None else routed.in_flight
 
     @property
     def forwards_directly(self) -> bool:
@@ -174,6 +182,15 @@ class Conversation:
             if self.policy.held(len(data)):
                 actions = (PAUSE,)
         self._bytes_in.inc(len(data))
+        routed = self.routed
+        if routed is not None:
+            try:
+                events = routed.receive_from_client(data, t_ns)
+            except FramingError as exc:
+                return (self._framing_lost("request", exc),)
+            self.policy.client_bytes(t_ns, routed.client_mid_frame)
+            notes = self._observe_routed(routed, events, t_ns, t_ns)
+            return (*actions, *notes) if notes else actions
         try:
             events = self._requests.receive(data, t_ns)
         except FramingError as exc:
@@ -185,6 +202,20 @@ class Conversation:
             if self.observer.observe(events, t_ns, t_ns):
                 actions = (*actions, *self._notes(events))
         return actions
+
+    def _observe_routed(self, routed: RoutedConnection, events: list[Event], t_read_ns: int,
+                        t_written_ns: int) -> list[Action]:
+        """The core's records of a read and the Python road's events of it, observed in order;
+        the log lines they are worth."""
+        raw, ids = routed.records()
+        if not raw and not events:
+            return []
+        if self._label_stale():
+            self._refresh_label()
+        notes: list[Event] = []
+        if self.observer.observe_records(raw, ids, events, t_read_ns, t_written_ns, notes):
+            return self._notes(events + notes)
+        return []
 
     def _framing_lost(self, side: str, exc: FramingError) -> Close:
         reason = f"{side}_framing"
@@ -206,7 +237,7 @@ class Conversation:
     # ------------------------------------------------------------------ upstream
     def upstream_connected(self, t_ns: int, upstream: HostPort) -> tuple[list[bytes], tuple[Action, ...]]:
         """The broker connection is up: the held bytes to write first, and what to do."""
-        if upstream != self.upstream and not self.codec.in_flight:  # a bootstrap listener's pick
+        if upstream != self.upstream and not self.in_flight:  # a bootstrap listener's pick
             self.codec.shared.sessions = self.ctx.sessions_for(upstream)
         self.upstream = upstream
         self._refresh_label()
@@ -231,7 +262,11 @@ class Conversation:
     def from_broker(self, data: bytes, t_ns: int) -> tuple[list[Segment], tuple[Action, ...]]:
         """The segments to write to the client, and what must happen before they are written."""
         try:
-            segments, before = self._responses.forward(data, t_ns)
+            routed = self.routed
+            if routed is None:
+                segments, before = self._responses.forward(data, t_ns)
+            else:
+                segments, before = routed.forward_from_broker(data, t_ns)
         except FramingError as exc:
             return [], (self._framing_lost("response", exc),)
         if not before:
@@ -256,6 +291,9 @@ class Conversation:
             t_written_ns = t_read_ns
         else:
             self.observer.handed_on(t_read_ns, t_written_ns)
+        routed = self.routed
+        if routed is not None:
+            return tuple(self._observe_routed(routed, routed.after_write(), t_read_ns, t_written_ns))
         events = self._responses.after_write()
         if not events:
             return NOTHING
@@ -273,7 +311,7 @@ class Conversation:
         self.policy.client_resumed()
 
     def expire(self, now_ns: int) -> Close | None:
-        reason = self.policy.expire(now_ns, bool(self.codec.in_flight))
+        reason = self.policy.expire(now_ns, self.in_flight > 0)
         if reason is None:
             return None
         return self._refuse(Refusal(reason, f"{reason.replace('_', ' ')}; closing this connection"))

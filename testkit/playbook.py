@@ -27,6 +27,7 @@ class Playbook:
     sidecar_node: int | None = None
     tls: bool = False
     traced: bool = True  # rows gathered (False: a proxy without --trace-dir)
+    routed: bool = True  # read by the native core first where it is loaded (False: the Python road)
 
     def __post_init__(self) -> None:
         self.prom = CollectorRegistry()
@@ -37,7 +38,7 @@ class Playbook:
         self.registry = BrokerRegistry(self.sidecar_node)
         self.ctx = CoreContext(observer=self.observer, registry=self.registry, limits=self.limits,
                                rewriter=ResponseRewriter(lambda node, host, port: ("proxy.test", 20000 + node)),
-                               max_frame_bytes=1 << 20, wait_time_tag=None)
+                               max_frame_bytes=1 << 20, wait_time_tag=None, routed=self.routed)
         self.conv = Conversation(self.ctx, conn_id=1, listener="bootstrap", broker_label="bootstrap",
                                  upstream=UPSTREAM, t_ns=T0, tls=self.tls, peer="client:1")
         self.upstream_writes: list[bytes] = []

@@ -227,11 +227,16 @@ enum Route {
 /// alone, and the core reads no more of it: the client's after a SaslHandshake v0 (its answer may
 /// turn the connection to raw SASL tokens), the broker's from that answer on (the answers before
 /// it are still the core's).
+///
+/// `pending`: the read ended inside the size and correlation id of an answer the core settles
+/// alone, this many bytes of them read so far: the Python road would not write them yet (it
+/// writes an answer's first bytes once it knows whose answer it is), so neither does the caller.
 #[derive(Default, Debug, PartialEq, Eq)]
 pub struct Routed {
     pub held: Vec<u8>,
     pub spans: Vec<(usize, usize)>,
     pub rest: Option<usize>,
+    pub pending: usize,
 }
 
 impl Routed {
@@ -246,7 +251,7 @@ impl Routed {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.held.is_empty() && self.spans.is_empty() && self.rest.is_none()
+        self.held.is_empty() && self.spans.is_empty() && self.rest.is_none() && self.pending == 0
     }
 }
 
@@ -535,6 +540,9 @@ impl Wire {
                 self.finish(t_ns);
             }
         }
+        if self.rs_current.is_none() && self.rs_route == Route::Native {
+            out.pending = self.rs_prefix.len();
+        }
         Ok(())
     }
 
@@ -595,16 +603,17 @@ fn with_bytes<T>(buf: &Bound<'_, PyAny>, f: impl FnOnce(&[u8]) -> T) -> PyResult
     Ok(f(all))
 }
 
-/// `(held, spans, rest)`: the bytes to feed the Python road first (b"" when none), then the
-/// `(start, end)` ranges of the chunk, then (unless `rest` is -1) the chunk from `rest` on and
-/// every later chunk of this direction; None when the chunk holds nothing for it.
-type RoutedTuple<'py> = Option<(Bound<'py, PyBytes>, Vec<(usize, usize)>, i64)>;
+/// `(held, spans, rest, pending)`: the bytes to feed the Python road first (b"" when none), then
+/// the `(start, end)` ranges of the chunk, then (unless `rest` is -1) the chunk from `rest` on
+/// and every later chunk of this direction; `pending`, the bytes at the end of the read that are
+/// the start of an answer's prefix the core holds (`Routed`). None when there is none of these.
+type RoutedTuple<'py> = Option<(Bound<'py, PyBytes>, Vec<(usize, usize)>, i64, usize)>;
 
 fn routed(py: Python<'_>, out: Routed) -> RoutedTuple<'_> {
     if out.is_empty() {
         return None;
     }
-    Some((PyBytes::new(py, &out.held), out.spans, out.rest.map_or(-1, |r| r as i64)))
+    Some((PyBytes::new(py, &out.held), out.spans, out.rest.map_or(-1, |r| r as i64), out.pending))
 }
 
 #[pymethods]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 from fetchlat import native
-from fetchlat.protocol import apis, fetch, produce, share
+from fetchlat.protocol import apis, fetch, routed, share
 from fetchlat.protocol.connection import KafkaConnection
 from fetchlat.protocol.encoder import encode
 from fetchlat.protocol.events import RequestSeen, ResponseSeen
@@ -24,7 +24,7 @@ REWRITER = ResponseRewriter(lambda node, host, port: ("proxy", 9000 + node))
 
 
 def test_without_a_rewriter_only_the_bodies_the_model_reads_are_routed() -> None:
-    assert route_ranges(None) == [(apis.PRODUCE, produce.MIN_VERSION, produce.MAX_VERSION),
+    assert route_ranges(None) == [(apis.PRODUCE, BOTTOM_VERSION, TOP_VERSION),  # its acks: the Python road's
                                   (apis.FETCH, fetch.MIN_VERSION, fetch.MAX_VERSION),
                                   (apis.SHARE_FETCH, share.MIN_VERSION, share.MAX_VERSION)]
 
@@ -37,6 +37,15 @@ def test_a_rewriter_routes_what_it_wants_at_every_version_a_header_can_name() ->
     assert apis.LIST_OFFSETS not in ranges and apis.SASL_AUTHENTICATE not in ranges
     assert {k for k, _, _ in route_ranges(ResponseRewriter(None, cap_versions=False).wants)} == \
         {k for k, _, _ in route_ranges(None)}
+
+
+@needs_core
+def test_the_record_layout_is_the_cores() -> None:
+    core = native.core()
+    assert core is not None
+    assert core.WIRE_RECORD_WIDTH == routed.RECORD_WIDTH and core.WIRE_ROUTED == routed.ROUTED
+    assert core.WIRE_FLAGS == (routed.EXPECTS_RESPONSE, routed.OBSERVED, routed.HEADER_UNREADABLE, routed.SASL_V0,
+                               routed.ACKS_UNREADABLE)
 
 
 def test_a_rule_with_a_gap_is_refused_not_narrowed() -> None:

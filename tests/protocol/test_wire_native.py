@@ -12,7 +12,6 @@ the peek window, produces with acks 0, sizes that lie, garbage -- go through bot
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
 
 import pytest
 from fetchlat import native
@@ -24,7 +23,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from testkit.captures import RUNS, Frame, conversations
-from testkit.wire_roads import CORE, MAX_FRAME, Chunk, disagreement, python_road, routed_disagreement, wire
+from testkit.wire_roads import (
+    CORE,
+    MAX_FRAME,
+    Chunk,
+    cut_frames,
+    disagreement,
+    frame_pieces,
+    pipelined,
+    python_road,
+    routed_disagreement,
+    wire,
+)
 
 needs_core = pytest.mark.skipif(CORE is None, reason=f"native core not loaded: {native.reason()}")
 
@@ -41,48 +51,20 @@ def agree(chunks: list[Chunk]) -> None:
     assert (d := routed_disagreement(chunks, REWRITER)) is None, d
 
 
-def _cut(frames: list[Frame], at: int) -> Iterator[Chunk]:
-    for f in frames:
-        w = f.wire
-        if 0 < at < len(w):
-            yield f.direction == "req", w[:at]
-            yield f.direction == "req", w[at:]
-        else:
-            yield f.direction == "req", w
-
-
-def _pieces(frames: list[Frame], step: int) -> Iterator[Chunk]:
-    for f in frames:
-        w = f.wire
-        for i in range(0, len(w), step):
-            yield f.direction == "req", w[i:i + step]
-
-
-def _pipelined(frames: list[Frame]) -> Iterator[Chunk]:
-    side, run = True, b""
-    for f in frames:
-        if (f.direction == "req") != side and run:
-            yield side, run
-            run = b""
-        side, run = f.direction == "req", run + f.wire
-    if run:
-        yield side, run
-
-
 CONVERSATIONS = [(run, conn, frames) for run in RUNS for conn, frames in conversations(run).items()]
 
 
 @needs_core
 @pytest.mark.parametrize(("run", "conn", "frames"), CONVERSATIONS, ids=[f"{r}-{c}" for r, c, _ in CONVERSATIONS])
-def test_captured_conversations_agree_whole_cut_and_pipelined(run: str, conn: int, frames: list[Frame]) -> None:
+def test_captured_conversations_agree_whole_cut_andpipelined(run: str, conn: int, frames: list[Frame]) -> None:
     whole = [(f.direction == "req", f.wire) for f in frames]
     assert any(isinstance(s, tuple) and s[0] for s in python_road(whole)), "a conversation with requests"
     agree(whole)
-    agree(list(_pipelined(frames)))
+    agree(list(pipelined(frames)))
     for step in (1, 3, 7, 300):
-        agree(list(_pieces(frames, step)))
+        agree(list(frame_pieces(frames, step)))
     for at in range(1, max(len(f.wire) for f in frames)):
-        agree(list(_cut(frames, at)))
+        agree(list(cut_frames(frames, at)))
 
 
 def _header_request(key: int, ver: int, corr: int, client: bytes | None, body: bytes, tags: bytes = b"\x00") -> bytes:
