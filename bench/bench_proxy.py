@@ -57,6 +57,7 @@ from bench.procs import cpu_s, rss_mb, stop_processes
 TARGETS = ("direct", "haproxy", "fetchlat", "fetchlat+traces", "relay", "fetchlat-py")
 TRACED = "fetchlat+traces"
 NO_CORE = "fetchlat-nocore"  # the compiled build without the native core (FETCHLAT_NATIVE=0)
+ROUTED = "fetchlat-routed"  # the native core reading every connection first (FETCHLAT_ROUTED=1, protocol/routed.py)
 METRICS_PORTS: dict[int, int] = {}  # a fetchlat's pid -> its /metrics port
 NODE = 111  # Tansu's node id
 BROKERS = ("tansu", "kafka")
@@ -131,7 +132,8 @@ def _front(kind: str, work: Path, base: int, front: int, broker_port: int, sidec
                                           stdout=log, stderr=subprocess.STDOUT))
         else:
             env = {**os.environ, "FETCHLAT_PURE_PYTHON": "1" if kind == "fetchlat-py" else "",
-                   **({"FETCHLAT_NATIVE": "0"} if kind == NO_CORE else {})}
+                   **({"FETCHLAT_NATIVE": "0"} if kind == NO_CORE else {}),
+                   **({"FETCHLAT_ROUTED": "1"} if kind == ROUTED else {})}
             traces = ["--trace-dir", str(work / f"traces-{base}")] if kind == TRACED else []
             procs.append(subprocess.Popen(
                 [*wrap, sys.executable, "-m", "fetchlat.app", "proxy", "--upstream", f"127.0.0.1:{broker_port}",
@@ -210,13 +212,16 @@ def create_topics(bootstrap: str, *topics: str) -> None:
 
 async def round_trips(port: int, topic: str, n: int, direct_port: int | None = None,
                       proxy_pid: int | None = None,
-                      around: Callable[[str, bool], None] | None = None) -> dict[str, dict[str, float]]:
+                      around: Callable[[str, bool], None] | None = None,
+                      list_offsets: bool = False) -> dict[str, dict[str, float]]:
     """One request at a time through ``port``. With ``direct_port``, every request through the
     path is paired with the same request straight to the broker, in alternating order: what the
     path adds is measured on the same broker at the same moment (fresh brokers differ by more
     than a proxy adds). With ``proxy_pid``, the proxy's CPU per request of each type (the
     direct requests of a pair never reach it). ``around(name, start)`` is called before and after
-    each type's requests (``bench/instr_round_trips.py`` counts the proxy's instructions there)."""
+    each type's requests (``bench/instr_round_trips.py`` counts the proxy's instructions there).
+    ``list_offsets``: a fifth type after the four, ListOffsets, which no rewriter wants and whose
+    body the model does not read: the native core settles it alone."""
     c = await AsyncClient.connect(port, "bench")
     d = await AsyncClient.connect(direct_port, "bench-direct") if direct_port is not None else None
     md, _ = await c.call(apis.METADATA, 12, {"Topics": [{"Name": topic, "TopicId": uuid.UUID(int=0)}],
@@ -233,6 +238,9 @@ async def round_trips(port: int, topic: str, n: int, direct_port: int | None = N
         "Produce(1 record)": (apis.PRODUCE, 9, {"TransactionalId": None, "Acks": 1, "TimeoutMs": 5000, "TopicData": [
             {"Name": topic, "PartitionData": [{"Index": 0, "Records": batch}]}]}),
     }
+    if list_offsets:
+        calls["ListOffsets"] = (apis.LIST_OFFSETS, 7, {"ReplicaId": -1, "IsolationLevel": 0, "Topics": [
+            {"Name": topic, "Partitions": [{"PartitionIndex": 0, "CurrentLeaderEpoch": -1, "Timestamp": -1}]}]})
     out: dict[str, dict[str, float]] = {}
     for name, (key, v, value) in calls.items():
         rtts, direct = [], []

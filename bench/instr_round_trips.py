@@ -2,14 +2,17 @@
 busy machine does not move, where CPU seconds do. The proxy (this checkout's build, or
 ``--other``'s) runs under callgrind in front of a fresh Tansu, counting only while each request
 type's round trips run (``bench_proxy.round_trips``: ApiVersions, Metadata, Fetch max_wait 0,
-Produce of one record, one at a time); everything else (start-up, calibration, the warm-up) is
+Produce of one record, and ListOffsets, the one the native core settles alone, one at a time);
+everything else (start-up, calibration, the warm-up) is
 left out.
 
     python bench/instr_round_trips.py [--round-trips 300] [--other CHECKOUT] [--top 25]
     python bench/instr_round_trips.py --paths fetchlat,fetchlat+traces,relay,haproxy --cache-sim
 
 ``--paths`` counts other paths in front of the same kind of broker, each under callgrind the same
-way: fetchlat with traces on, the zero-decode Python relay (``bench/relay.py``), haproxy.
+way: fetchlat with traces on, fetchlat on the routed road (``fetchlat-routed``: the native core
+reading every connection first, ``protocol/routed.py``), the zero-decode Python relay
+(``bench/relay.py``), haproxy.
 
 Prints, per request type and build, the proxy's instructions per round trip (user space: the
 interpreter, the compiled modules, uvloop, libc; a system call counts as the instructions that
@@ -62,7 +65,7 @@ def one_run(n: int, top: int, profile: str, cache_sim: bool, kind: str = "fetchl
         assert pid is not None
         topic = f"instr-{uuid.uuid4().hex[:6]}"
         create_topics(f"127.0.0.1:{broker_port}", topic, topic + "-idle")
-        asyncio.run(round_trips(port, topic, 20))  # warm: every road taken once before counting
+        asyncio.run(round_trips(port, topic, 20, list_offsets=True))  # warm: every road taken once before counting
 
         def around(name: str, start: bool) -> None:
             if start:
@@ -73,9 +76,9 @@ def one_run(n: int, top: int, profile: str, cache_sim: bool, kind: str = "fetchl
                                capture_output=True)
                 subprocess.run(["callgrind_control", "-i", "off", str(pid)], check=True, capture_output=True)
 
-        asyncio.run(round_trips(port, topic, n, around=around))
+        asyncio.run(round_trips(port, topic, n, around=around, list_offsets=True))
     dumps = sorted(work.glob("callgrind.out.*.*"), key=lambda p: int(p.name.rsplit(".", 1)[1]))
-    names = ["ApiVersions", "Metadata", "Fetch(max_wait 0)", "Produce(1 record)"]
+    names = ["ApiVersions", "Metadata", "Fetch(max_wait 0)", "Produce(1 record)", "ListOffsets"]
     res: dict[str, object] = {}
     for name, dump in zip(names, dumps, strict=False):
         got = _totals(dump)
@@ -107,8 +110,8 @@ def main() -> None:
     ap.add_argument("--cache-sim", action="store_true",
                     help="also simulate the caches: first- and last-level misses per round trip")
     ap.add_argument("--paths", default="fetchlat",
-                    help="comma-separated bench_proxy paths: fetchlat, fetchlat+traces, relay, haproxy "
-                         "(--other counts its fetchlat paths only)")
+                    help="comma-separated bench_proxy paths: fetchlat, fetchlat+traces, fetchlat-routed, relay, "
+                         "haproxy (--other counts its fetchlat paths only)")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     paths = [p.strip() for p in a.paths.split(",") if p.strip()]

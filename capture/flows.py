@@ -51,11 +51,11 @@ def capture_context(observer: Observer, *, max_frame_bytes: int = DEFAULT_MAX_FR
                     wait_time_tag: int | None = None) -> CoreContext:
     """The proxy core's context for a capture: its rewriter reads (topic ids, brokers) and never
     rewrites; brokers learned from Metadata name connections by node id, as in the proxy. Read by
-    the Python road alone (not the native core first, ``protocol/routed.py``)."""
+    the Python road alone (never the routed road, ``protocol/routed.py``: the resynchronisation
+    below reads the Python road's table of requests in flight)."""
     return CoreContext(observer=observer, registry=BrokerRegistry(), limits=Limits(),
                        rewriter=ResponseRewriter(lambda node, host, port: None),
-                       max_frame_bytes=max_frame_bytes, wait_time_tag=wait_time_tag,
-                       routed=False)  # the resync below reads the Python road's in-flight table
+                       max_frame_bytes=max_frame_bytes, wait_time_tag=wait_time_tag, routed=False)
 
 
 def plausible_request(buf: bytes | bytearray, pos: int, max_frame: int) -> int:

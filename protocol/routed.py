@@ -16,12 +16,20 @@ which only the Python road follows: every byte the client sends after it goes to
 alone, and so does every byte the broker sends from that answer on (the answers before it, to
 requests the core settled alone, are still the core's).
 
+Not yet the proxy's road by default: in this first form it costs more than it saves (counted
+in instructions, ``make bench-instr``: ~4 000 more a round trip the Python road parses anyway,
+~7 000 more for one the core settles alone, whose record is unpacked into Python values and
+observed one by one; ``docs/performance.md``). ``FETCHLAT_ROUTED=1`` turns it on
+(``enabled()``), for the tests and the benches; the step that makes it pay is the core
+aggregating what its records say, drained in batches rather than per read.
+
 Must never: do I/O, read clocks, copy a frame it does not route (a routed frame spanning the
 whole chunk goes to the Python road as the very object read).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -32,6 +40,14 @@ from .errors import FramingError
 from .events import Event
 from .framing import Segment
 from .inflight import observed
+
+ROUTED_ENV: Final = "FETCHLAT_ROUTED"
+
+
+def enabled() -> bool:
+    """The proxy reads its connections through the routed road (``FETCHLAT_ROUTED=1``)."""
+    return os.environ.get(ROUTED_ENV, "") == "1"
+
 
 # The core's records (``Wire.drain``): RECORD_WIDTH native-endian i64s each -- kind, correlation
 # id, api key, api version, client id (an index into the drain's list, or -1), size, flags, the
@@ -52,6 +68,8 @@ ROUTED: Final = 32  # the Python road made this exchange's events: the record on
 TOP_VERSION: Final = 0x7FFF
 BOTTOM_VERSION: Final = -0x8000
 NO_EVENTS: Final[list[Event]] = []
+NO_SPANS: Final[list[tuple[int, int]]] = []
+Records = tuple[bytes, list[bytes]]  # the core's records (RECORD_FORMAT each) and the client ids they index
 
 
 def route_ranges(wants: Callable[[int, int], bool] | None) -> list[tuple[int, int, int]]:
@@ -81,15 +99,6 @@ def route_ranges(wants: Callable[[int, int], bool] | None) -> list[tuple[int, in
 def flexible_ranges() -> list[tuple[int, int, int]]:
     """``(api_key, lo, hi)``: each api key's flexible request versions, for the core's ``Wire``."""
     return [(k, a.request_flexible.lo, a.request_flexible.hi) for k, a in apis.table().items()]
-
-
-def _read(read: Callable[[bytes, int], Any], data: bytes, t_ns: int) -> Any:
-    """One of the core's reads; its framing error (ValueError, in the Python road's words) as the
-    Python road raises it."""
-    try:
-        return read(data, t_ns)
-    except ValueError as exc:
-        raise FramingError(str(exc)) from None
 
 
 def _hold_back(out: list[Segment], n: int) -> bytes:
@@ -122,6 +131,10 @@ class RoutedConnection:
         # its size and correlation id are in (a client acts only on whole frames: the same bytes
         # go out, at the same reads, on both roads)
         self._withheld = b""
+        # the core's records of the last read each way, when one of them is of an exchange it
+        # settled alone (``Wire.drain_native``): the observer takes them with the read's events
+        self._from_client: Records | None = None
+        self._from_broker: Records | None = None
 
     @classmethod
     def make(cls, python: KafkaConnection, max_frame_bytes: int,
@@ -130,7 +143,7 @@ class RoutedConnection:
         core = native.core()
         if core is None:
             return None
-        return cls(core.Wire(max_frame_bytes, flexible_ranges(), route_ranges(wants)), python)
+        return cls(core.Wire(max_frame_bytes, flexible_ranges(), route_ranges(wants), take_records=True), python)
 
     @property
     def in_flight(self) -> int:
@@ -146,21 +159,33 @@ class RoutedConnection:
     def client_mid_frame(self) -> bool:
         return self.python.client_mid_frame if self.requests_python_only else bool(self.wire.client_mid_frame)
 
-    def records(self) -> tuple[bytes, list[bytes]]:
-        """The core's records since the last call (``Wire.drain``): one per request and per answer,
-        those routed to the Python road flagged ``WIRE_ROUTED``."""
-        raw, ids = self.wire.drain()
-        return raw, ids
+    def client_records(self) -> Records | None:
+        """The core's records of the last read of the client's bytes: one per request, those
+        routed to the Python road flagged ``ROUTED``; None when every one of them was."""
+        records, self._from_client = self._from_client, None
+        return records
+
+    def broker_records(self) -> Records | None:
+        """``client_records`` of the last read of the broker's bytes: one per answer."""
+        records, self._from_broker = self._from_broker, None
+        return records
 
     def receive_from_client(self, data: bytes, t_ns: int) -> list[Event]:
         """The Python road's events of the routed requests among ``data`` (read at ``t_ns``)."""
         python = self.python
         if self.requests_python_only:
             return python.receive_from_client(data, t_ns)
-        routed = _read(self.wire.from_client, data, t_ns)
+        try:
+            routed = self.wire.from_client(data, t_ns)
+        except ValueError as exc:
+            raise FramingError(str(exc)) from None
         if routed is None:
             return NO_EVENTS
-        held, spans, rest, _ = routed  # nothing is ever pending of a request
+        if routed is True:  # one request of the Python road's, the whole read
+            return python.receive_from_client(data, t_ns)
+        held, spans, rest, _, self._from_client = routed  # nothing is ever pending of a request
+        if not spans and rest < 0:
+            return NO_EVENTS
         events = python.receive_from_client(held, t_ns) if held else []
         n = len(data)
         for start, end in spans:
@@ -177,13 +202,23 @@ class RoutedConnection:
         python = self.python
         if self.python_only:
             return python.forward_from_broker(data, t_ns)
-        routed = _read(self.wire.from_broker, data, t_ns)
+        try:
+            routed = self.wire.from_broker(data, t_ns)
+        except ValueError as exc:
+            raise FramingError(str(exc)) from None
         withheld = self._withheld
-        if routed is None and not withheld:
-            return [data], NO_EVENTS
-        # an answer's route is known from its first byte: nothing is held for the Python road
-        _, spans, rest, pending = routed if routed is not None else (b"", [], -1, 0)
         n = len(data)
+        if routed is True:  # one answer of the Python road's, the whole read (never after a withheld prefix)
+            return python.forward_from_broker(data, t_ns)
+        if routed is None:
+            if not withheld:
+                return [data], NO_EVENTS
+            spans, rest, pending = NO_SPANS, -1, 0
+        else:
+            # an answer's route is known from its first byte: nothing is held for the Python road
+            _, spans, rest, pending, self._from_broker = routed
+            if not spans and rest < 0 and not pending and not withheld:
+                return [data], NO_EVENTS
         if rest >= 0:
             self.python_only = True
         else:

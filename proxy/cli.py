@@ -83,9 +83,10 @@ def run(args: argparse.Namespace) -> int:
         admin.start()
         settled = settle_heap()  # the startup heap, out of every full collection's walk (proxy/memory.py)
         logging.getLogger("fetchlat.proxy").info(
-            "metrics and health on http://%s/metrics; hot path: %s (%s; fetchlat %s); response stamps: %s%s; "
+            "metrics and health on http://%s/metrics; hot path: %s (%s; fetchlat %s)%s; response stamps: %s%s; "
             "%d startup objects frozen out of the collector's walk",
             format_hostport((cfg.metrics_listen[0], admin.port)), hot_path(), hot_path_reason(), fetchlat_version(),
+            "; connections read by the routed road (FETCHLAT_ROUTED=1)" if proxy.core.routed else "",
             stamps, " (the kernel's receive time per packet)" if stamps == "kernel" else
             (" (kernel stamps need Linux)" if cfg.stamps == "kernel" else " (asked for with --stamps clock)"),
             settled)

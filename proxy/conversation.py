@@ -24,7 +24,7 @@ from ..protocol.connection import KafkaConnection, Segment
 from ..protocol.errors import FramingError
 from ..protocol.events import BrokerAddress, BrokersLearned, DecodeFailed, Event, SaslPassthroughStarted
 from ..protocol.rewrite import ResponseRewriter
-from ..protocol.routed import RoutedConnection
+from ..protocol.routed import Records, RoutedConnection
 from ..protocol.sessions import FetchSessions
 from .policy import RTT_SAMPLE_EVERY_NS, ConnectionPolicy, Limits, Refusal, first_bytes_verdict, tls_failure
 from .registry import BrokerRegistry, HostPort
@@ -89,7 +89,7 @@ class CoreContext:
     max_frame_bytes: int
     wait_time_tag: int | None
     fetch_sessions: dict[HostPort, FetchSessions] = field(default_factory=dict)  # one mirror per broker
-    routed: bool = True  # read by the native core first where it is loaded (protocol/routed.py)
+    routed: bool = False  # read by the native core first where it is loaded (protocol/routed.py)
 
     def sessions_for(self, upstream: HostPort) -> FetchSessions:
         """The fetch-session mirror of the broker at ``upstream``, shared by its connections."""
@@ -189,7 +189,7 @@ class Conversation:
             except FramingError as exc:
                 return (self._framing_lost("request", exc),)
             self.policy.client_bytes(t_ns, routed.client_mid_frame)
-            notes = self._observe_routed(routed, events, t_ns, t_ns)
+            notes = self._observe_routed(routed.client_records(), events, t_ns, t_ns)
             return (*actions, *notes) if notes else actions
         try:
             events = self._requests.receive(data, t_ns)
@@ -203,17 +203,18 @@ class Conversation:
                 actions = (*actions, *self._notes(events))
         return actions
 
-    def _observe_routed(self, routed: RoutedConnection, events: list[Event], t_read_ns: int,
+    def _observe_routed(self, records: Records | None, events: list[Event], t_read_ns: int,
                         t_written_ns: int) -> list[Action]:
-        """The core's records of a read and the Python road's events of it, observed in order;
-        the log lines they are worth."""
-        raw, ids = routed.records()
-        if not raw and not events:
+        """The core's records of a read (None: it settled none of its exchanges alone) and the
+        Python road's events of it, observed in order; the log lines they are worth."""
+        if records is None and not events:
             return []
         if self._label_stale():
             self._refresh_label()
+        if records is None:
+            return self._notes(events) if self.observer.observe(events, t_read_ns, t_written_ns) else []
         notes: list[Event] = []
-        if self.observer.observe_records(raw, ids, events, t_read_ns, t_written_ns, notes):
+        if self.observer.observe_records(records[0], records[1], events, t_read_ns, t_written_ns, notes):
             return self._notes(events + notes)
         return []
 
@@ -293,7 +294,7 @@ class Conversation:
             self.observer.handed_on(t_read_ns, t_written_ns)
         routed = self.routed
         if routed is not None:
-            return tuple(self._observe_routed(routed, routed.after_write(), t_read_ns, t_written_ns))
+            return tuple(self._observe_routed(routed.broker_records(), routed.after_write(), t_read_ns, t_written_ns))
         events = self._responses.after_write()
         if not events:
             return NOTHING

@@ -18,6 +18,7 @@ from ..metrics.observer import Observer
 from ..metrics.prom import FetchMetrics, ProxyMetrics
 from ..protocol.events import BrokerAddress
 from ..protocol.rewrite import ResponseRewriter
+from ..protocol.routed import enabled as routed_road_enabled
 from . import clock
 from .calibration import Calibrator
 from .config import RELOADABLE, Config, HostPort, format_hostport
@@ -53,7 +54,7 @@ class Proxy:
                                  beside_broker=cfg.sidecar_node is not None)
         self.core = CoreContext(observer=self.observer, registry=self.registry, limits=Limits.from_config(cfg),
                                 rewriter=ResponseRewriter(self.advertise), max_frame_bytes=cfg.max_frame_bytes,
-                                wait_time_tag=cfg.wait_time_tag)
+                                wait_time_tag=cfg.wait_time_tag, routed=routed_road_enabled())
         self.sessions: set[ClientSide] = set()
         self._conn_ids = itertools.count(1)
         self.conn = ConnContext(core=self.core, sessions=self.sessions, next_conn_id=lambda: next(self._conn_ids),

@@ -27,7 +27,7 @@ class Playbook:
     sidecar_node: int | None = None
     tls: bool = False
     traced: bool = True  # rows gathered (False: a proxy without --trace-dir)
-    routed: bool = True  # read by the native core first where it is loaded (False: the Python road)
+    routed: bool = False  # read by the native core first where it is loaded (protocol/routed.py)
 
     def __post_init__(self) -> None:
         self.prom = CollectorRegistry()

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBool, PyBytes};
 
 /// The first bytes of a request read for its header and a Produce's acks (`REQUEST_PEEK_BYTES`).
 pub const PEEK_BYTES: usize = 512;
@@ -300,6 +300,8 @@ pub struct Wire {
     ids: Vec<Arc<[u8]>>,
     needs_python: bool,
     broker_handed_over: bool,
+    // records since the last drain that are not `ROUTED` (the Python road made no events for them)
+    native_records: usize,
 }
 
 impl Wire {
@@ -309,7 +311,7 @@ impl Wire {
                rs_prefix: Vec::with_capacity(8), rs_left: 0, rs_size: 0, rs_current: None,
                rs_route: Route::Undecided, rs_t_first: 0, in_flight: VecDeque::new(),
                records: Vec::new(), ids: Vec::new(), needs_python: false,
-               broker_handed_over: false }
+               broker_handed_over: false, native_records: 0 }
     }
 
     pub fn client_mid_frame(&self) -> bool {
@@ -453,6 +455,7 @@ impl Wire {
                                                 t_request_ns: t_ns, routed, hands_over: false });
             // no body is parsed without a header, so never OBSERVED
             let flags = EXPECTS_RESPONSE | HEADER_UNREADABLE | if routed { ROUTED } else { 0 };
+            self.native_records += usize::from(!routed);
             self.records.extend_from_slice(&[KIND_REQUEST, corr as i64, key as i64, ver as i64, -1, size, flags, t_ns,
                                              0, 0]);
             return Ok(());
@@ -483,6 +486,7 @@ impl Wire {
                                                 t_request_ns: t_ns, routed: self.routes(h.api_key, h.api_version),
                                                 hands_over });
         }
+        self.native_records += usize::from(flags & ROUTED == 0);
         let id = self.id_index(&h.client_id);
         self.records.extend_from_slice(&[KIND_REQUEST, h.correlation_id as i64, h.api_key as i64,
                                          h.api_version as i64, id, size, flags, t_ns, 0, 0]);
@@ -574,6 +578,7 @@ impl Wire {
         self.rs_route = Route::Undecided;
         let id = self.id_index(&cur.client_id);
         let flags = if cur.routed { ROUTED } else { 0 };
+        self.native_records += usize::from(!cur.routed);
         self.records.extend_from_slice(&[KIND_RESPONSE, cur.correlation_id as i64, cur.api_key as i64,
                                          cur.api_version as i64, id, self.rs_size as i64, flags, cur.t_request_ns,
                                          self.rs_t_first, t_ns]);
@@ -581,7 +586,19 @@ impl Wire {
 
     /// The records since the last drain, and the client ids their field 4 indexes.
     pub fn drain(&mut self) -> (Vec<i64>, Vec<Arc<[u8]>>) {
+        self.native_records = 0;
         (std::mem::take(&mut self.records), std::mem::take(&mut self.ids))
+    }
+
+    /// `drain`, or None when every record since the last one is `ROUTED` (the Python road's
+    /// events say all they would): those are dropped, there being nothing to order them among.
+    pub fn drain_native(&mut self) -> Option<(Vec<i64>, Vec<Arc<[u8]>>)> {
+        if self.native_records == 0 {
+            self.records.clear();
+            self.ids.clear();
+            return None;
+        }
+        Some(self.drain())
     }
 }
 
@@ -590,9 +607,13 @@ impl Wire {
 #[pyclass(name = "Wire", module = "fetchlat.native._core")]
 pub struct PyWire {
     wire: Wire,
+    take_records: bool,
 }
 
 fn with_bytes<T>(buf: &Bound<'_, PyAny>, f: impl FnOnce(&[u8]) -> T) -> PyResult<T> {
+    if let Ok(b) = buf.downcast::<PyBytes>() {
+        return Ok(f(b.as_bytes())); // a read's bytes, nearly always: no buffer to take
+    }
     let pybuf: PyBuffer<u8> = PyBuffer::get(buf)?;
     if !pybuf.is_c_contiguous() {
         return Err(PyValueError::new_err("the native wire needs a contiguous buffer"));
@@ -603,42 +624,71 @@ fn with_bytes<T>(buf: &Bound<'_, PyAny>, f: impl FnOnce(&[u8]) -> T) -> PyResult
     Ok(f(all))
 }
 
-/// `(held, spans, rest, pending)`: the bytes to feed the Python road first (b"" when none), then
-/// the `(start, end)` ranges of the chunk, then (unless `rest` is -1) the chunk from `rest` on
-/// and every later chunk of this direction; `pending`, the bytes at the end of the read that are
-/// the start of an answer's prefix the core holds (`Routed`). None when there is none of these.
-type RoutedTuple<'py> = Option<(Bound<'py, PyBytes>, Vec<(usize, usize)>, i64, usize)>;
+/// `(held, spans, rest, pending, records)`: the bytes to feed the Python road first (b"" when
+/// none), then the `(start, end)` ranges of the chunk, then (unless `rest` is -1) the chunk from
+/// `rest` on and every later chunk of this direction; `pending`, the bytes at the end of the read
+/// that are the start of an answer's prefix the core holds (`Routed`); `records`, for a `Wire`
+/// made with `take_records`, `drain()`'s answer when a record since the last is not `ROUTED`
+/// (otherwise None, and those records are dropped). None when there is none of these.
+///
+/// The commonest routed read, one frame of the Python road's that is the whole read and nothing
+/// else (no records, nothing held or pending), is answered `True` instead: nothing to allocate.
+type Records<'py> = Option<(Bound<'py, PyBytes>, Vec<Bound<'py, PyBytes>>)>;
+type RoutedTuple<'py> = Option<(Bound<'py, PyBytes>, Vec<(usize, usize)>, i64, usize, Records<'py>)>;
 
-fn routed(py: Python<'_>, out: Routed) -> RoutedTuple<'_> {
-    if out.is_empty() {
-        return None;
+fn records_bytes<'py>(py: Python<'py>, records: Vec<i64>, ids: Vec<Arc<[u8]>>) -> (Bound<'py, PyBytes>, Vec<Bound<'py, PyBytes>>) {
+    // SAFETY: an i64 is 8 plain bytes with no padding; the slice lives while `records` does
+    let raw: &[u8] = unsafe { std::slice::from_raw_parts(records.as_ptr() as *const u8, records.len() * 8) };
+    (PyBytes::new(py, raw), ids.iter().map(|i| PyBytes::new(py, i)).collect())
+}
+
+impl PyWire {
+    fn answer<'py>(&mut self, py: Python<'py>, out: Routed, n: usize) -> PyResult<Bound<'py, PyAny>> {
+        let records = if self.take_records {
+            self.wire.drain_native().map(|(r, ids)| records_bytes(py, r, ids))
+        } else {
+            None
+        };
+        if out.is_empty() && records.is_none() {
+            return Ok(py.None().into_bound(py));
+        }
+        if records.is_none() && out.held.is_empty() && out.rest.is_none() && out.pending == 0
+            && out.spans.len() == 1 && out.spans[0] == (0, n) {
+            return Ok(PyBool::new(py, true).to_owned().into_any());
+        }
+        let t: RoutedTuple<'_> =
+            Some((PyBytes::new(py, &out.held), out.spans, out.rest.map_or(-1, |r| r as i64), out.pending, records));
+        Ok(t.into_pyobject(py)?.into_any())
     }
-    Some((PyBytes::new(py, &out.held), out.spans, out.rest.map_or(-1, |r| r as i64), out.pending))
 }
 
 #[pymethods]
 impl PyWire {
+    /// `take_records`: every read's answer carries the records it made (`drain_native`), instead
+    /// of their waiting for `drain()`.
     #[new]
-    fn new(max_frame_bytes: i64, flexible: Vec<(i16, i16, i16)>, observed: Vec<(i16, i16, i16)>) -> Self {
-        PyWire { wire: Wire::new(max_frame_bytes, Ranges::new(&flexible), Ranges::new(&observed)) }
+    #[pyo3(signature = (max_frame_bytes, flexible, observed, take_records=false))]
+    fn new(max_frame_bytes: i64, flexible: Vec<(i16, i16, i16)>, observed: Vec<(i16, i16, i16)>,
+           take_records: bool) -> Self {
+        PyWire { wire: Wire::new(max_frame_bytes, Ranges::new(&flexible), Ranges::new(&observed)), take_records }
     }
 
     /// Bytes the client sent at `t_ns`; a framing error raises `ValueError` with the Python
     /// road's words (the connection is lost: nothing after it is read). None when no frame of
     /// them goes to the Python road, otherwise `routed()`'s answer for them.
-    fn from_client<'py>(&mut self, py: Python<'py>, data: &Bound<'_, PyAny>, t_ns: i64) -> PyResult<RoutedTuple<'py>> {
+    fn from_client<'py>(&mut self, py: Python<'py>, data: &Bound<'_, PyAny>, t_ns: i64) -> PyResult<Bound<'py, PyAny>> {
         let mut out = Routed::default();
-        with_bytes(data, |b| self.wire.from_client(b, t_ns, &mut out))?
+        let n = with_bytes(data, |b| self.wire.from_client(b, t_ns, &mut out).map(|_| b.len()))?
             .map_err(|Framing(m)| PyValueError::new_err(m))?;
-        Ok(routed(py, out))
+        self.answer(py, out, n)
     }
 
     /// Bytes the broker sent, read at `t_ns`; the same answer as `from_client`.
-    fn from_broker<'py>(&mut self, py: Python<'py>, data: &Bound<'_, PyAny>, t_ns: i64) -> PyResult<RoutedTuple<'py>> {
+    fn from_broker<'py>(&mut self, py: Python<'py>, data: &Bound<'_, PyAny>, t_ns: i64) -> PyResult<Bound<'py, PyAny>> {
         let mut out = Routed::default();
-        with_bytes(data, |b| self.wire.from_broker(b, t_ns, &mut out))?
+        let n = with_bytes(data, |b| self.wire.from_broker(b, t_ns, &mut out).map(|_| b.len()))?
             .map_err(|Framing(m)| PyValueError::new_err(m))?;
-        Ok(routed(py, out))
+        self.answer(py, out, n)
     }
 
     /// `(records, client_ids)`: the records since the last drain as native-endian i64s,
@@ -646,8 +696,7 @@ impl PyWire {
     /// -1, size, flags, t_request, t_first, t_last), and the client ids (bytes) they index.
     fn drain<'py>(&mut self, py: Python<'py>) -> (Bound<'py, PyBytes>, Vec<Bound<'py, PyBytes>>) {
         let (records, ids) = self.wire.drain();
-        let raw: Vec<u8> = records.iter().flat_map(|v| v.to_ne_bytes()).collect();
-        (PyBytes::new(py, &raw), ids.iter().map(|i| PyBytes::new(py, i)).collect())
+        records_bytes(py, records, ids)
     }
 
     #[getter]

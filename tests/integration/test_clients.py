@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
+from fetchlat import native
 from fetchlat.proxy.build import hot_path
 
-from .conftest import TANSU_NODE_ID, Broker, ConnectionSampler, ProxyProc
+from .conftest import TANSU_NODE_ID, Broker, ConnectionSampler, ProxyProc, start_proxy, stop_proxy
 
 pytestmark = pytest.mark.integration
 
@@ -220,3 +221,26 @@ def test_kcat_works_through_the_proxy_but_not_directly(tansu: Broker, proxy: Pro
     assert md["brokers"][0]["name"] == f"127.0.0.1:{proxy.listen_port + 1 + TANSU_NODE_ID}"
     assert sampler.to_broker == {proxy.proc.pid}, "a kcat connection bypassed the proxy"
     assert 'fetchlat_rewritten_responses_total{api="ApiVersions"}' in proxy.metrics()
+
+
+@pytest.mark.skipif(native.core() is None, reason=f"native core not loaded: {native.reason()}")
+@pytest.mark.parametrize("client", ["confluent-kafka", "kafka-python"])
+def test_client_behaves_alike_on_the_routed_road(client: str, tansu: Broker, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The proxy reading every connection through the native core first (``FETCHLAT_ROUTED=1``,
+    ``protocol/routed.py``): the same outcome as going direct, and the exchanges the core settles
+    alone (group heartbeats and commits) counted and timed like the rest."""
+    scenario = SCENARIOS[client]
+    direct = scenario(tansu.bootstrap)
+    monkeypatch.setenv("FETCHLAT_ROUTED", "1")
+    proxy = start_proxy(tansu.bootstrap, tmp_path)
+    try:
+        assert scenario(proxy.bootstrap) == direct
+        metrics = proxy.metrics()
+        assert "connections read by the routed road" in proxy.log()
+    finally:
+        stop_proxy(proxy)
+    for api in ("Produce", "Fetch", "Metadata", "FindCoordinator", "JoinGroup", "OffsetCommit"):
+        assert f'fetchlat_requests_total{{api="{api}",broker="{TANSU_NODE_ID}"}}' in metrics, api
+    assert f'fetchlat_request_duration_seconds_count{{api="OffsetCommit",broker="{TANSU_NODE_ID}"}}' in metrics
+    assert 'reason="request_framing"' not in metrics and 'reason="response_framing"' not in metrics

@@ -5,6 +5,8 @@ here, its rules one by one: which versions it routes, the SASL hand-over, what i
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 from fetchlat import native
 from fetchlat.protocol import apis, fetch, routed, share
@@ -67,12 +69,31 @@ def test_a_frame_the_core_settles_alone_is_forwarded_as_the_very_object_read() -
     road = _road()
     api = request_frame(apis.API_VERSIONS, 3, 1, "c", b"\x00\x00\x00")
     assert road.receive_from_client(api, 1) == []  # no Python event: the record is all
+    assert road.client_records() == (struct.pack(routed.RECORD_FORMAT, routed.KIND_REQUEST, 1, apis.API_VERSIONS, 3,
+                                                 0, len(api) - 4, routed.EXPECTS_RESPONSE, 1, 0, 0), [b"c"])
     answer = response_frame(apis.API_VERSIONS, 3, 1, b"\x00" * 9)
     segments, before = road.forward_from_broker(answer, 2)
     assert segments == [answer] and segments[0] is answer and before == [] and road.after_write() == []
     assert len(road.python.in_flight) == 0 and road.in_flight == 0
-    raw, ids = road.records()
-    assert len(raw) == 2 * 10 * 8 and ids == [b"c"]  # a request record and an answer record
+    assert road.broker_records() == (struct.pack(routed.RECORD_FORMAT, routed.KIND_RESPONSE, 1, apis.API_VERSIONS,
+                                                 3, 0, len(answer) - 4, 0, 1, 2, 2), [b"c"])
+    assert road.client_records() is None and road.broker_records() is None  # each read's, taken once
+
+
+@needs_core
+def test_records_come_only_with_an_exchange_the_core_settled() -> None:
+    """A read whose every exchange went to the Python road brings no records (its events say it
+    all); one with an exchange the core settled brings them all, the routed ones flagged."""
+    road = _road()
+    fetch_req = next(f.wire for run in RUNS for c in conversations(run).values() for f in c
+                     if f.api_key == apis.FETCH and f.direction == "req")
+    road.receive_from_client(fetch_req, 1)
+    assert road.client_records() is None
+    api = request_frame(apis.API_VERSIONS, 3, 2, "c", b"\x00\x00\x00")
+    road.receive_from_client(fetch_req + api, 2)
+    raw, _ = road.client_records() or (b"", [])
+    flags = [r[6] for r in struct.iter_unpack(routed.RECORD_FORMAT, raw)]
+    assert [bool(f & routed.ROUTED) for f in flags] == [True, False]
 
 
 @needs_core

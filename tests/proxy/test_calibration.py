@@ -142,9 +142,14 @@ def test_a_probe_measures_the_lateness_of_a_parked_fetch() -> None:
     rounds = WARM_UP_SAMPLES + MIN_SAMPLES
     samples, cal, learned = probe(stand_in, rounds)
     # asyncio's timer is never early: each sample is the 3 ms lateness plus this loop's own delay
-    # (well under the 47 ms that would mean max wait was not taken off, or the base counted twice)
-    assert all(s is not None and 2.5 * MS <= s < 20 * MS for s in samples), samples
-    assert len(learned) == 1 and learned[0] == cal.learner.estimate_ns()
+    # (well under the 47 ms that would mean max wait was not taken off, or the base counted twice);
+    # a loaded pair of cores may stall a probe by 20 ms, which is then thrown away as a stall
+    kept = [s for s in samples if s is not None]
+    assert len(kept) > rounds // 2 and all(2.5 * MS <= s < 20 * MS for s in kept), samples
+    counts = cal.learner.counts
+    assert counts["expired"] == len(kept) and counts["stalled"] == rounds - len(kept), counts
+    assert len(learned) == (1 if not counts["stalled"] else 0)
+    assert not learned or learned[0] == cal.learner.estimate_ns()
     keys = [(k, cid) for k, cid, _ in stand_in.seen]
     assert keys == [(apis.LIST_OFFSETS, CLIENT_ID), (apis.FETCH, CLIENT_ID), (apis.FETCH, CLIENT_ID)] * rounds
     fetches = [b for k, _, b in stand_in.seen if k == apis.FETCH]
