@@ -14,7 +14,8 @@ What it does today (``docs/architecture.md``, "The native core"): ``StampedRecv.
 ``recvmsg`` of a broker socket with the kernel's receive stamp, for ``proxy/stamps.py``; the
 record batch walk, for ``protocol/stream.py``; ``Columns``, trace rows as columns of machine
 values, for ``metrics/rows.py``; ``Wire``, a connection's framing and correlation as records (held
-to the Python road by its tests, the proxy's road through ``protocol/routed.py``).
+to the Python road by its tests; the proxy's road through ``protocol/routed.py`` with
+``FETCHLAT_ROUTED=1``).
 Imports nothing of fetchlat: it is the floor the others stand on.
 """
 

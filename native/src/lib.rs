@@ -20,7 +20,7 @@
 //! - `Wire`: one connection's framing, request headers and correlation, both ways (`wire.rs`),
 //!   each exchange a fixed-width record drained in batches: the Python road's rules, held to it
 //!   by `tests/protocol/test_wire_native.py`; each read's answer says which of its bytes the
-//!   Python road must parse (`protocol/routed.py`, the proxy's road where the core is loaded).
+//!   Python road must parse (`protocol/routed.py`, the proxy's road with `FETCHLAT_ROUTED=1`).
 //!
 //! Every length read from the kernel or the bytes is checked before it is used; nothing here
 //! keeps a pointer past the call that made it. `SOURCE` is the core's source, so the door can tell
