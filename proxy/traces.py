@@ -75,7 +75,10 @@ def use_system_pool() -> str:
     deviation 0.71-0.73 MB.
     The writing cost the same within the noise (``bench/trace_write.py``).
     A sidecar's resident size that swings by megabytes hides a slope of one MB an hour
-    (``docs/reliability.md``)."""
+    (``docs/reliability.md``). This covers what pyarrow allocates; the Parquet writer's own
+    buffers take Arrow's process-wide pool, fixed when pyarrow loads: the ``fetchlat`` command
+    sets ``ARROW_DEFAULT_MEMORY_POOL=system`` before that (``app/__init__.py``; the twelfth soak
+    found mimalloc's 1 GiB reservation still in every sidecar without it)."""
     if "ARROW_DEFAULT_MEMORY_POOL" not in os.environ:
         pa.set_memory_pool(pa.system_memory_pool())
     return str(pa.default_memory_pool().backend_name)

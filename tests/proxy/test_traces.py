@@ -258,3 +258,43 @@ def test_the_writers_arrow_buffers_come_from_glibc_unless_the_user_chose(tmp_pat
                          env={**env, "ARROW_DEFAULT_MEMORY_POOL": "mimalloc"}, capture_output=True,
                          text=True, timeout=60, check=True).stdout.split()
     assert out == ["mimalloc", "mimalloc"]
+
+
+_BIG_ANON = (
+    "import re\n"
+    "def big():\n"
+    "    out, cur = [], None\n"
+    "    for line in open('/proc/self/smaps'):\n"
+    "        m = re.match(r'^([0-9a-f]+)-([0-9a-f]+) \\S+ \\S+ \\S+ \\S+\\s*(\\S*)', line)\n"
+    "        if m:\n"
+    "            cur = ((int(m.group(2), 16) - int(m.group(1), 16)) >> 20, m.group(3))\n"
+    "        elif line.startswith('Rss:') and cur and cur[0] >= 512 and not cur[1]:\n"
+    "            out.append(cur[0])\n"
+    "    return out\n"
+)
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="no /proc smaps here")
+@pytest.mark.parametrize("through_the_command", [True, False])
+def test_the_command_keeps_the_parquet_writer_off_mimalloc(tmp_path: Path, through_the_command: bool) -> None:
+    """The ``fetchlat`` command chooses Arrow's system pool before pyarrow loads: a Parquet file
+    written with zstd and dictionaries (as the trace writer does) leaves no mimalloc reservation
+    (an anonymous mapping of 512 MiB or more) in the process. Without it, ``use_system_pool``
+    alone leaves one: the writer's buffers take the pool fixed at load."""
+    import os
+    import subprocess
+    import sys
+
+    code = (("import fetchlat.app\n" if through_the_command else "") + _BIG_ANON +
+            "import sys, pyarrow as pa, pyarrow.parquet as pq\n"
+            "from fetchlat.proxy.traces import use_system_pool\n"
+            "use_system_pool()\n"
+            "t = pa.table({'a': pa.array(range(100000)), 's': pa.array([f'x{i % 7}' for i in range(100000)])})\n"
+            "w = pq.ParquetWriter(sys.argv[1], t.schema, compression='zstd')\n"
+            "for _ in range(10): w.write_table(t)\n"
+            "w.close()\n"
+            "print(big())\n")
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "t.parquet")], env=env, capture_output=True,
+                         text=True, timeout=120, check=True).stdout.strip()
+    assert (out == "[]") == through_the_command, out
