@@ -56,7 +56,7 @@ CONVERSATIONS = [(run, conn, frames) for run in RUNS for conn, frames in convers
 
 @needs_core
 @pytest.mark.parametrize(("run", "conn", "frames"), CONVERSATIONS, ids=[f"{r}-{c}" for r, c, _ in CONVERSATIONS])
-def test_captured_conversations_agree_whole_cut_andpipelined(run: str, conn: int, frames: list[Frame]) -> None:
+def test_captured_conversations_agree_whole_cut_and_pipelined(run: str, conn: int, frames: list[Frame]) -> None:
     whole = [(f.direction == "req", f.wire) for f in frames]
     assert any(isinstance(s, tuple) and s[0] for s in python_road(whole)), "a conversation with requests"
     agree(whole)
