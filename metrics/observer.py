@@ -165,21 +165,11 @@ class ConnectionObserver:
         notable = False
         for ev in events:
             if isinstance(ev, ResponseSeen):
-                fwd = self.forwarded_ns(ev.t_request_ns)
-                # every answer ends with this event, after its exchange's; away from the broker it
-                # was free a round trip before the answer's end came back (model.broker_frame_ns)
-                self.broker_free_ns = obs.model.broker_frame_ns(ev.t_last_ns)
-                c = self._children.get(ev.api_key) or self._api(ev.api_key)
-                c[1].observe((ev.t_last_ns - fwd) / 1e9)
-                if ev.api_key in ROUND_TRIP_APIS and fwd == ev.t_request_ns:  # not held: its own round trip
-                    obs.model.learn_round_trip(ev.t_last_ns - fwd)
+                self._answered(ev.correlation_id, ev.api_key, ev.api_version, ev.client_id, ev.size_bytes,
+                               ev.t_request_ns, ev.t_last_ns,
+                               traced=obs.traces is not None and not observed(ev.api_key, ev.api_version))
                 if ev.rewritten:
                     obs.metrics.rewrites.labels(api_name(ev.api_key)).inc()
-                if obs.traces is not None and not observed(ev.api_key, ev.api_version):
-                    obs.traces.other(fwd + obs.wall_minus_mono_ns, obs.proxy_id, self.broker, self.conn_id,
-                                     api_key=ev.api_key, api_version=ev.api_version, client_id=ev.client_id,
-                                     correlation_id=ev.correlation_id, response_bytes=ev.size_bytes + 4,
-                                     total_ns=ev.t_last_ns - fwd)
             elif isinstance(ev, RequestSeen):
                 (self._children.get(ev.api_key) or self._api(ev.api_key))[0].inc()
             elif isinstance(ev, FetchExchanged):
@@ -231,23 +221,27 @@ class ConnectionObserver:
             else:
                 if names is None:
                     names = [i.decode() for i in ids]
-                self._answered(corr, key, ver, names[cid] if cid >= 0 else None, size, t_req, t_last)
+                self._answered(corr, key, ver, names[cid] if cid >= 0 else None, size, t_req, t_last,
+                               traced=self.obs.traces is not None)
         if at < n and self.observe(events[at:], t_read_ns, t_written_ns):
             notable = True
         return notable
 
     def _answered(self, corr: int, key: int, ver: int, client_id: str | None, size: int, t_request_ns: int,
-                  t_last_ns: int) -> None:
-        """An answer the core settled alone: what ``observe`` does of a ``ResponseSeen`` that was
-        neither rewritten nor of an exchange whose body the model reads."""
+                  t_last_ns: int, *, traced: bool) -> None:
+        """An answer's end (a ``ResponseSeen``, or the core's record of one it settled alone): its
+        duration, the broker free from then, a round trip learned, and (``traced``: its exchange
+        makes no row of its own, a fetch's or a produce's) its row, when traces are on."""
         obs = self.obs
         fwd = self.forwarded_ns(t_request_ns)
+        # every answer ends with this, after its exchange's events; away from the broker it was
+        # free a round trip before the answer's end came back (model.broker_frame_ns)
         self.broker_free_ns = obs.model.broker_frame_ns(t_last_ns)
         c = self._children.get(key) or self._api(key)
         c[1].observe((t_last_ns - fwd) / 1e9)
-        if key in ROUND_TRIP_APIS and fwd == t_request_ns:
+        if key in ROUND_TRIP_APIS and fwd == t_request_ns:  # not held: its own round trip
             obs.model.learn_round_trip(t_last_ns - fwd)
-        if obs.traces is not None:
+        if traced and obs.traces is not None:
             obs.traces.other(fwd + obs.wall_minus_mono_ns, obs.proxy_id, self.broker, self.conn_id, api_key=key,
                              api_version=ver, client_id=client_id, correlation_id=corr, response_bytes=size + 4,
                              total_ns=t_last_ns - fwd)

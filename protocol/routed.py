@@ -29,6 +29,7 @@ whole chunk goes to the Python road as the very object read).
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from typing import Any, Final
@@ -114,6 +115,13 @@ def _hold_back(out: list[Segment], n: int) -> bytes:
     return b"".join(reversed(held))
 
 
+@functools.lru_cache(maxsize=8)
+def _tables(wants: Callable[[int, int], bool] | None) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]]:
+    """``flexible_ranges()`` and ``route_ranges(wants)``, made once per rewriter rather than per
+    connection (the route table asks every version of every api key)."""
+    return flexible_ranges(), route_ranges(wants)
+
+
 class RoutedConnection:
     """``KafkaConnection``'s calls over the core's ``Wire`` (module docstring). ``python`` is the
     Python road's connection the routed frames go to (the caller's: it owns its fetch sessions
@@ -143,7 +151,8 @@ class RoutedConnection:
         core = native.core()
         if core is None:
             return None
-        return cls(core.Wire(max_frame_bytes, flexible_ranges(), route_ranges(wants), take_records=True), python)
+        flexible, routes = _tables(wants)
+        return cls(core.Wire(max_frame_bytes, flexible, routes, take_records=True), python)
 
     @property
     def in_flight(self) -> int:

@@ -189,34 +189,31 @@ class Conversation:
             except FramingError as exc:
                 return (self._framing_lost("request", exc),)
             self.policy.client_bytes(t_ns, routed.client_mid_frame)
-            notes = self._observe_routed(routed.client_records(), events, t_ns, t_ns)
-            return (*actions, *notes) if notes else actions
-        try:
-            events = self._requests.receive(data, t_ns)
-        except FramingError as exc:
-            return (self._framing_lost("request", exc),)
-        self.policy.client_bytes(t_ns, self._requests.mid_frame)
-        if events:
-            if self._label_stale():
-                self._refresh_label()
-            if self.observer.observe(events, t_ns, t_ns):
-                actions = (*actions, *self._notes(events))
-        return actions
+            notes = self._observe(routed.client_records(), events, t_ns, t_ns)
+        else:
+            try:
+                events = self._requests.receive(data, t_ns)
+            except FramingError as exc:
+                return (self._framing_lost("request", exc),)
+            self.policy.client_bytes(t_ns, self._requests.mid_frame)
+            notes = self._observe(None, events, t_ns, t_ns)
+        return (*actions, *notes) if notes else actions
 
-    def _observe_routed(self, records: Records | None, events: list[Event], t_read_ns: int,
-                        t_written_ns: int) -> list[Action]:
-        """The core's records of a read (None: it settled none of its exchanges alone) and the
-        Python road's events of it, observed in order; the log lines they are worth."""
+    def _observe(self, records: Records | None, events: list[Event], t_read_ns: int,
+                 t_written_ns: int) -> tuple[Action, ...]:
+        """A read's events and, on the routed road, the core's records of it (None: it settled
+        none of the read's exchanges alone), observed in order; the log lines they are worth."""
         if records is None and not events:
-            return []
+            return NOTHING
         if self._label_stale():
             self._refresh_label()
         if records is None:
-            return self._notes(events) if self.observer.observe(events, t_read_ns, t_written_ns) else []
-        notes: list[Event] = []
-        if self.observer.observe_records(records[0], records[1], events, t_read_ns, t_written_ns, notes):
-            return self._notes(events + notes)
-        return []
+            notable = self.observer.observe(events, t_read_ns, t_written_ns)
+        else:
+            notes: list[Event] = []
+            notable = self.observer.observe_records(records[0], records[1], events, t_read_ns, t_written_ns, notes)
+            events = events + notes
+        return tuple(self._notes(events)) if notable else NOTHING
 
     def _framing_lost(self, side: str, exc: FramingError) -> Close:
         reason = f"{side}_framing"
@@ -294,15 +291,8 @@ class Conversation:
             self.observer.handed_on(t_read_ns, t_written_ns)
         routed = self.routed
         if routed is not None:
-            return tuple(self._observe_routed(routed.broker_records(), routed.after_write(), t_read_ns, t_written_ns))
-        events = self._responses.after_write()
-        if not events:
-            return NOTHING
-        if self._label_stale():
-            self._refresh_label()
-        if self.observer.observe(events, t_read_ns, t_written_ns):
-            return tuple(self._notes(events))
-        return NOTHING
+            return self._observe(routed.broker_records(), routed.after_write(), t_read_ns, t_written_ns)
+        return self._observe(None, self._responses.after_write(), t_read_ns, t_written_ns)
 
     # ------------------------------------------------------------------ timers and TLS
     def client_stalled(self, t_ns: int) -> None:

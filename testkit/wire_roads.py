@@ -26,7 +26,7 @@ from fetchlat.protocol.errors import FramingError
 from fetchlat.protocol.events import DecodeFailed, Event, RequestSeen, ResponseSeen
 from fetchlat.protocol.requests import UNREADABLE_HEADER as UNREADABLE
 from fetchlat.protocol.rewrite import ResponseRewriter
-from fetchlat.protocol.routed import RoutedConnection, route_ranges
+from fetchlat.protocol.routed import RoutedConnection, flexible_ranges, route_ranges
 
 from testkit.captures import Frame
 
@@ -72,7 +72,7 @@ def wire(max_frame_bytes: int = MAX_FRAME) -> Any:
     """A native ``Wire`` with the tables the Python road uses (flexible request versions from the
     specs; the versions ``inflight.observed`` decodes)."""
     assert CORE is not None
-    flexible = [(k, a.request_flexible.lo, a.request_flexible.hi) for k, a in apis.table().items()]
+    flexible = flexible_ranges()
     seen = [(apis.FETCH, fetch.MIN_VERSION, fetch.MAX_VERSION),
             (apis.PRODUCE, produce.MIN_VERSION, produce.MAX_VERSION),
             (apis.SHARE_FETCH, share.MIN_VERSION, share.MAX_VERSION)]
