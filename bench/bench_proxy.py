@@ -58,6 +58,9 @@ TARGETS = ("direct", "haproxy", "fetchlat", "fetchlat+traces", "relay", "fetchla
 TRACED = "fetchlat+traces"
 NO_CORE = "fetchlat-nocore"  # the compiled build without the native core (FETCHLAT_NATIVE=0)
 ROUTED = "fetchlat-routed"  # the native core reading every connection first (FETCHLAT_ROUTED=1, protocol/routed.py)
+# the spike of a per-read road that is the native core's alone, the Python road and the observer
+# in batches off it (bench/spike/native_relay.py; no rewriter, so fronted like haproxy); +traces: a row per request
+SPIKE, SPIKE_TRACED = "native-relay", "native-relay+traces"
 METRICS_PORTS: dict[int, int] = {}  # a fetchlat's pid -> its /metrics port
 NODE = 111  # Tansu's node id
 BROKERS = ("tansu", "kafka")
@@ -94,7 +97,8 @@ def target(kind: str, work: Path, broker: str = "tansu") -> Iterator[tuple[int, 
     base = free_port_block(0, 1, 2, 2 + 1 + NODE, 1002)
     front = base + 2
     sidecar = broker == "kafka" and kind.startswith("fetchlat")
-    advertised = front if kind in ("haproxy", "relay") or sidecar else None  # relays cannot rewrite metadata
+    # relays cannot rewrite metadata
+    advertised = front if kind in ("haproxy", "relay", SPIKE, SPIKE_TRACED) or sidecar else None
     procs: list[subprocess.Popen[bytes]] = []
     log = open(work / f"{broker}-{kind}-{base}.log", "wb")  # noqa: SIM115 - closed below
     try:
@@ -126,6 +130,14 @@ def _front(kind: str, work: Path, base: int, front: int, broker_port: int, sidec
                            f"backend b\n  server s 127.0.0.1:{broker_port}\n")
             procs.append(subprocess.Popen([*wrap, "haproxy", "-f", str(cfg), "-db"], stdout=log,
                                           stderr=subprocess.STDOUT))
+        elif kind in (SPIKE, SPIKE_TRACED):
+            traces = ["--trace-dir", str(work / f"traces-{base}")] if kind == SPIKE_TRACED else []
+            spike = str(Path(__file__).with_name("spike") / "native_relay.py")
+            procs.append(subprocess.Popen([*wrap, sys.executable, spike, "--listen", f"127.0.0.1:{front}",
+                                           "--upstream", f"127.0.0.1:{broker_port}",
+                                           "--metrics-listen", f"127.0.0.1:{base + 1002}", *traces],
+                                          stdout=log, stderr=subprocess.STDOUT))
+            METRICS_PORTS[procs[-1].pid] = base + 1002
         elif kind == "relay":
             procs.append(subprocess.Popen([*wrap, sys.executable, str(Path(__file__).with_name("relay.py")), "--listen",
                                            f"127.0.0.1:{front}", "--upstream", f"127.0.0.1:{broker_port}"],
@@ -356,17 +368,30 @@ def kafka_tools_phase(kind: str, args: argparse.Namespace, work: Path, res: dict
 
 def trace_rows(pid: int | None) -> tuple[float, float]:
     """(rows written, rows dropped) of a fetchlat with traces, once its writer has caught up:
-    rows gathered go over within a second, and an idle writer flushes after one more."""
+    rows gathered go over within a second, and an idle writer writes what it holds after
+    ``proxy/traces.py``'s IDLE_NS (3 s): read until the count has held for two seconds past that
+    (at most 20 s)."""
     if pid is None or pid not in METRICS_PORTS:
         return 0.0, 0.0
-    time.sleep(2.5)
-    text = metrics_text(pid)
-    got = {}
-    for line in text.splitlines():
-        for name in ("written", "dropped"):
-            if line.startswith(f"fetchlat_trace_rows_{name}_total "):
-                got[name] = float(line.split()[1])
-    return got.get("written", 0.0), got.get("dropped", 0.0)
+
+    def read() -> dict[str, float]:
+        got = {}
+        for line in metrics_text(pid).splitlines():
+            for name in ("written", "dropped"):
+                if line.startswith(f"fetchlat_trace_rows_{name}_total "):
+                    got[name] = float(line.split()[1])
+        return got
+
+    t0 = time.monotonic()
+    last, since = read(), time.monotonic()
+    while time.monotonic() - t0 < 20.0:
+        time.sleep(0.5)
+        got = read()
+        if got != last:
+            last, since = got, time.monotonic()
+        elif time.monotonic() - t0 >= 4.0 and time.monotonic() - since >= 2.0:
+            break
+    return last.get("written", 0.0), last.get("dropped", 0.0)
 
 
 def measure(kind: str, args: argparse.Namespace, work: Path, broker: str = "tansu") -> dict[str, Any]:
@@ -418,7 +443,7 @@ def measure(kind: str, args: argparse.Namespace, work: Path, broker: str = "tans
             if "added_p50_us" in v:
                 res[f"added {name} p50 us"] = round(v["added_p50_us"], 1)
                 res[f"added {name} p99 us"] = round(v["added_p99_us"], 1)
-        if kind == TRACED:
+        if kind in (TRACED, SPIKE_TRACED):
             res["trace rows written, round trips"], res["trace rows dropped, round trips"] = trace_rows(rt_pid)
     return res if broker == "tansu" else {f"kafka: {k}": v for k, v in res.items()}
 
@@ -434,13 +459,17 @@ def main() -> int:
                     help="skip the librdkafka throughput runs (no per-record Python: bench/rdkafka_client.py)")
     ap.add_argument("--broker", choices=(*BROKERS, "both"), default="tansu",
                     help="the broker behind every path: Tansu (default), Apache Kafka, or both in turn")
+    ap.add_argument("--paths", default=",".join(TARGETS),
+                    help=f"the paths to measure, in a comma list (default {','.join(TARGETS)}; also {NO_CORE}, "
+                         f"{ROUTED}, {SPIKE}, {SPIKE_TRACED})")
     args = ap.parse_args()
+    targets = tuple(args.paths.split(","))
     work = Path(tempfile.mkdtemp(prefix="fetchlat-bench-"))
     brokers = BROKERS if args.broker == "both" else (args.broker,)
-    raw: dict[str, list[dict[str, Any]]] = {t: [] for t in TARGETS}
+    raw: dict[str, list[dict[str, Any]]] = {t: [] for t in targets}
     for trial in range(args.trials):
-        k = trial % len(TARGETS)
-        order = TARGETS[k:] + TARGETS[:k]  # rotate: no target always runs first
+        k = trial % len(targets)
+        order = targets[k:] + targets[:k]  # rotate: no target always runs first
         for kind in order:
             merged: dict[str, Any] = {}
             for broker in brokers:
@@ -461,7 +490,7 @@ def summarize(raw: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]
     out: dict[str, dict[str, Any]] = {}
     for k in keys:
         row: dict[str, Any] = {}
-        for t in TARGETS:
+        for t in raw:
             vals = [r[k] for r in raw[t] if k in r]
             if vals:
                 row[t] = {"median": round(statistics.median(vals), 3), "min": min(vals), "max": max(vals)}
@@ -470,20 +499,24 @@ def summarize(raw: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]
 
 
 def render(report: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
-    head = "".join(f" {t:>16}" for t in TARGETS)
+    targets = args.paths.split(",")
+    head = "".join(f" {t:>16}" for t in targets)
+    spike = [t for t in (SPIKE, SPIKE_TRACED) if t in targets]
     lines = [f"{'measure':42}{head} {'fl/hap':>7} {'fl/dir':>7} {'rl/hap':>7} {'fl/rly':>7} {'py/rly':>7}"
-             f" {'tr/hap':>7} {'tr/rly':>7} {'tr/fl':>7}"]
+             f" {'tr/hap':>7} {'tr/rly':>7} {'tr/fl':>7}" + "".join(f" {t[:3] + t[-3:]:>7}/hap {'':>7}/rly"
+                                                                       for t in spike)]
     for k, row in report.items():
         cells = []
-        for t in TARGETS:
+        for t in targets:
             c = row.get(t)
             cells.append(f"{c['median']:.3f} ({c['min']:.3g}-{c['max']:.3g})" if c else "-")
-        med = {t: row.get(t, {}).get("median") for t in TARGETS}
+        med = {t: row.get(t, {}).get("median") for t in targets}
         def ratio(a: str, b: str, med: dict[str, Any] = med) -> str:
-            return f"{med[a] / med[b]:.2f}" if med[a] and med[b] else "-"
+            return f"{med[a] / med[b]:.2f}" if med.get(a) and med.get(b) else "-"
         ratios = (f" {ratio('fetchlat', 'haproxy'):>7} {ratio('fetchlat', 'direct'):>7} {ratio('relay', 'haproxy'):>7}"
                   f" {ratio('fetchlat', 'relay'):>7} {ratio('fetchlat-py', 'relay'):>7}"
-                  f" {ratio(TRACED, 'haproxy'):>7} {ratio(TRACED, 'relay'):>7} {ratio(TRACED, 'fetchlat'):>7}")
+                  f" {ratio(TRACED, 'haproxy'):>7} {ratio(TRACED, 'relay'):>7} {ratio(TRACED, 'fetchlat'):>7}"
+                  + "".join(f" {ratio(t, 'haproxy'):>11} {ratio(t, 'relay'):>11}" for t in spike))
         lines.append(f"{k:42}" + "".join(f" {c:>16}" for c in cells) + ratios)
     lines.append("added over direct, paired on the same broker (median of per-request differences; p99: the "
                  "path's p99 minus direct's):")

@@ -32,11 +32,13 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 mod columns;
+mod relay;
 mod wire;
 
 /// The core's sources, compiled in (every `src/*.rs` in name order): the door compares them with
 /// the checkout's.
-const SOURCE: &str = concat!(include_str!("columns.rs"), include_str!("lib.rs"), include_str!("wire.rs"));
+const SOURCE: &str = concat!(include_str!("columns.rs"), include_str!("lib.rs"), include_str!("relay.rs"),
+                              include_str!("wire.rs"));
 
 /// The most one read returns (uvloop's read buffer and `proxy/stamps.py`'s are the same size).
 pub const READ_BYTES: usize = 256 << 10;
@@ -332,6 +334,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<StampedRecv>()?;
     m.add_class::<columns::Columns>()?;
     m.add_class::<wire::PyWire>()?;
+    m.add_class::<relay::PyRelay>()?;
+    m.add("RELAY_KINDS", (relay::FROM_CLIENT, relay::FROM_BROKER, relay::CLOSED))?;
     m.add("WIRE_RECORD_WIDTH", wire::RECORD_WIDTH)?;
     m.add("WIRE_FLAGS", (wire::EXPECTS_RESPONSE, wire::OBSERVED, wire::HEADER_UNREADABLE, wire::SASL_V0,
                          wire::ACKS_UNREADABLE))?;

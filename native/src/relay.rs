@@ -1,0 +1,414 @@
+//! A connection pair's reads and writes owned by the core: the step of the native road past
+//! `Wire` (`docs/architecture.md`, "The native core"), **a spike, not the proxy's road**
+//! (`bench/spike/native_relay.py` runs it; `docs/performance.md`, "A native relay").
+//!
+//! One thread of its own runs an epoll loop over the connection pairs handed to it (`add`): it
+//! reads a side (the broker's with the kernel's receive stamp, `recv_stamped`), frames it with
+//! that connection's `Wire`, writes the bytes as read to the other side, and queues for Python
+//! what Python must see of the read: the bytes the Python road parses (`Routed`: the held bytes,
+//! the spans and the rest, in order, as one buffer) and the records of the exchanges the core
+//! settled alone. Python takes the queue in batches (`drain`), off the per-read road, woken by
+//! `notify_fd` (an eventfd written when the queue goes from empty to not).
+//!
+//! What it does not do (the Python road's, where the proxy is): rewrite, TLS, SASL's raw tokens
+//! (after a SaslHandshake v0 the Python road is fed every byte, and only observes), hold a
+//! request while the broker connection is not up. A side that closes, errs or sends a frame the
+//! `Wire` refuses ends the pair; the queue says why.
+//!
+//! Back-pressure: bytes a side's socket does not take at once wait in its own buffer, and the
+//! other side is not read until they are written. Every length the kernel returns is checked
+//! against the buffer it was given.
+
+use std::collections::HashMap;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use pyo3::exceptions::PyOSError;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use crate::wire::{Framing, Ranges, Routed, Wire};
+use crate::{recv_stamped, Read, READ_BYTES};
+
+const CLIENT: u64 = 0;
+const BROKER: u64 = 1;
+/// The epoll token of the wake-up eventfd (no connection has it: ids start at 1).
+const WAKE: u64 = u64::MAX;
+const MAX_EVENTS: usize = 64;
+/// What `drain` names a queued item's kind by.
+pub const FROM_CLIENT: i64 = 0;
+pub const FROM_BROKER: i64 = 1;
+pub const CLOSED: i64 = 2;
+
+/// A read's records (`Wire`'s layout) and the client ids they index.
+type Records = (Vec<i64>, Vec<Arc<[u8]>>);
+
+/// What Python must see of one read, or the end of a pair.
+struct Item {
+    conn: u64,
+    kind: i64,
+    t_ns: i64,
+    python: Vec<u8>,
+    records: Option<Records>,
+    reason: String,
+}
+
+struct Side {
+    fd: RawFd,
+    /// bytes for this side's socket that it has not taken yet
+    pending: Vec<u8>,
+}
+
+struct Pair {
+    client: Side,
+    broker: Side,
+    wire: Wire,
+}
+
+struct Shared {
+    queue: Mutex<Vec<Item>>,
+    added: Mutex<Vec<(u64, RawFd, RawFd)>>,
+    stop: AtomicBool,
+    wake_fd: RawFd,
+    notify_fd: RawFd,
+}
+
+fn mono_ns() -> i64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+fn clock_ns(clock: libc::clockid_t) -> i64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: ts is a valid timespec to write into
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+}
+
+fn bump(fd: RawFd) {
+    let one: u64 = 1;
+    // SAFETY: writes 8 bytes from a u64 that lives for the call; an eventfd takes exactly that
+    unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+}
+
+fn epoll_set(ep: RawFd, op: libc::c_int, fd: RawFd, events: u32, token: u64) {
+    let mut ev = libc::epoll_event { events, u64: token };
+    // SAFETY: ev lives for the call; the kernel checks the fds
+    unsafe { libc::epoll_ctl(ep, op, fd, &mut ev) };
+}
+
+/// Writes what it can of `data` to `fd`: the count written, or the error (EAGAIN is 0 written).
+fn write_some(fd: RawFd, data: &[u8]) -> std::io::Result<usize> {
+    let mut done = 0;
+    while done < data.len() {
+        // SAFETY: the pointer and length are a live slice's
+        let n = unsafe { libc::send(fd, data[done..].as_ptr().cast(), data.len() - done, libc::MSG_NOSIGNAL) };
+        if n < 0 {
+            let err = std::io::Error::last_os_error();
+            match err.kind() {
+                std::io::ErrorKind::WouldBlock => return Ok(done),
+                std::io::ErrorKind::Interrupted => continue,
+                _ => return Err(err),
+            }
+        }
+        done += (n as usize).min(data.len() - done);
+    }
+    Ok(done)
+}
+
+/// Each side's epoll interest: read it while the other side has nothing waiting for its socket
+/// (back-pressure), and wait to write to it while it has.
+fn rearm(ep: RawFd, id: u64, p: &Pair) {
+    for (side, me, other) in [(CLIENT, &p.client, &p.broker), (BROKER, &p.broker, &p.client)] {
+        let mut ev = 0u32;
+        if other.pending.is_empty() {
+            ev |= libc::EPOLLIN as u32;
+        }
+        if !me.pending.is_empty() {
+            ev |= libc::EPOLLOUT as u32;
+        }
+        epoll_set(ep, libc::EPOLL_CTL_MOD, me.fd, ev, id << 1 | side);
+    }
+}
+
+fn routed_bytes(data: &[u8], out: &Routed) -> Vec<u8> {
+    let mut v = Vec::with_capacity(out.held.len() + out.spans.iter().map(|(a, b)| b - a).sum::<usize>());
+    v.extend_from_slice(&out.held);
+    let rest = out.rest.unwrap_or(data.len()).min(data.len());
+    for &(a, b) in &out.spans {
+        v.extend_from_slice(&data[a.min(rest)..b.min(rest)]);
+    }
+    v.extend_from_slice(&data[rest..]);
+    v
+}
+
+struct Looper {
+    shared: Arc<Shared>,
+    ep: RawFd,
+    pairs: HashMap<u64, Pair>,
+    buf: Vec<u8>,
+    max_frame: i64,
+    flexible: Ranges,
+    observed: Ranges,
+}
+
+impl Looper {
+    fn push(&self, item: Item) {
+        let mut q = self.shared.queue.lock().unwrap();
+        let was_empty = q.is_empty();
+        q.push(item);
+        drop(q);
+        if was_empty {
+            bump(self.shared.notify_fd);
+        }
+    }
+
+    fn close(&mut self, id: u64, reason: String) {
+        if let Some(p) = self.pairs.remove(&id) {
+            for fd in [p.client.fd, p.broker.fd] {
+                // SAFETY: the pair owned these fds; removing it from the map gives them up once
+                unsafe {
+                    libc::epoll_ctl(self.ep, libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut());
+                    libc::close(fd);
+                }
+            }
+            self.push(Item { conn: id, kind: CLOSED, t_ns: mono_ns(), python: Vec::new(), records: None, reason });
+        }
+    }
+
+    fn adopt(&mut self) {
+        let added = std::mem::take(&mut *self.shared.added.lock().unwrap());
+        for (id, cfd, bfd) in added {
+            for fd in [cfd, bfd] {
+                // SAFETY: fds handed over by add(); the kernel checks them
+                unsafe {
+                    let fl = libc::fcntl(fd, libc::F_GETFL);
+                    libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK);
+                }
+            }
+            let on: libc::c_int = 1;
+            // SAFETY: a valid option value for the call's duration
+            unsafe {
+                libc::setsockopt(bfd, libc::SOL_SOCKET, 35, (&on as *const libc::c_int).cast(), 4);
+                libc::setsockopt(cfd, libc::IPPROTO_TCP, libc::TCP_NODELAY, (&on as *const libc::c_int).cast(), 4);
+                libc::setsockopt(bfd, libc::IPPROTO_TCP, libc::TCP_NODELAY, (&on as *const libc::c_int).cast(), 4);
+            }
+            epoll_set(self.ep, libc::EPOLL_CTL_ADD, cfd, libc::EPOLLIN as u32, id << 1 | CLIENT);
+            epoll_set(self.ep, libc::EPOLL_CTL_ADD, bfd, libc::EPOLLIN as u32, id << 1 | BROKER);
+            let wire = Wire::new(self.max_frame, self.flexible.clone(), self.observed.clone());
+            self.pairs.insert(id, Pair { client: Side { fd: cfd, pending: Vec::new() },
+                                         broker: Side { fd: bfd, pending: Vec::new() }, wire });
+        }
+    }
+
+    /// A side is readable: one read, framed, written on, queued for Python.
+    fn readable(&mut self, id: u64, side: u64) {
+        match self.read_one(id, side) {
+            Ok(Some(item)) => self.push(item),
+            Ok(None) => {}
+            Err(reason) => self.close(id, reason),
+        }
+    }
+
+    /// `readable`'s work: the item to queue, or why the pair ends.
+    fn read_one(&mut self, id: u64, side: u64) -> Result<Option<Item>, String> {
+        let Some(p) = self.pairs.get_mut(&id) else { return Ok(None) };
+        let (from, to) = if side == CLIENT { (&p.client, &mut p.broker) } else { (&p.broker, &mut p.client) };
+        let (n, t_ns) = if side == BROKER {
+            match recv_stamped(from.fd, &mut self.buf) {
+                Ok(Read::WouldBlock) => return Ok(None),
+                Ok(Read::Data { n, wall_ns }) => {
+                    let now = mono_ns();
+                    // the kernel's wall stamp onto the monotonic clock, never after the read itself
+                    let t = wall_ns.map_or(now, |w| (w - (clock_ns(libc::CLOCK_REALTIME) - now)).min(now));
+                    (n, t)
+                }
+                Err(e) => return Err(format!("broker read: {e}")),
+            }
+        } else {
+            // SAFETY: reads at most buf.len() bytes into buf
+            let r = unsafe { libc::recv(from.fd, self.buf.as_mut_ptr().cast(), self.buf.len(), 0) };
+            if r < 0 {
+                let e = std::io::Error::last_os_error();
+                if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted) {
+                    return Ok(None);
+                }
+                return Err(format!("client read: {e}"));
+            }
+            ((r as usize).min(self.buf.len()), mono_ns())
+        };
+        if n == 0 {
+            let who = if side == CLIENT { "client" } else { "broker" };
+            return Err(format!("{who} closed the connection"));
+        }
+        let data = &self.buf[..n];
+        let mut out = Routed::default();
+        let framed = if side == CLIENT { p.wire.from_client(data, t_ns, &mut out) }
+                     else { p.wire.from_broker(data, t_ns, &mut out) };
+        framed.map_err(|Framing(m)| m)?;
+        // the bytes as read go on first; what Python must see of them after
+        let written = if to.pending.is_empty() { write_some(to.fd, data) } else { Ok(0) };
+        match written {
+            Ok(k) if k < n => {
+                to.pending.extend_from_slice(&data[k..]);
+                // stop reading this side until the other takes what waits
+                rearm(self.ep, id, p);
+            }
+            Ok(_) => {}
+            Err(e) => return Err(format!("write: {e}")),
+        }
+        let records = p.wire.drain_native();
+        let python = if out.is_empty() { Vec::new() } else { routed_bytes(data, &out) };
+        if python.is_empty() && records.is_none() {
+            return Ok(None);
+        }
+        let kind = if side == CLIENT { FROM_CLIENT } else { FROM_BROKER };
+        Ok(Some(Item { conn: id, kind, t_ns, python, records, reason: String::new() }))
+    }
+
+    /// A side that had bytes waiting can take more.
+    fn writable(&mut self, id: u64, side: u64) {
+        let Some(p) = self.pairs.get_mut(&id) else { return };
+        let to = if side == CLIENT { &mut p.client } else { &mut p.broker };
+        let failed = match write_some(to.fd, &to.pending) {
+            Ok(k) => {
+                to.pending.drain(..k);
+                if to.pending.is_empty() {
+                    rearm(self.ep, id, p);
+                }
+                None
+            }
+            Err(e) => Some(format!("write: {e}")),
+        };
+        if let Some(reason) = failed {
+            self.close(id, reason);
+        }
+    }
+
+    fn run(&mut self) {
+        let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; MAX_EVENTS];
+        while !self.shared.stop.load(Ordering::Relaxed) {
+            // SAFETY: events has MAX_EVENTS entries for the kernel to fill
+            let n = unsafe { libc::epoll_wait(self.ep, events.as_mut_ptr(), MAX_EVENTS as libc::c_int, 200) };
+            for ev in events.iter().take(n.max(0) as usize) {
+                let (token, flags) = (ev.u64, ev.events);
+                if token == WAKE {
+                    let mut v: u64 = 0;
+                    // SAFETY: reads the eventfd's 8 bytes into a u64
+                    unsafe { libc::read(self.shared.wake_fd, (&mut v as *mut u64).cast(), 8) };
+                    self.adopt();
+                    continue;
+                }
+                let (id, side) = (token >> 1, token & 1);
+                if flags & libc::EPOLLOUT as u32 != 0 {
+                    self.writable(id, side);
+                }
+                if flags & (libc::EPOLLIN | libc::EPOLLHUP | libc::EPOLLERR) as u32 != 0 {
+                    self.readable(id, side);
+                }
+            }
+        }
+        let ids: Vec<u64> = self.pairs.keys().copied().collect();
+        for id in ids {
+            self.close(id, "the relay stopped".into());
+        }
+    }
+}
+
+/// The Python face: `Relay(max_frame_bytes, flexible, observed)`, the `Wire`'s tables.
+#[pyclass(name = "Relay", module = "fetchlat.native._core")]
+pub struct PyRelay {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+    next_id: u64,
+    ep: RawFd,
+}
+
+fn eventfd() -> PyResult<RawFd> {
+    // SAFETY: no pointers
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if fd < 0 { Err(PyOSError::new_err(std::io::Error::last_os_error().to_string())) } else { Ok(fd) }
+}
+
+#[pymethods]
+impl PyRelay {
+    #[new]
+    fn new(max_frame_bytes: i64, flexible: Vec<(i16, i16, i16)>, observed: Vec<(i16, i16, i16)>) -> PyResult<Self> {
+        // SAFETY: no pointers
+        let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if ep < 0 {
+            return Err(PyOSError::new_err(std::io::Error::last_os_error().to_string()));
+        }
+        let shared = Arc::new(Shared { queue: Mutex::new(Vec::new()), added: Mutex::new(Vec::new()),
+                                       stop: AtomicBool::new(false), wake_fd: eventfd()?, notify_fd: eventfd()? });
+        epoll_set(ep, libc::EPOLL_CTL_ADD, shared.wake_fd, libc::EPOLLIN as u32, WAKE);
+        let mut looper = Looper { shared: shared.clone(), ep, pairs: HashMap::new(), buf: vec![0; READ_BYTES],
+                                  max_frame: max_frame_bytes, flexible: Ranges::new(&flexible),
+                                  observed: Ranges::new(&observed) };
+        let thread = std::thread::Builder::new().name("fetchlat-relay".into()).spawn(move || looper.run())
+            .map_err(|e| PyOSError::new_err(e.to_string()))?;
+        Ok(PyRelay { shared, thread: Some(thread), next_id: 1, ep })
+    }
+
+    /// Hands a connected pair over (the relay owns and closes both fds from here): its id.
+    fn add(&mut self, client_fd: RawFd, broker_fd: RawFd) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.shared.added.lock().unwrap().push((id, client_fd, broker_fd));
+        bump(self.shared.wake_fd);
+        id
+    }
+
+    /// The eventfd written when the queue goes from empty to not (read it to clear it).
+    #[getter]
+    fn notify_fd(&self) -> RawFd {
+        self.shared.notify_fd
+    }
+
+    /// What was queued since the last drain, in order: `(conn, kind, t_ns, python_bytes,
+    /// records, ids, reason)` -- `kind` FROM_CLIENT or FROM_BROKER with the bytes the Python road
+    /// parses (b"" when none) and the records of the exchanges the core settled alone (`Wire`'s
+    /// layout, or None) with the client ids they index; CLOSED with the reason.
+    #[allow(clippy::type_complexity)]
+    fn drain<'py>(&self, py: Python<'py>) -> Vec<(u64, i64, i64, Bound<'py, PyBytes>, Option<Bound<'py, PyBytes>>,
+                                                  Vec<Bound<'py, PyBytes>>, String)> {
+        let items = std::mem::take(&mut *self.shared.queue.lock().unwrap());
+        items.into_iter().map(|it| {
+            let (records, ids) = match it.records {
+                Some((r, ids)) => {
+                    // SAFETY: an i64 is 8 plain bytes; the slice lives while `r` does
+                    let raw: &[u8] = unsafe { std::slice::from_raw_parts(r.as_ptr() as *const u8, r.len() * 8) };
+                    (Some(PyBytes::new(py, raw)), ids.iter().map(|i| PyBytes::new(py, i)).collect())
+                }
+                None => (None, Vec::new()),
+            };
+            (it.conn, it.kind, it.t_ns, PyBytes::new(py, &it.python), records, ids, it.reason)
+        }).collect()
+    }
+
+    /// Stops the thread and closes every pair (idempotent).
+    fn close(&mut self, py: Python<'_>) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        bump(self.shared.wake_fd);
+        if let Some(t) = self.thread.take() {
+            py.allow_threads(|| { let _ = t.join(); });
+        }
+    }
+}
+
+impl Drop for PyRelay {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        bump(self.shared.wake_fd);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        // SAFETY: these fds are this relay's alone, closed once
+        unsafe {
+            libc::close(self.ep);
+            libc::close(self.shared.wake_fd);
+            libc::close(self.shared.notify_fd);
+        }
+    }
+}

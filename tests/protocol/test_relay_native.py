@@ -1,0 +1,204 @@
+"""The core's relay (``native/src/relay.rs``, ``Relay``: the spike of a per-read road that is the
+core's alone, ``bench/spike/native_relay.py``): over real loopback sockets, it writes every byte
+on as it came both ways, and what it queues for Python (the bytes the Python road parses, the
+records of the exchanges it settled alone) tells the Python road and the observer the same
+exchanges as the Python road fed the whole conversation; a frame the ``Wire`` refuses ends the
+pair with the Python road's words; a client that does not read holds the broker back, and gets
+every byte once it reads."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from fetchlat import native
+from fetchlat.protocol.connection import KafkaConnection
+from fetchlat.protocol.events import RequestSeen, ResponseSeen
+from fetchlat.protocol.routed import KIND_REQUEST, RECORD_FORMAT, ROUTED, flexible_ranges, route_ranges
+
+from testkit.captures import RUNS, Frame, conversations
+
+pytestmark = pytest.mark.skipif(native.core() is None, reason=f"native core not loaded: {native.reason()}")
+MAX_FRAME = 100 * 1024 * 1024
+DEADLINE_S = 10.0
+
+
+def _pair() -> tuple[socket.socket, socket.socket]:
+    """A connected loopback TCP pair: (the end handed to the relay, the test's end)."""
+    with socket.create_server(("127.0.0.1", 0)) as lst:
+        outer = socket.create_connection(lst.getsockname())
+        inner, _ = lst.accept()
+    outer.settimeout(DEADLINE_S)
+    return inner, outer
+
+
+class Rig:
+    """A relay with one pair: ``client`` and ``broker`` are the test's ends."""
+
+    def __init__(self, max_frame: int = MAX_FRAME) -> None:
+        core = native.core()
+        assert core is not None
+        self.kinds = core.RELAY_KINDS
+        self.relay = core.Relay(max_frame, flexible_ranges(), route_ranges(None))
+        relay_client, self.client = _pair()
+        relay_broker, self.broker = _pair()
+        self.id = self.relay.add(relay_client.detach(), relay_broker.detach())
+        self.items: list[tuple[object, ...]] = []
+
+    def drain_until(self, done: object, what: str) -> None:
+        deadline = time.monotonic() + DEADLINE_S
+        while True:
+            self.items += self.relay.drain()
+            if done():  # type: ignore[operator]
+                return
+            assert time.monotonic() < deadline, f"no {what} within {DEADLINE_S} s: {self.items[-3:]}"
+            time.sleep(0.002)
+
+    def close(self) -> None:
+        self.relay.close()
+        self.client.close()
+        self.broker.close()
+
+
+@pytest.fixture
+def rig() -> Iterator[Rig]:
+    r = Rig()
+    yield r
+    r.close()
+
+
+def _recv_exactly(s: socket.socket, n: int) -> bytes:
+    got = bytearray()
+    while len(got) < n:
+        chunk = s.recv(n - len(got))
+        assert chunk, f"closed after {len(got)} of {n} bytes"
+        got += chunk
+    return bytes(got)
+
+
+def _exchanges_python_alone(frames: list[Frame]) -> list[tuple[str, int, int, str | None]]:
+    conn = KafkaConnection(max_frame_bytes=MAX_FRAME)
+    out: list[tuple[str, int, int, str | None]] = []
+    for f in frames:
+        events = conn.receive_from_client(f.wire, 1) if f.direction == "req" else conn.receive_from_broker(f.wire, 2)[1]
+        out += _seen(events)
+    return out
+
+
+def _seen(events: list[object]) -> list[tuple[str, int, int, str | None]]:
+    return [("req" if isinstance(e, RequestSeen) else "resp", e.correlation_id, e.api_key, e.client_id)  # type: ignore[attr-defined]
+            for e in events if isinstance(e, RequestSeen | ResponseSeen)]
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_every_captured_conversation_goes_through_whole_and_tells_the_same_exchanges(run: str) -> None:
+    for frames in conversations(run).values():
+        r = Rig()
+        try:
+            assert _through(r, frames) == _exchanges_python_alone(frames)
+        finally:
+            r.close()
+
+
+def _through(r: Rig, frames: list[Frame]) -> list[tuple[str, int, int, str | None]]:
+    """``frames`` through the relay one at a time (a client with one request in flight, and its
+    broker): every byte must come out as it went in; the exchanges its queue tells the Python road
+    and the records, in order."""
+    from_client, from_broker, _closed = r.kinds
+    for f in frames:
+        sender, receiver = (r.client, r.broker) if f.direction == "req" else (r.broker, r.client)
+        sender.sendall(f.wire)
+        assert _recv_exactly(receiver, len(f.wire)) == f.wire
+    r.drain_until(lambda: _count(r.items) >= len(frames), "records of every frame")
+    conn = KafkaConnection(max_frame_bytes=MAX_FRAME)
+    seen: list[tuple[str, int, int, str | None]] = []
+    for _cid, kind, t_ns, data, records, ids, _reason in r.items:
+        assert kind in (from_client, from_broker)
+        events = []
+        if data:
+            events = conn.receive_from_client(data, t_ns) if kind == from_client else \
+                conn.receive_from_broker(data, t_ns)[1]
+        python = iter(_seen(events))
+        if records is None:
+            seen += list(python)
+            continue
+        names = [i.decode() for i in ids]
+        for rec in struct.iter_unpack(RECORD_FORMAT, records):
+            k, corr, key, _ver, cid, _size, flags = rec[:7]
+            if flags & ROUTED:
+                seen.append(next(python))
+            else:
+                seen.append(("req" if k == KIND_REQUEST else "resp", corr, key, names[cid] if cid >= 0 else None))
+        seen += list(python)
+    return seen
+
+
+def _count(items: list[tuple[object, ...]]) -> int:
+    """Frames the queued items account for: a record each for the core's, a frame each routed."""
+    n = 0
+    for _cid, _kind, _t, data, records, _ids, _reason in items:
+        routed = 0
+        if records is not None:
+            for rec in struct.iter_unpack(RECORD_FORMAT, records):
+                n += 1
+                routed += bool(rec[6] & ROUTED)
+        n += _frames_in(data) - routed  # type: ignore[arg-type]
+    return n
+
+
+def _frames_in(data: bytes) -> int:
+    n, at = 0, 0
+    while at + 4 <= len(data):
+        at += 4 + int.from_bytes(data[at:at + 4], "big")
+        n += 1
+    return n
+
+
+def test_a_frame_the_wire_refuses_ends_the_pair_in_the_python_roads_words() -> None:
+    r = Rig(max_frame=1024)
+    try:
+        r.client.sendall(struct.pack(">i", 4096) + b"x" * 16)
+        r.drain_until(lambda: any(it[1] == r.kinds[2] for it in r.items), "end of the pair")
+        (reason,) = [it[6] for it in r.items if it[1] == r.kinds[2]]
+        assert reason == ("request frame of 4096 bytes exceeds the limit of 1024 "
+                          "(raise max_frame_bytes if this is legitimate)")
+        assert r.client.recv(1) == b""  # closed on the client
+        assert r.broker.recv(64) == b""  # and the broker never saw the frame's bytes
+    finally:
+        r.close()
+
+
+def test_a_side_that_closes_ends_the_pair(rig: Rig) -> None:
+    rig.broker.close()
+    rig.drain_until(lambda: any(it[1] == rig.kinds[2] for it in rig.items), "end of the pair")
+    assert [it[6] for it in rig.items if it[1] == rig.kinds[2]] == ["broker closed the connection"]
+    assert rig.client.recv(1) == b""
+
+
+def test_a_client_that_does_not_read_holds_the_broker_back_then_gets_every_byte(rig: Rig) -> None:
+    # an ApiVersions request, then an answer far bigger than the sockets' buffers
+    req = struct.pack(">hhih", 18, 0, 7, -1)
+    rig.client.sendall(struct.pack(">i", len(req)) + req)
+    assert _recv_exactly(rig.broker, 4 + len(req))[4:] == req
+    body = struct.pack(">i", 7) + bytes(range(256)) * (192 * 1024)  # 48 MiB: past every socket buffer
+    rig.broker.setblocking(False)
+    sent = 0
+    frame = struct.pack(">i", len(body)) + body
+    deadline = time.monotonic() + DEADLINE_S
+    while sent < len(frame) and time.monotonic() < deadline:
+        try:
+            sent += rig.broker.send(frame[sent:sent + 65536])
+        except BlockingIOError:
+            time.sleep(0.01)
+    assert sent < len(frame), "the relay read the whole answer though its client read none of it"
+    rig.broker.setblocking(True)
+    rig.broker.settimeout(DEADLINE_S)
+    t = threading.Thread(target=lambda: rig.broker.sendall(frame[sent:]))
+    t.start()
+    assert _recv_exactly(rig.client, len(frame)) == frame
+    t.join(DEADLINE_S)
+    rig.drain_until(lambda: _count(rig.items) >= 2, "the exchange's records")
