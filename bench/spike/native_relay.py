@@ -17,7 +17,7 @@ the reads: the metric samples and trace rows are the proxy's, made later, in a b
 
 What it lacks beside the proxy: the rewriter (so it fronts a broker that advertises it, as
 haproxy and ``bench/relay.py`` do), the calibration probes, discovery, TLS, SASL's tokens,
-holding requests while the broker connection is down, the handed-on latency.
+holding requests while the broker connection is down.
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ class Spike:
         self.items += len(items)
         notes: list[object] = []
         with self.lock:
-            for cid, kind, t_ns, data, records, ids, _reason in items:
+            for cid, kind, t_ns, t_written_ns, data, records, ids, _reason in items:
                 if kind == self.closed:
                     self.conns.pop(cid, None)
                     continue
@@ -126,10 +126,12 @@ class Spike:
                     events = conn.receive_from_client(data, t_ns) if data else []
                 else:
                     events = conn.receive_from_broker(data, t_ns)[1] if data else []
+                if kind == self.from_broker:
+                    cobs.handed_on(t_ns, t_written_ns)  # type: ignore[attr-defined]
                 if records is not None:
-                    cobs.observe_records(records, ids, events, t_ns, t_ns, notes)  # type: ignore[attr-defined]
+                    cobs.observe_records(records, ids, events, t_ns, t_written_ns, notes)  # type: ignore[attr-defined]
                 elif events:
-                    cobs.observe(events, t_ns, t_ns)  # type: ignore[attr-defined]
+                    cobs.observe(events, t_ns, t_written_ns)  # type: ignore[attr-defined]
 
 
 def main() -> int:

@@ -22,6 +22,11 @@
 //!   by `tests/protocol/test_wire_native.py`; each read's answer says which of its bytes the
 //!   Python road must parse (`protocol/routed.py`, the proxy's road with `FETCHLAT_ROUTED=1`).
 //!
+//! - `Relay`: a spike, not the proxy's road (`relay.rs`, `bench/spike/native_relay.py`). A
+//!   thread of the core's own reads and writes both sides of each connection pair it is
+//!   handed, frames each read with that pair's `Wire`, and queues what Python must see, which
+//!   Python takes in batches off the per-read road.
+//!
 //! Every length read from the kernel or the bytes is checked before it is used; nothing here
 //! keeps a pointer past the call that made it. `SOURCE` is the core's source, so the door can tell
 //! a build made from another version of it (a stale build falls back to Python).

@@ -50,6 +50,9 @@ struct Item {
     conn: u64,
     kind: i64,
     t_ns: i64,
+    /// when the read's bytes went to the other side's socket (or, where it took only part of
+    /// them, when the rest were put aside for it)
+    t_written_ns: i64,
     python: Vec<u8>,
     records: Option<Records>,
     reason: String,
@@ -173,7 +176,9 @@ impl Looper {
                     libc::close(fd);
                 }
             }
-            self.push(Item { conn: id, kind: CLOSED, t_ns: mono_ns(), python: Vec::new(), records: None, reason });
+            let t = mono_ns();
+            self.push(Item { conn: id, kind: CLOSED, t_ns: t, t_written_ns: t, python: Vec::new(), records: None,
+                             reason });
         }
     }
 
@@ -258,13 +263,14 @@ impl Looper {
             Ok(_) => {}
             Err(e) => return Err(format!("write: {e}")),
         }
+        let t_written_ns = mono_ns();
         let records = p.wire.drain_native();
         let python = if out.is_empty() { Vec::new() } else { routed_bytes(data, &out) };
         if python.is_empty() && records.is_none() {
             return Ok(None);
         }
         let kind = if side == CLIENT { FROM_CLIENT } else { FROM_BROKER };
-        Ok(Some(Item { conn: id, kind, t_ns, python, records, reason: String::new() }))
+        Ok(Some(Item { conn: id, kind, t_ns, t_written_ns, python, records, reason: String::new() }))
     }
 
     /// A side that had bytes waiting can take more.
@@ -304,8 +310,13 @@ impl Looper {
                 if flags & libc::EPOLLOUT as u32 != 0 {
                     self.writable(id, side);
                 }
-                if flags & (libc::EPOLLIN | libc::EPOLLHUP | libc::EPOLLERR) as u32 != 0 {
+                if flags & libc::EPOLLIN as u32 != 0 {
                     self.readable(id, side);
+                } else if flags & (libc::EPOLLHUP | libc::EPOLLERR) as u32 != 0 {
+                    // reported even while this side is not read (back-pressure): the peer is gone
+                    let who = if side == CLIENT { "client" } else { "broker" };
+                    let what = if flags & libc::EPOLLERR as u32 != 0 { "connection failed" } else { "closed the connection" };
+                    self.close(id, format!("{who} {what}"));
                 }
             }
         }
@@ -366,12 +377,13 @@ impl PyRelay {
         self.shared.notify_fd
     }
 
-    /// What was queued since the last drain, in order: `(conn, kind, t_ns, python_bytes,
-    /// records, ids, reason)` -- `kind` FROM_CLIENT or FROM_BROKER with the bytes the Python road
-    /// parses (b"" when none) and the records of the exchanges the core settled alone (`Wire`'s
-    /// layout, or None) with the client ids they index; CLOSED with the reason.
+    /// What was queued since the last drain, in order: `(conn, kind, t_ns, t_written_ns,
+    /// python_bytes, records, ids, reason)` -- `kind` FROM_CLIENT or FROM_BROKER, read at `t_ns`
+    /// and written on at `t_written_ns`, with the bytes the Python road parses (b"" when none)
+    /// and the records of the exchanges the core settled alone (`Wire`'s layout, or None) with the
+    /// client ids they index; CLOSED with the reason.
     #[allow(clippy::type_complexity)]
-    fn drain<'py>(&self, py: Python<'py>) -> Vec<(u64, i64, i64, Bound<'py, PyBytes>, Option<Bound<'py, PyBytes>>,
+    fn drain<'py>(&self, py: Python<'py>) -> Vec<(u64, i64, i64, i64, Bound<'py, PyBytes>, Option<Bound<'py, PyBytes>>,
                                                   Vec<Bound<'py, PyBytes>>, String)> {
         let items = std::mem::take(&mut *self.shared.queue.lock().unwrap());
         items.into_iter().map(|it| {
@@ -383,7 +395,7 @@ impl PyRelay {
                 }
                 None => (None, Vec::new()),
             };
-            (it.conn, it.kind, it.t_ns, PyBytes::new(py, &it.python), records, ids, it.reason)
+            (it.conn, it.kind, it.t_ns, it.t_written_ns, PyBytes::new(py, &it.python), records, ids, it.reason)
         }).collect()
     }
 

@@ -116,8 +116,9 @@ def _through(r: Rig, frames: list[Frame]) -> list[tuple[str, int, int, str | Non
     r.drain_until(lambda: _count(r.items) >= len(frames), "records of every frame")
     conn = KafkaConnection(max_frame_bytes=MAX_FRAME)
     seen: list[tuple[str, int, int, str | None]] = []
-    for _cid, kind, t_ns, data, records, ids, _reason in r.items:
+    for _cid, kind, t_ns, t_written, data, records, ids, _reason in r.items:
         assert kind in (from_client, from_broker)
+        assert t_ns <= t_written
         events = []
         if data:
             events = conn.receive_from_client(data, t_ns) if kind == from_client else \
@@ -140,7 +141,7 @@ def _through(r: Rig, frames: list[Frame]) -> list[tuple[str, int, int, str | Non
 def _count(items: list[tuple[object, ...]]) -> int:
     """Frames the queued items account for: a record each for the core's, a frame each routed."""
     n = 0
-    for _cid, _kind, _t, data, records, _ids, _reason in items:
+    for _cid, _kind, _t, _written, data, records, _ids, _reason in items:
         routed = 0
         if records is not None:
             for rec in struct.iter_unpack(RECORD_FORMAT, records):
@@ -163,7 +164,7 @@ def test_a_frame_the_wire_refuses_ends_the_pair_in_the_python_roads_words() -> N
     try:
         r.client.sendall(struct.pack(">i", 4096) + b"x" * 16)
         r.drain_until(lambda: any(it[1] == r.kinds[2] for it in r.items), "end of the pair")
-        (reason,) = [it[6] for it in r.items if it[1] == r.kinds[2]]
+        (reason,) = [it[7] for it in r.items if it[1] == r.kinds[2]]
         assert reason == ("request frame of 4096 bytes exceeds the limit of 1024 "
                           "(raise max_frame_bytes if this is legitimate)")
         assert r.client.recv(1) == b""  # closed on the client
@@ -175,7 +176,7 @@ def test_a_frame_the_wire_refuses_ends_the_pair_in_the_python_roads_words() -> N
 def test_a_side_that_closes_ends_the_pair(rig: Rig) -> None:
     rig.broker.close()
     rig.drain_until(lambda: any(it[1] == rig.kinds[2] for it in rig.items), "end of the pair")
-    assert [it[6] for it in rig.items if it[1] == rig.kinds[2]] == ["broker closed the connection"]
+    assert [it[7] for it in rig.items if it[1] == rig.kinds[2]] == ["broker closed the connection"]
     assert rig.client.recv(1) == b""
 
 
