@@ -59,7 +59,8 @@ TRACED = "fetchlat+traces"
 NO_CORE = "fetchlat-nocore"  # the compiled build without the native core (FETCHLAT_NATIVE=0)
 ROUTED = "fetchlat-routed"  # the native core reading every connection first (FETCHLAT_ROUTED=1, protocol/routed.py)
 # the spike of a per-read road that is the native core's alone, the Python road and the observer
-# in batches off it (bench/spike/native_relay.py; no rewriter, so fronted like haproxy); +traces: a row per request
+# in batches off it (bench/spike/native_relay.py; it rewrites as fetchlat routing in front of Tansu does,
+# and is fronted like haproxy in front of Kafka, where fetchlat is a sidecar); +traces: a row per request
 SPIKE, SPIKE_TRACED = "native-relay", "native-relay+traces"
 METRICS_PORTS: dict[int, int] = {}  # a fetchlat's pid -> its /metrics port
 NODE = 111  # Tansu's node id
@@ -98,7 +99,8 @@ def target(kind: str, work: Path, broker: str = "tansu") -> Iterator[tuple[int, 
     front = base + 2
     sidecar = broker == "kafka" and kind.startswith("fetchlat")
     # relays cannot rewrite metadata
-    advertised = front if kind in ("haproxy", "relay", SPIKE, SPIKE_TRACED) or sidecar else None
+    spike_sidecar = broker == "kafka" and kind in (SPIKE, SPIKE_TRACED)
+    advertised = front if kind in ("haproxy", "relay") or sidecar or spike_sidecar else None
     procs: list[subprocess.Popen[bytes]] = []
     log = open(work / f"{broker}-{kind}-{base}.log", "wb")  # noqa: SIM115 - closed below
     try:

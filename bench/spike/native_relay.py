@@ -15,9 +15,14 @@ it was empty longer) and runs the Python road (``KafkaConnection``) and the obse
 (``ConnectionObserver.observe_records``, as the routed road does) over it, with the stamps of
 the reads: the metric samples and trace rows are the proxy's, made later, in a batch.
 
-What it lacks beside the proxy: the rewriter (so it fronts a broker that advertises it, as
-haproxy and ``bench/relay.py`` do), the calibration probes, discovery, TLS, SASL's tokens,
-holding requests while the broker connection is down.
+The answers the proxy's rewriter wants (ApiVersions capped; Metadata, FindCoordinator and
+DescribeCluster with every broker's address made this listener's, as a routing proxy in front of
+one broker does) are held whole by the core and answered from here at once (the core's
+``urgent_fd``), with ``ResponseRewriter`` itself; ``--no-rewrite`` passes everything on as it
+came (the broker must then advertise this listener).
+
+What it lacks beside the proxy: the calibration probes, discovery, listeners per broker, TLS,
+SASL's tokens, holding requests while the broker connection is down.
 """
 
 from __future__ import annotations
@@ -37,9 +42,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from fetchlat import native
 from fetchlat.metrics.observer import Observer
 from fetchlat.metrics.prom import FetchMetrics, ProxyMetrics
+from fetchlat.protocol import apis
 from fetchlat.protocol.connection import KafkaConnection
+from fetchlat.protocol.errors import DecodeError
 from fetchlat.protocol.framing import DEFAULT_MAX_FRAME_BYTES
-from fetchlat.protocol.routed import flexible_ranges, route_ranges
+from fetchlat.protocol.rewrite import ResponseRewriter
+from fetchlat.protocol.routed import BOTTOM_VERSION, TOP_VERSION, flexible_ranges, route_ranges
 from fetchlat.proxy import clock
 
 
@@ -48,14 +56,32 @@ def hostport(s: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def whole_ranges(wants: object) -> list[tuple[int, int, int]]:
+    """``(api_key, lo, hi)`` of the requests whose answers the rewriter wants: the core holds those
+    whole (``route_ranges``' bounds: below 0 and past a key's last version every rule is constant)."""
+    out = []
+    for key, api in sorted(apis.table().items()):
+        last = max(api.valid.hi, 0) + 1
+        versions = [v for v in range(-1, last + 1) if wants(key, v)]  # type: ignore[operator]
+        if versions:
+            lo, hi = versions[0], versions[-1]
+            assert hi - lo + 1 == len(versions), f"api key {key}: a gap"
+            out.append((key, BOTTOM_VERSION if lo == -1 else lo, TOP_VERSION if hi == last else hi))
+    return out
+
+
 class Spike:
-    def __init__(self, upstream: tuple[str, int], trace_dir: str | None, tick_s: float) -> None:
+    def __init__(self, upstream: tuple[str, int], trace_dir: str | None, tick_s: float,
+                 rewriter: ResponseRewriter | None) -> None:
         core = native.core()
         if core is None:
             raise SystemExit(f"the native core is not loaded: {native.reason()}")
         self.core = core
-        self.relay = core.Relay(DEFAULT_MAX_FRAME_BYTES, flexible_ranges(), route_ranges(None))
-        self.from_client, self.from_broker, self.closed = core.RELAY_KINDS
+        self.rewriter = rewriter
+        wants = rewriter.wants if rewriter is not None else None
+        self.relay = core.Relay(DEFAULT_MAX_FRAME_BYTES, flexible_ranges(), route_ranges(wants),
+                                whole_ranges(wants) if wants is not None else [])
+        self.from_client, self.from_broker, self.closed, self.rewrite = core.RELAY_KINDS
         self.upstream = upstream
         self.tick_s = tick_s
         self.metrics = ProxyMetrics(hot_path="native")
@@ -93,12 +119,15 @@ class Spike:
                 self.conns[cid] = (KafkaConnection(), self.observer.connection(cid, "0"))
 
     def drain_forever(self) -> None:
-        fd = self.relay.notify_fd
+        fd, urgent = self.relay.notify_fd, self.relay.urgent_fd
         next_tick = time.monotonic()
         while not self.stop.is_set():
-            ready, _, _ = select.select([fd], [], [], 0.1)
-            if ready:
+            ready, _, _ = select.select([fd, urgent], [], [], 0.1)
+            if fd in ready:
                 os.read(fd, 8)
+            if urgent in ready:
+                os.read(urgent, 8)  # a client waits for an answer to rewrite: now
+            elif ready:
                 time.sleep(self.tick_s)  # let a batch gather: the point of the design
             self.drain()
             now = time.monotonic()
@@ -114,9 +143,12 @@ class Spike:
         self.items += len(items)
         notes: list[object] = []
         with self.lock:
-            for cid, kind, t_ns, t_written_ns, data, records, ids, _reason in items:
+            for cid, kind, t_ns, t_written_ns, data, records, ids, _reason, api in items:
                 if kind == self.closed:
                     self.conns.pop(cid, None)
+                    continue
+                if kind == self.rewrite:
+                    self.answer(cid, data, api)
                     continue
                 state = self.conns.get(cid)
                 if state is None:
@@ -134,6 +166,22 @@ class Spike:
                     cobs.observe(events, t_ns, t_written_ns)  # type: ignore[attr-defined]
 
 
+    def answer(self, cid: int, frame: bytes, api: tuple[int, int]) -> None:
+        """An answer the core holds whole: rewritten, or as it came where the rewriter changes
+        nothing or cannot read it (the proxy forwards those untouched too)."""
+        assert self.rewriter is not None
+        try:
+            res = self.rewriter.rewrite(api[0], api[1], memoryview(frame)[4:])
+        except DecodeError:
+            self.relay.answer(cid, frame)
+            return
+        body = res.body
+        self.relay.answer(cid, frame if body is None else len(body).to_bytes(4, "big") + body)
+        if res.topic_ids or res.leaders:
+            self.observer.model.cluster.learn_topic_ids(tuple(res.topic_ids))
+            self.observer.model.cluster.learn_leaders(tuple(res.leaders))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--listen", type=hostport, required=True)
@@ -141,8 +189,11 @@ def main() -> int:
     ap.add_argument("--trace-dir")
     ap.add_argument("--metrics-listen", type=hostport)
     ap.add_argument("--tick-ms", type=float, default=5.0)
+    ap.add_argument("--no-rewrite", action="store_true", help="no rewriter: every answer goes on as it came")
     args = ap.parse_args()
-    spike = Spike(args.upstream, args.trace_dir, args.tick_ms / 1e3)
+    here = args.listen
+    rewriter = None if args.no_rewrite else ResponseRewriter(lambda node, host, port: here)
+    spike = Spike(args.upstream, args.trace_dir, args.tick_ms / 1e3, rewriter)
     if args.metrics_listen is not None:
         from prometheus_client import start_http_server
 

@@ -340,7 +340,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<columns::Columns>()?;
     m.add_class::<wire::PyWire>()?;
     m.add_class::<relay::PyRelay>()?;
-    m.add("RELAY_KINDS", (relay::FROM_CLIENT, relay::FROM_BROKER, relay::CLOSED))?;
+    m.add("RELAY_KINDS", (relay::FROM_CLIENT, relay::FROM_BROKER, relay::CLOSED, relay::REWRITE))?;
     m.add("WIRE_RECORD_WIDTH", wire::RECORD_WIDTH)?;
     m.add("WIRE_FLAGS", (wire::EXPECTS_RESPONSE, wire::OBSERVED, wire::HEADER_UNREADABLE, wire::SASL_V0,
                          wire::ACKS_UNREADABLE))?;

@@ -10,16 +10,22 @@
 //! settled alone. Python takes the queue in batches (`drain`), off the per-read road, woken by
 //! `notify_fd` (an eventfd written when the queue goes from empty to not).
 //!
-//! What it does not do (the Python road's, where the proxy is): rewrite, TLS, SASL's raw tokens
-//! (after a SaslHandshake v0 the Python road is fed every byte, and only observes), hold a
-//! request while the broker connection is not up. A side that closes, errs or sends a frame the
-//! `Wire` refuses ends the pair; the queue says why.
+//! Answers to rewrite (`Relay(..., whole=...)`: the rewriter's `wants` as ranges) are held whole:
+//! nothing of one, nor of what follows it, goes to the client until Python has answered it
+//! (`answer`), the frame it is given going in its place. The whole answer is queued as a
+//! `REWRITE` item, and `urgent_fd` is written, so Python answers at once rather than at its
+//! next batch; the broker is not read meanwhile.
 //!
-//! Back-pressure: bytes a side's socket does not take at once wait in its own buffer, and the
+//! What it does not do (the Python road's, where the proxy is): TLS, SASL's raw tokens (after a
+//! SaslHandshake v0 the Python road is fed every byte, and only observes), hold a request while
+//! the broker connection is not up. A side that closes, errs or sends a frame the `Wire` refuses
+//! ends the pair; the queue says why.
+//!
+//! Back-pressure: bytes a side's socket does not take at once wait in its own queue, and the
 //! other side is not read until they are written. Every length the kernel returns is checked
 //! against the buffer it was given.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -41,6 +47,7 @@ const MAX_EVENTS: usize = 64;
 pub const FROM_CLIENT: i64 = 0;
 pub const FROM_BROKER: i64 = 1;
 pub const CLOSED: i64 = 2;
+pub const REWRITE: i64 = 3;
 
 /// A read's records (`Wire`'s layout) and the client ids they index.
 type Records = (Vec<i64>, Vec<Arc<[u8]>>);
@@ -56,26 +63,66 @@ struct Item {
     python: Vec<u8>,
     records: Option<Records>,
     reason: String,
+    /// a REWRITE's request: (api key, api version)
+    api: Option<(i16, i16)>,
+}
+
+/// What waits for a side's socket, in order.
+enum Seg {
+    Bytes(Vec<u8>),
+    /// an answer held whole: `asked` once it is whole and Python has it (`answer` replaces it)
+    Answer { asked: bool },
 }
 
 struct Side {
     fd: RawFd,
-    /// bytes for this side's socket that it has not taken yet
-    pending: Vec<u8>,
+    queue: VecDeque<Seg>,
+}
+
+impl Side {
+    /// This side's queue lets the other side be read: nothing waits, or only an answer held
+    /// whole that is still arriving (its rest must be read).
+    fn lets_other_read(&self) -> bool {
+        match (self.queue.len(), self.queue.front()) {
+            (0, _) => true,
+            (1, Some(Seg::Answer { asked: false })) => true,
+            _ => false,
+        }
+    }
+
+    /// Writes what it can of the queue, up to an answer not given yet.
+    fn flush(&mut self) -> std::io::Result<()> {
+        while let Some(seg) = self.queue.front_mut() {
+            let Seg::Bytes(v) = seg else { return Ok(()) };
+            let k = write_some(self.fd, v)?;
+            if k < v.len() {
+                v.drain(..k);
+                return Ok(());
+            }
+            self.queue.pop_front();
+        }
+        Ok(())
+    }
 }
 
 struct Pair {
     client: Side,
     broker: Side,
+    /// the answer held whole so far
+    whole: Vec<u8>,
+    /// the epoll interest set for the client's and the broker's socket
+    armed: [u32; 2],
     wire: Wire,
 }
 
 struct Shared {
     queue: Mutex<Vec<Item>>,
     added: Mutex<Vec<(u64, RawFd, RawFd)>>,
+    answers: Mutex<Vec<(u64, Vec<u8>)>>,
     stop: AtomicBool,
     wake_fd: RawFd,
     notify_fd: RawFd,
+    urgent_fd: RawFd,
 }
 
 fn mono_ns() -> i64 {
@@ -122,16 +169,21 @@ fn write_some(fd: RawFd, data: &[u8]) -> std::io::Result<usize> {
 
 /// Each side's epoll interest: read it while the other side has nothing waiting for its socket
 /// (back-pressure), and wait to write to it while it has.
-fn rearm(ep: RawFd, id: u64, p: &Pair) {
-    for (side, me, other) in [(CLIENT, &p.client, &p.broker), (BROKER, &p.broker, &p.client)] {
+/// (Only what changed since the last call: the common read changes nothing, and costs no call.)
+fn rearm(ep: RawFd, id: u64, p: &mut Pair) {
+    let sides = [(CLIENT, &p.client, &p.broker), (BROKER, &p.broker, &p.client)];
+    for (i, (side, me, other)) in sides.into_iter().enumerate() {
         let mut ev = 0u32;
-        if other.pending.is_empty() {
+        if other.lets_other_read() {
             ev |= libc::EPOLLIN as u32;
         }
-        if !me.pending.is_empty() {
+        if matches!(me.queue.front(), Some(Seg::Bytes(_))) {
             ev |= libc::EPOLLOUT as u32;
         }
-        epoll_set(ep, libc::EPOLL_CTL_MOD, me.fd, ev, id << 1 | side);
+        if p.armed[i] != ev {
+            p.armed[i] = ev;
+            epoll_set(ep, libc::EPOLL_CTL_MOD, me.fd, ev, id << 1 | side);
+        }
     }
 }
 
@@ -154,16 +206,21 @@ struct Looper {
     max_frame: i64,
     flexible: Ranges,
     observed: Ranges,
+    whole: Vec<(i16, i16, i16)>,
 }
 
 impl Looper {
     fn push(&self, item: Item) {
+        let urgent = item.kind == REWRITE;
         let mut q = self.shared.queue.lock().unwrap();
         let was_empty = q.is_empty();
         q.push(item);
         drop(q);
         if was_empty {
             bump(self.shared.notify_fd);
+        }
+        if urgent {
+            bump(self.shared.urgent_fd);
         }
     }
 
@@ -178,7 +235,7 @@ impl Looper {
             }
             let t = mono_ns();
             self.push(Item { conn: id, kind: CLOSED, t_ns: t, t_written_ns: t, python: Vec::new(), records: None,
-                             reason });
+                             reason, api: None });
         }
     }
 
@@ -201,28 +258,34 @@ impl Looper {
             }
             epoll_set(self.ep, libc::EPOLL_CTL_ADD, cfd, libc::EPOLLIN as u32, id << 1 | CLIENT);
             epoll_set(self.ep, libc::EPOLL_CTL_ADD, bfd, libc::EPOLLIN as u32, id << 1 | BROKER);
-            let wire = Wire::new(self.max_frame, self.flexible.clone(), self.observed.clone());
-            self.pairs.insert(id, Pair { client: Side { fd: cfd, pending: Vec::new() },
-                                         broker: Side { fd: bfd, pending: Vec::new() }, wire });
+            let mut wire = Wire::new(self.max_frame, self.flexible.clone(), self.observed.clone());
+            wire.hold_whole(&self.whole);
+            self.pairs.insert(id, Pair { client: Side { fd: cfd, queue: VecDeque::new() },
+                                         broker: Side { fd: bfd, queue: VecDeque::new() }, whole: Vec::new(),
+                                         armed: [libc::EPOLLIN as u32; 2], wire });
         }
     }
 
     /// A side is readable: one read, framed, written on, queued for Python.
     fn readable(&mut self, id: u64, side: u64) {
-        match self.read_one(id, side) {
-            Ok(Some(item)) => self.push(item),
-            Ok(None) => {}
+        let mut items = Vec::new();
+        match self.read_one(id, side, &mut items) {
+            Ok(()) => {
+                for item in items {
+                    self.push(item);
+                }
+            }
             Err(reason) => self.close(id, reason),
         }
     }
 
-    /// `readable`'s work: the item to queue, or why the pair ends.
-    fn read_one(&mut self, id: u64, side: u64) -> Result<Option<Item>, String> {
-        let Some(p) = self.pairs.get_mut(&id) else { return Ok(None) };
+    /// `readable`'s work: the items to queue, or why the pair ends.
+    fn read_one(&mut self, id: u64, side: u64, items: &mut Vec<Item>) -> Result<(), String> {
+        let Some(p) = self.pairs.get_mut(&id) else { return Ok(()) };
         let (from, to) = if side == CLIENT { (&p.client, &mut p.broker) } else { (&p.broker, &mut p.client) };
         let (n, t_ns) = if side == BROKER {
             match recv_stamped(from.fd, &mut self.buf) {
-                Ok(Read::WouldBlock) => return Ok(None),
+                Ok(Read::WouldBlock) => return Ok(()),
                 Ok(Read::Data { n, wall_ns }) => {
                     let now = mono_ns();
                     // the kernel's wall stamp onto the monotonic clock, never after the read itself
@@ -237,7 +300,7 @@ impl Looper {
             if r < 0 {
                 let e = std::io::Error::last_os_error();
                 if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted) {
-                    return Ok(None);
+                    return Ok(());
                 }
                 return Err(format!("client read: {e}"));
             }
@@ -252,43 +315,71 @@ impl Looper {
         let framed = if side == CLIENT { p.wire.from_client(data, t_ns, &mut out) }
                      else { p.wire.from_broker(data, t_ns, &mut out) };
         framed.map_err(|Framing(m)| m)?;
-        // the bytes as read go on first; what Python must see of them after
-        let written = if to.pending.is_empty() { write_some(to.fd, data) } else { Ok(0) };
-        match written {
-            Ok(k) if k < n => {
-                to.pending.extend_from_slice(&data[k..]);
-                // stop reading this side until the other takes what waits
-                rearm(self.ep, id, p);
+        // the bytes as read go on first (but for answers held whole); what Python must see of them after
+        if out.whole.is_empty() && to.queue.is_empty() {
+            let k = write_some(to.fd, data).map_err(|e| format!("write: {e}"))?;
+            if k < n {
+                to.queue.push_back(Seg::Bytes(data[k..].to_vec()));
             }
-            Ok(_) => {}
-            Err(e) => return Err(format!("write: {e}")),
+        } else {
+            let mut at = 0;
+            for &(start, end, ends) in &out.whole {
+                if start > at {
+                    to.queue.push_back(Seg::Bytes(data[at..start].to_vec()));
+                }
+                if p.whole.is_empty() {
+                    to.queue.push_back(Seg::Answer { asked: false });
+                }
+                p.whole.extend_from_slice(&data[start..end]);
+                if let Some(api) = ends {
+                    if let Some(Seg::Answer { asked }) = to.queue.iter_mut().rev().find(|s| matches!(s, Seg::Answer { .. })) {
+                        *asked = true;
+                    }
+                    items.push(Item { conn: id, kind: REWRITE, t_ns, t_written_ns: t_ns, python: std::mem::take(&mut p.whole),
+                                      records: None, reason: String::new(), api: Some(api) });
+                }
+                at = end;
+            }
+            if at < n {
+                to.queue.push_back(Seg::Bytes(data[at..].to_vec()));
+            }
+            to.flush().map_err(|e| format!("write: {e}"))?;
         }
+        rearm(self.ep, id, p);
         let t_written_ns = mono_ns();
         let records = p.wire.drain_native();
         let python = if out.is_empty() { Vec::new() } else { routed_bytes(data, &out) };
         if python.is_empty() && records.is_none() {
-            return Ok(None);
+            return Ok(());
         }
         let kind = if side == CLIENT { FROM_CLIENT } else { FROM_BROKER };
-        Ok(Some(Item { conn: id, kind, t_ns, t_written_ns, python, records, reason: String::new() }))
+        items.push(Item { conn: id, kind, t_ns, t_written_ns, python, records, reason: String::new(), api: None });
+        Ok(())
     }
 
     /// A side that had bytes waiting can take more.
     fn writable(&mut self, id: u64, side: u64) {
         let Some(p) = self.pairs.get_mut(&id) else { return };
         let to = if side == CLIENT { &mut p.client } else { &mut p.broker };
-        let failed = match write_some(to.fd, &to.pending) {
-            Ok(k) => {
-                to.pending.drain(..k);
-                if to.pending.is_empty() {
-                    rearm(self.ep, id, p);
-                }
-                None
+        if let Err(e) = to.flush() {
+            return self.close(id, format!("write: {e}"));
+        }
+        rearm(self.ep, id, p);
+    }
+
+    /// Python's answers to the answers held whole, each in its place.
+    fn answered(&mut self) {
+        let answers = std::mem::take(&mut *self.shared.answers.lock().unwrap());
+        for (id, frame) in answers {
+            let Some(p) = self.pairs.get_mut(&id) else { continue };
+            let slot = p.client.queue.iter_mut().find(|s| matches!(s, Seg::Answer { asked: true }));
+            let Some(slot) = slot else { continue }; // nothing asked: an answer to nothing is dropped
+            *slot = Seg::Bytes(frame);
+            if let Err(e) = p.client.flush() {
+                self.close(id, format!("write: {e}"));
+                continue;
             }
-            Err(e) => Some(format!("write: {e}")),
-        };
-        if let Some(reason) = failed {
-            self.close(id, reason);
+            rearm(self.ep, id, p);
         }
     }
 
@@ -304,6 +395,7 @@ impl Looper {
                     // SAFETY: reads the eventfd's 8 bytes into a u64
                     unsafe { libc::read(self.shared.wake_fd, (&mut v as *mut u64).cast(), 8) };
                     self.adopt();
+                    self.answered();
                     continue;
                 }
                 let (id, side) = (token >> 1, token & 1);
@@ -344,19 +436,24 @@ fn eventfd() -> PyResult<RawFd> {
 
 #[pymethods]
 impl PyRelay {
+    /// `whole`: `(api_key, lo, hi)` of the requests whose answers are held whole for Python to
+    /// answer (a rewriter's); routed too.
     #[new]
-    fn new(max_frame_bytes: i64, flexible: Vec<(i16, i16, i16)>, observed: Vec<(i16, i16, i16)>) -> PyResult<Self> {
+    #[pyo3(signature = (max_frame_bytes, flexible, observed, whole=Vec::new()))]
+    fn new(max_frame_bytes: i64, flexible: Vec<(i16, i16, i16)>, observed: Vec<(i16, i16, i16)>,
+           whole: Vec<(i16, i16, i16)>) -> PyResult<Self> {
         // SAFETY: no pointers
         let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
         if ep < 0 {
             return Err(PyOSError::new_err(std::io::Error::last_os_error().to_string()));
         }
         let shared = Arc::new(Shared { queue: Mutex::new(Vec::new()), added: Mutex::new(Vec::new()),
-                                       stop: AtomicBool::new(false), wake_fd: eventfd()?, notify_fd: eventfd()? });
+                                       answers: Mutex::new(Vec::new()), stop: AtomicBool::new(false),
+                                       wake_fd: eventfd()?, notify_fd: eventfd()?, urgent_fd: eventfd()? });
         epoll_set(ep, libc::EPOLL_CTL_ADD, shared.wake_fd, libc::EPOLLIN as u32, WAKE);
         let mut looper = Looper { shared: shared.clone(), ep, pairs: HashMap::new(), buf: vec![0; READ_BYTES],
                                   max_frame: max_frame_bytes, flexible: Ranges::new(&flexible),
-                                  observed: Ranges::new(&observed) };
+                                  observed: Ranges::new(&observed), whole };
         let thread = std::thread::Builder::new().name("fetchlat-relay".into()).spawn(move || looper.run())
             .map_err(|e| PyOSError::new_err(e.to_string()))?;
         Ok(PyRelay { shared, thread: Some(thread), next_id: 1, ep })
@@ -377,14 +474,28 @@ impl PyRelay {
         self.shared.notify_fd
     }
 
+    /// The eventfd written when a `REWRITE` is queued: a client waits for its answer.
+    #[getter]
+    fn urgent_fd(&self) -> RawFd {
+        self.shared.urgent_fd
+    }
+
+    /// The frame (size prefix included) to write in place of the oldest answer held whole of
+    /// pair `conn` that Python was given (a `REWRITE`): its rewrite, or the very frame.
+    fn answer(&self, conn: u64, frame: Vec<u8>) {
+        self.shared.answers.lock().unwrap().push((conn, frame));
+        bump(self.shared.wake_fd);
+    }
+
     /// What was queued since the last drain, in order: `(conn, kind, t_ns, t_written_ns,
-    /// python_bytes, records, ids, reason)` -- `kind` FROM_CLIENT or FROM_BROKER, read at `t_ns`
-    /// and written on at `t_written_ns`, with the bytes the Python road parses (b"" when none)
-    /// and the records of the exchanges the core settled alone (`Wire`'s layout, or None) with the
-    /// client ids they index; CLOSED with the reason.
+    /// python_bytes, records, ids, reason, api)` -- `kind` FROM_CLIENT or FROM_BROKER, read at
+    /// `t_ns` and written on at `t_written_ns`, with the bytes the Python road parses (b"" when
+    /// none) and the records of the exchanges the core settled alone (`Wire`'s layout, or None)
+    /// with the client ids they index; REWRITE with an answer held whole (size prefix included)
+    /// and `api`, its request's `(api_key, api_version)`, for `answer`; CLOSED with the reason.
     #[allow(clippy::type_complexity)]
     fn drain<'py>(&self, py: Python<'py>) -> Vec<(u64, i64, i64, i64, Bound<'py, PyBytes>, Option<Bound<'py, PyBytes>>,
-                                                  Vec<Bound<'py, PyBytes>>, String)> {
+                                                  Vec<Bound<'py, PyBytes>>, String, Option<(i16, i16)>)> {
         let items = std::mem::take(&mut *self.shared.queue.lock().unwrap());
         items.into_iter().map(|it| {
             let (records, ids) = match it.records {
@@ -395,7 +506,7 @@ impl PyRelay {
                 }
                 None => (None, Vec::new()),
             };
-            (it.conn, it.kind, it.t_ns, it.t_written_ns, PyBytes::new(py, &it.python), records, ids, it.reason)
+            (it.conn, it.kind, it.t_ns, it.t_written_ns, PyBytes::new(py, &it.python), records, ids, it.reason, it.api)
         }).collect()
     }
 
@@ -421,6 +532,7 @@ impl Drop for PyRelay {
             libc::close(self.ep);
             libc::close(self.shared.wake_fd);
             libc::close(self.shared.notify_fd);
+            libc::close(self.shared.urgent_fd);
         }
     }
 }

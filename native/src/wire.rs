@@ -207,6 +207,8 @@ struct InFlight {
     routed: bool,
     /// a SaslHandshake v0: from its answer on, the broker's bytes are the Python road's alone
     hands_over: bool,
+    /// its answer is one the caller holds whole before writing it (`Wire::hold_whole`)
+    held_whole: bool,
 }
 
 /// A frame's route while its first bytes are still coming: the Python road's, or the core's alone.
@@ -231,12 +233,18 @@ enum Route {
 /// `pending`: the read ended inside the size and correlation id of an answer the core settles
 /// alone, this many bytes of them read so far: the Python road would not write them yet (it
 /// writes an answer's first bytes once it knows whose answer it is), so neither does the caller.
+///
+/// `whole`: for a `Wire` with a `hold_whole` table, the bytes of this chunk that belong to the
+/// answers the caller holds whole (a rewrite's), in order, each `(start, end, ends)`: `ends` is
+/// `Some((api_key, api_version))` where the answer's last byte is `end`. Never merged: an answer's
+/// first range is the first after the one that ended the answer before (or the first of all).
 #[derive(Default, Debug, PartialEq, Eq)]
 pub struct Routed {
     pub held: Vec<u8>,
     pub spans: Vec<(usize, usize)>,
     pub rest: Option<usize>,
     pub pending: usize,
+    pub whole: Vec<(usize, usize, Option<(i16, i16)>)>,
 }
 
 impl Routed {
@@ -252,6 +260,12 @@ impl Routed {
 
     pub fn is_empty(&self) -> bool {
         self.held.is_empty() && self.spans.is_empty() && self.rest.is_none() && self.pending == 0
+    }
+
+    fn whole_span(&mut self, from: usize, to: usize) {
+        if from < to {
+            self.whole.push((from, to, None));
+        }
     }
 }
 
@@ -276,6 +290,8 @@ pub struct Wire {
     max_frame: i64,
     flexible: Ranges,
     observed: Ranges,
+    // the answers the caller holds whole (empty unless `hold_whole` set it): routed too
+    whole: Ranges,
     last_client: Option<Arc<[u8]>>,
     // requests: the size prefix so far, what is left of the frame, its first bytes, its route
     // and (while that is undecided) its bytes from earlier chunks
@@ -293,6 +309,7 @@ pub struct Wire {
     rs_size: usize,
     rs_current: Option<InFlight>,
     rs_route: Route,
+    rs_whole: bool,
     rs_t_first: i64,
     in_flight: VecDeque<InFlight>,
     records: Vec<i64>,
@@ -306,12 +323,19 @@ pub struct Wire {
 
 impl Wire {
     pub fn new(max_frame: i64, flexible: Ranges, observed: Ranges) -> Self {
-        Wire { max_frame, flexible, observed, last_client: None, rq_size_buf: Vec::with_capacity(4), rq_left: 0,
+        Wire { max_frame, flexible, observed, whole: Ranges::default(), last_client: None, rq_size_buf: Vec::with_capacity(4), rq_left: 0,
                rq_size: 0, rq_peek: Vec::new(), rq_peek_want: 0, rq_route: Route::Undecided, rq_carry: Vec::new(),
                rs_prefix: Vec::with_capacity(8), rs_left: 0, rs_size: 0, rs_current: None,
-               rs_route: Route::Undecided, rs_t_first: 0, in_flight: VecDeque::new(),
+               rs_route: Route::Undecided, rs_whole: false, rs_t_first: 0, in_flight: VecDeque::new(),
                records: Vec::new(), ids: Vec::new(), needs_python: false,
                broker_handed_over: false, native_records: 0 }
+    }
+
+    /// The answers to these requests (`(api_key, lo, hi)`) are routed, and their bytes also
+    /// named in `Routed::whole`: the caller holds them whole (to rewrite them) instead of
+    /// writing them on as they come.
+    pub fn hold_whole(&mut self, items: &[(i16, i16, i16)]) {
+        self.whole = Ranges::new(items);
     }
 
     pub fn client_mid_frame(&self) -> bool {
@@ -333,6 +357,7 @@ impl Wire {
     /// it is a SaslHandshake v0 (its answer may turn the connection to raw SASL tokens).
     fn routes(&self, key: i16, version: i16) -> bool {
         self.observed.contains(key, version) || (key == SASL_HANDSHAKE && version == 0)
+            || self.whole.contains(key, version)
     }
 
     /// Requests: `requests.py`'s `RequestDecoder.receive`, the bytes the client sent at `t_ns`;
@@ -452,7 +477,7 @@ impl Wire {
             let corr = be_i32(peek, 4).unwrap_or(0);
             let routed = self.routes(key, ver);
             self.in_flight.push_back(InFlight { correlation_id: corr, api_key: key, api_version: ver, client_id: None,
-                                                t_request_ns: t_ns, routed, hands_over: false });
+                                                t_request_ns: t_ns, routed, hands_over: false, held_whole: false });
             // no body is parsed without a header, so never OBSERVED
             let flags = EXPECTS_RESPONSE | HEADER_UNREADABLE | if routed { ROUTED } else { 0 };
             self.native_records += usize::from(!routed);
@@ -484,7 +509,8 @@ impl Wire {
             self.in_flight.push_back(InFlight { correlation_id: h.correlation_id, api_key: h.api_key,
                                                 api_version: h.api_version, client_id: h.client_id.clone(),
                                                 t_request_ns: t_ns, routed: self.routes(h.api_key, h.api_version),
-                                                hands_over });
+                                                hands_over,
+                                                held_whole: self.whole.contains(h.api_key, h.api_version) });
         }
         self.native_records += usize::from(flags & ROUTED == 0);
         let id = self.id_index(&h.client_id);
@@ -517,6 +543,7 @@ impl Wire {
                 if self.rs_prefix.is_empty() {
                     // known from the first byte: none of an answer routed to Python is written alone
                     self.rs_route = if head.is_some_and(|h| h.routed) { Route::Python } else { Route::Native };
+                    self.rs_whole = head.is_some_and(|h| h.held_whole);
                 }
                 let at = pos;
                 let take = (want - self.rs_prefix.len()).min(n - pos);
@@ -524,11 +551,14 @@ impl Wire {
                 pos += take;
                 if self.rs_route == Route::Python {
                     out.span(at, pos);
+                    if self.rs_whole {
+                        out.whole_span(at, pos);
+                    }
                 }
                 if self.rs_prefix.len() == want {
                     self.start(t_ns)?;
                     if self.rs_left == 0 {
-                        self.finish(t_ns);
+                        self.end_answer(t_ns, out);
                     }
                 }
                 continue;
@@ -539,9 +569,12 @@ impl Wire {
             self.rs_left -= take;
             if self.rs_route == Route::Python {
                 out.span(at, pos);
+                if self.rs_whole {
+                    out.whole_span(at, pos);
+                }
             }
             if self.rs_left == 0 {
-                self.finish(t_ns);
+                self.end_answer(t_ns, out);
             }
         }
         if self.rs_current.is_none() && self.rs_route == Route::Native {
@@ -571,6 +604,17 @@ impl Wire {
         self.rs_t_first = t_ns;
         self.rs_prefix.clear();
         Ok(())
+    }
+
+    /// An answer's last byte was read: `finish`, and an answer held whole says so in `out.whole`.
+    fn end_answer(&mut self, t_ns: i64, out: &mut Routed) {
+        if self.rs_whole {
+            if let (Some(cur), Some(last)) = (self.rs_current.as_ref(), out.whole.last_mut()) {
+                last.2 = Some((cur.api_key, cur.api_version));
+            }
+            self.rs_whole = false;
+        }
+        self.finish(t_ns);
     }
 
     fn finish(&mut self, t_ns: i64) {

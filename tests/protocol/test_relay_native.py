@@ -2,27 +2,36 @@
 core's alone, ``bench/spike/native_relay.py``): over real loopback sockets, it writes every byte
 on as it came both ways, and what it queues for Python (the bytes the Python road parses, the
 records of the exchanges it settled alone) tells the Python road and the observer the same
-exchanges as the Python road fed the whole conversation; a frame the ``Wire`` refuses ends the
-pair with the Python road's words; a client that does not read holds the broker back, and gets
-every byte once it reads."""
+exchanges as the Python road fed the whole conversation; with a rewriter's answers held whole
+and answered from Python, the client gets the very bytes the Python road would have written; a
+frame the ``Wire`` refuses ends the pair with the Python road's words; a client that does not
+read holds the broker back, and gets every byte once it reads."""
 
 from __future__ import annotations
 
 import socket
 import struct
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from fetchlat import native
 from fetchlat.protocol.connection import KafkaConnection
+from fetchlat.protocol.errors import DecodeError
 from fetchlat.protocol.events import RequestSeen, ResponseSeen
+from fetchlat.protocol.rewrite import ResponseRewriter
 from fetchlat.protocol.routed import KIND_REQUEST, RECORD_FORMAT, ROUTED, flexible_ranges, route_ranges
 
 from testkit.captures import RUNS, Frame, conversations
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "spike"))
+from native_relay import whole_ranges
+
 pytestmark = pytest.mark.skipif(native.core() is None, reason=f"native core not loaded: {native.reason()}")
+REWRITER = ResponseRewriter(lambda node, host, port: ("proxy.example", 9000 + node))
 MAX_FRAME = 100 * 1024 * 1024
 DEADLINE_S = 10.0
 
@@ -39,11 +48,13 @@ def _pair() -> tuple[socket.socket, socket.socket]:
 class Rig:
     """A relay with one pair: ``client`` and ``broker`` are the test's ends."""
 
-    def __init__(self, max_frame: int = MAX_FRAME) -> None:
+    def __init__(self, max_frame: int = MAX_FRAME, rewriter: ResponseRewriter | None = None) -> None:
         core = native.core()
         assert core is not None
         self.kinds = core.RELAY_KINDS
-        self.relay = core.Relay(max_frame, flexible_ranges(), route_ranges(None))
+        wants = None if rewriter is None else rewriter.wants
+        self.relay = core.Relay(max_frame, flexible_ranges(), route_ranges(wants),
+                                [] if wants is None else whole_ranges(wants))
         relay_client, self.client = _pair()
         relay_broker, self.broker = _pair()
         self.id = self.relay.add(relay_client.detach(), relay_broker.detach())
@@ -108,7 +119,7 @@ def _through(r: Rig, frames: list[Frame]) -> list[tuple[str, int, int, str | Non
     """``frames`` through the relay one at a time (a client with one request in flight, and its
     broker): every byte must come out as it went in; the exchanges its queue tells the Python road
     and the records, in order."""
-    from_client, from_broker, _closed = r.kinds
+    from_client, from_broker, _closed, _rewrite = r.kinds
     for f in frames:
         sender, receiver = (r.client, r.broker) if f.direction == "req" else (r.broker, r.client)
         sender.sendall(f.wire)
@@ -116,7 +127,7 @@ def _through(r: Rig, frames: list[Frame]) -> list[tuple[str, int, int, str | Non
     r.drain_until(lambda: _count(r.items) >= len(frames), "records of every frame")
     conn = KafkaConnection(max_frame_bytes=MAX_FRAME)
     seen: list[tuple[str, int, int, str | None]] = []
-    for _cid, kind, t_ns, t_written, data, records, ids, _reason in r.items:
+    for _cid, kind, t_ns, t_written, data, records, ids, _reason, _api in r.items:
         assert kind in (from_client, from_broker)
         assert t_ns <= t_written
         events = []
@@ -138,10 +149,15 @@ def _through(r: Rig, frames: list[Frame]) -> list[tuple[str, int, int, str | Non
     return seen
 
 
+REWRITE_KIND = 3
+
+
 def _count(items: list[tuple[object, ...]]) -> int:
     """Frames the queued items account for: a record each for the core's, a frame each routed."""
     n = 0
-    for _cid, _kind, _t, _written, data, records, _ids, _reason in items:
+    for _cid, kind, _t, _written, data, records, _ids, _reason, _api in items:
+        if kind == REWRITE_KIND:
+            continue
         routed = 0
         if records is not None:
             for rec in struct.iter_unpack(RECORD_FORMAT, records):
@@ -203,3 +219,78 @@ def test_a_client_that_does_not_read_holds_the_broker_back_then_gets_every_byte(
     assert _recv_exactly(rig.client, len(frame)) == frame
     t.join(DEADLINE_S)
     rig.drain_until(lambda: _count(rig.items) >= 2, "the exchange's records")
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_with_a_rewriter_the_client_gets_what_the_python_road_writes(run: str) -> None:
+    """The rewriter's answers are held whole and answered from Python (``REWRITE``, ``answer``):
+    frame by frame, the client receives the very bytes the Python road with the same rewriter
+    forwards, and nothing of a held answer before it is answered."""
+    for frames in conversations(run).values():
+        r = Rig(rewriter=REWRITER)
+        python = KafkaConnection(max_frame_bytes=MAX_FRAME, rewriter=REWRITER)
+        try:
+            for f in frames:
+                if f.direction == "req":
+                    python.receive_from_client(f.wire, 1)
+                    r.client.sendall(f.wire)
+                    assert _recv_exactly(r.broker, len(f.wire)) == f.wire
+                    continue
+                want = b"".join(bytes(s) for s in python.receive_from_broker(f.wire, 2)[0])
+                r.broker.sendall(f.wire)
+                assert _recv_answering(r, len(want)) == want, f"api {f.api_key} v{f.api_version}"
+        finally:
+            r.close()
+
+
+def _recv_answering(r: Rig, n: int) -> bytes:
+    """``n`` bytes at the client, answering the relay's ``REWRITE`` items as the spike does."""
+    got = bytearray()
+    r.client.settimeout(0.005)
+    deadline = time.monotonic() + DEADLINE_S
+    while len(got) < n:
+        assert time.monotonic() < deadline, f"{len(got)} of {n} bytes"
+        for item in r.relay.drain():
+            if item[1] == REWRITE_KIND:
+                frame, (key, version) = item[4], item[8]
+                try:
+                    body = REWRITER.rewrite(key, version, memoryview(frame)[4:]).body
+                except DecodeError:
+                    body = None  # forwarded untouched, as the Python road does
+                r.relay.answer(item[0], frame if body is None else len(body).to_bytes(4, "big") + body)
+        try:
+            chunk = r.client.recv(n - len(got))
+        except TimeoutError:
+            continue
+        assert chunk, "closed"
+        got += chunk
+    r.client.settimeout(DEADLINE_S)
+    return bytes(got)
+
+
+def test_nothing_of_a_held_answer_nor_of_what_follows_goes_before_python_answers() -> None:
+    r = Rig(rewriter=REWRITER)
+    try:
+        # two ApiVersions v0 pipelined; the broker answers both in one write
+        for corr in (1, 2):
+            req = struct.pack(">hhih", 18, 0, corr, -1)
+            r.client.sendall(struct.pack(">i", len(req)) + req)
+        _recv_exactly(r.broker, 2 * 14)
+        answers = [struct.pack(">iih", 6, corr, 0) for corr in (1, 2)]  # size, correlation id, error 0
+        r.broker.sendall(b"".join(answers))
+        r.drain_until(lambda: sum(1 for it in r.items if it[1] == REWRITE_KIND) >= 2, "both held answers")
+        held = [it for it in r.items if it[1] == REWRITE_KIND]
+        assert [(it[4], it[8]) for it in held] == [(answers[0], (18, 0)), (answers[1], (18, 0))]
+        r.client.settimeout(0.2)
+        with pytest.raises(TimeoutError):
+            r.client.recv(1)  # nothing yet, not even the second answer
+        rewritten = b"\x00\x00\x00\x06\x00\x00\x00\x01\x00\x23"
+        r.relay.answer(held[0][0], rewritten)  # in the first one's place
+        assert _recv_exactly(r.client, 10) == rewritten
+        with pytest.raises(TimeoutError):
+            r.client.recv(1)  # the second waits for its own answer
+        r.relay.answer(held[1][0], held[1][4])
+        r.client.settimeout(DEADLINE_S)
+        assert _recv_exactly(r.client, 10) == answers[1]
+    finally:
+        r.close()
