@@ -8,6 +8,7 @@ import json
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from fetchlat import native
@@ -16,6 +17,7 @@ from fetchlat.metrics.model import FetchSample, PartitionSample
 from fetchlat.metrics.trace_schema import EXCHANGES, META_CLOCK, PARTITIONS
 from fetchlat.metrics.vocabulary import Kind, Outcome, WaitSource
 from fetchlat.protocol.events import FetchExchanged
+from fetchlat.proxy import traces
 from fetchlat.proxy.traces import TraceWriter
 
 from testkit.events import fetch_ev
@@ -298,3 +300,15 @@ def test_the_command_keeps_the_parquet_writer_off_mimalloc(tmp_path: Path, throu
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "t.parquet")], env=env, capture_output=True,
                          text=True, timeout=120, check=True).stdout.strip()
     assert (out == "[]") == through_the_command, out
+
+
+def test_rows_split_by_hour_and_the_split_is_warmed_at_start() -> None:
+    hour = 3600 * 10**9
+    rows = pa.table({"ts_ns": pa.array([hour - 1, hour, 3 * hour + 5, hour + 2], type=pa.int64())})
+    parts, newest = traces.by_hour(rows)
+    assert newest == 3 * hour + 5
+    assert [(h, p.column("ts_ns").to_pylist()) for h, p in parts] == [
+        (0, [hour - 1]), (1, [hour, hour + 2]), (2, []), (3, [3 * hour + 5])]
+    one, _ = traces.by_hour(rows.slice(1, 1))
+    assert [(h, p.num_rows) for h, p in one] == [(1, 1)]
+    traces.warm_by_hour()  # what the writer's thread runs first: it must not raise on an empty start
