@@ -125,10 +125,12 @@ class Spike:
             ready, _, _ = select.select([fd, urgent], [], [], 0.1)
             if fd in ready:
                 os.read(fd, 8)
+            if ready and urgent not in ready:
+                # let a batch gather (the point of the design), unless a client comes to wait
+                # for an answer to rewrite meanwhile
+                ready, _, _ = select.select([urgent], [], [], self.tick_s)
             if urgent in ready:
-                os.read(urgent, 8)  # a client waits for an answer to rewrite: now
-            elif ready:
-                time.sleep(self.tick_s)  # let a batch gather: the point of the design
+                os.read(urgent, 8)
             self.drain()
             now = time.monotonic()
             if now >= next_tick and self.writer is not None:

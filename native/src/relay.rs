@@ -83,11 +83,7 @@ impl Side {
     /// This side's queue lets the other side be read: nothing waits, or only an answer held
     /// whole that is still arriving (its rest must be read).
     fn lets_other_read(&self) -> bool {
-        match (self.queue.len(), self.queue.front()) {
-            (0, _) => true,
-            (1, Some(Seg::Answer { asked: false })) => true,
-            _ => false,
-        }
+        matches!((self.queue.len(), self.queue.front()), (0, _) | (1, Some(Seg::Answer { asked: false })))
     }
 
     /// Writes what it can of the queue, up to an answer not given yet.
@@ -216,11 +212,12 @@ impl Looper {
         let was_empty = q.is_empty();
         q.push(item);
         drop(q);
-        if was_empty {
-            bump(self.shared.notify_fd);
-        }
+        // urgent first: Python, woken by either, must find it set whenever the item is there
         if urgent {
             bump(self.shared.urgent_fd);
+        }
+        if was_empty {
+            bump(self.shared.notify_fd);
         }
     }
 
