@@ -371,8 +371,8 @@ def kafka_tools_phase(kind: str, args: argparse.Namespace, work: Path, res: dict
 def trace_rows(pid: int | None) -> tuple[float, float]:
     """(rows written, rows dropped) of a fetchlat with traces, once its writer has caught up:
     rows gathered go over within a second, and an idle writer writes what it holds after
-    ``proxy/traces.py``'s IDLE_NS (3 s): read until the count has held for two seconds past that
-    (at most 20 s)."""
+    ``proxy/traces.py``'s IDLE_NS (3 s) more: read until the count has held for two seconds, from
+    6 s on (at most 20 s)."""
     if pid is None or pid not in METRICS_PORTS:
         return 0.0, 0.0
 
@@ -391,7 +391,7 @@ def trace_rows(pid: int | None) -> tuple[float, float]:
         got = read()
         if got != last:
             last, since = got, time.monotonic()
-        elif time.monotonic() - t0 >= 4.0 and time.monotonic() - since >= 2.0:
+        elif time.monotonic() - t0 >= 6.0 and time.monotonic() - since >= 2.0:
             break
     return last.get("written", 0.0), last.get("dropped", 0.0)
 
