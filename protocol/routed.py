@@ -97,6 +97,23 @@ def route_ranges(wants: Callable[[int, int], bool] | None) -> list[tuple[int, in
     return out
 
 
+def whole_ranges(wants: Callable[[int, int], bool]) -> list[tuple[int, int, int]]:
+    """``(api_key, lo, hi)``: the requests whose answers a rewriter wants (``wants``), for a core
+    that holds those answers whole and has Python answer them (``native/src/relay.rs``, the
+    spike's ``Relay``), on ``route_ranges``' bounds. A rule with a gap is refused (ValueError)."""
+    out: list[tuple[int, int, int]] = []
+    for key, api in sorted(apis.table().items()):
+        last = max(api.valid.hi, 0) + 1
+        versions = [v for v in range(-1, last + 1) if wants(key, v)]
+        if not versions:
+            continue
+        lo, hi = versions[0], versions[-1]
+        if hi - lo + 1 != len(versions):
+            raise ValueError(f"api key {key}: held versions {versions} have a gap")
+        out.append((key, BOTTOM_VERSION if lo == -1 else lo, TOP_VERSION if hi == last else hi))
+    return out
+
+
 def flexible_ranges() -> list[tuple[int, int, int]]:
     """``(api_key, lo, hi)``: each api key's flexible request versions, for the core's ``Wire``."""
     return [(k, a.request_flexible.lo, a.request_flexible.hi) for k, a in apis.table().items()]

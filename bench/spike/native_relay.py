@@ -42,32 +42,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from fetchlat import native
 from fetchlat.metrics.observer import Observer
 from fetchlat.metrics.prom import FetchMetrics, ProxyMetrics
-from fetchlat.protocol import apis
 from fetchlat.protocol.connection import KafkaConnection
 from fetchlat.protocol.errors import DecodeError
 from fetchlat.protocol.framing import DEFAULT_MAX_FRAME_BYTES
 from fetchlat.protocol.rewrite import ResponseRewriter
-from fetchlat.protocol.routed import BOTTOM_VERSION, TOP_VERSION, flexible_ranges, route_ranges
+from fetchlat.protocol.routed import flexible_ranges, route_ranges, whole_ranges
 from fetchlat.proxy import clock
 
 
 def hostport(s: str) -> tuple[str, int]:
     host, port = s.rsplit(":", 1)
     return host, int(port)
-
-
-def whole_ranges(wants: object) -> list[tuple[int, int, int]]:
-    """``(api_key, lo, hi)`` of the requests whose answers the rewriter wants: the core holds those
-    whole (``route_ranges``' bounds: below 0 and past a key's last version every rule is constant)."""
-    out = []
-    for key, api in sorted(apis.table().items()):
-        last = max(api.valid.hi, 0) + 1
-        versions = [v for v in range(-1, last + 1) if wants(key, v)]  # type: ignore[operator]
-        if versions:
-            lo, hi = versions[0], versions[-1]
-            assert hi - lo + 1 == len(versions), f"api key {key}: a gap"
-            out.append((key, BOTTOM_VERSION if lo == -1 else lo, TOP_VERSION if hi == last else hi))
-    return out
 
 
 class Spike:

@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import socket
 import struct
-import sys
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from fetchlat import native
@@ -23,12 +21,9 @@ from fetchlat.protocol.connection import KafkaConnection
 from fetchlat.protocol.errors import DecodeError
 from fetchlat.protocol.events import RequestSeen, ResponseSeen
 from fetchlat.protocol.rewrite import ResponseRewriter
-from fetchlat.protocol.routed import KIND_REQUEST, RECORD_FORMAT, ROUTED, flexible_ranges, route_ranges
+from fetchlat.protocol.routed import KIND_REQUEST, RECORD_FORMAT, ROUTED, flexible_ranges, route_ranges, whole_ranges
 
 from testkit.captures import RUNS, Frame, conversations
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "spike"))
-from native_relay import whole_ranges
 
 pytestmark = pytest.mark.skipif(native.core() is None, reason=f"native core not loaded: {native.reason()}")
 REWRITER = ResponseRewriter(lambda node, host, port: ("proxy.example", 9000 + node))

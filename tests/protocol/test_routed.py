@@ -15,7 +15,7 @@ from fetchlat.protocol.encoder import encode
 from fetchlat.protocol.events import RequestSeen, ResponseSeen
 from fetchlat.protocol.framing import request_frame, response_frame
 from fetchlat.protocol.rewrite import ResponseRewriter
-from fetchlat.protocol.routed import BOTTOM_VERSION, TOP_VERSION, RoutedConnection, route_ranges
+from fetchlat.protocol.routed import BOTTOM_VERSION, TOP_VERSION, RoutedConnection, route_ranges, whole_ranges
 from fetchlat.protocol.schema import load
 
 from testkit.captures import RUNS, conversations
@@ -48,6 +48,17 @@ def test_the_record_layout_is_the_cores() -> None:
     assert core.WIRE_RECORD_WIDTH == routed.RECORD_WIDTH and core.WIRE_ROUTED == routed.ROUTED
     assert core.WIRE_FLAGS == (routed.EXPECTS_RESPONSE, routed.OBSERVED, routed.HEADER_UNREADABLE, routed.SASL_V0,
                                routed.ACKS_UNREADABLE)
+
+
+def test_the_answers_held_whole_are_those_the_rewriter_wants_at_every_version() -> None:
+    held = {k: (lo, hi) for k, lo, hi in whole_ranges(REWRITER.wants)}
+    assert held[apis.API_VERSIONS] == (BOTTOM_VERSION, TOP_VERSION)
+    assert held[apis.METADATA] == (BOTTOM_VERSION, TOP_VERSION)
+    assert held[apis.FETCH] == (16, TOP_VERSION)  # the NodeEndpoints tag from v16 on
+    assert apis.LIST_OFFSETS not in held
+    assert {k for k, _, _ in whole_ranges(ResponseRewriter(None, cap_versions=False).wants)} == set()
+    with pytest.raises(ValueError, match="gap"):
+        whole_ranges(lambda key, v: key == apis.METADATA and v in (1, 3))
 
 
 def test_a_rule_with_a_gap_is_refused_not_narrowed() -> None:
