@@ -81,20 +81,29 @@ def route_ranges(wants: Callable[[int, int], bool] | None) -> list[tuple[int, in
     for key, api in sorted(apis.table().items()):
         last = max(api.valid.hi, 0) + 1  # past the spec's versions every rule is constant
 
-        def routes(v: int, key: int = key) -> bool:
+        def routes(k: int, v: int) -> bool:
             # every Produce: an acks field the Python road cannot read is its event to report
-            return key == apis.PRODUCE or observed(key, v) or (wants is not None and wants(key, v))
+            return k == apis.PRODUCE or observed(k, v) or (wants is not None and wants(k, v))
 
-        if routes(last) != routes(TOP_VERSION) or routes(-1) != routes(BOTTOM_VERSION):
+        if routes(key, last) != routes(key, TOP_VERSION) or routes(key, -1) != routes(key, BOTTOM_VERSION):
             raise ValueError(f"api key {key}: a route that changes below version 0 or past version {last}")
-        versions = [v for v in range(-1, last + 1) if routes(v)]
-        if not versions:
-            continue
-        lo, hi = versions[0], versions[-1]
-        if hi - lo + 1 != len(versions):
-            raise ValueError(f"api key {key}: routed versions {versions} have a gap")
-        out.append((key, BOTTOM_VERSION if lo == -1 else lo, TOP_VERSION if hi == last else hi))
+        one = _one_range(key, last, routes, "routed")
+        if one is not None:
+            out.append(one)
     return out
+
+
+def _one_range(key: int, last: int, rule: Callable[[int, int], bool], what: str) -> tuple[int, int, int] | None:
+    """``(key, lo, hi)`` of the versions -1 .. ``last`` where ``rule(key, v)`` holds, -1 and ``last``
+    standing for every version below 0 and past the spec's (``BOTTOM_VERSION``, ``TOP_VERSION``);
+    None where it holds at none; ValueError where they have a gap."""
+    versions = [v for v in range(-1, last + 1) if rule(key, v)]
+    if not versions:
+        return None
+    lo, hi = versions[0], versions[-1]
+    if hi - lo + 1 != len(versions):
+        raise ValueError(f"api key {key}: {what} versions {versions} have a gap")
+    return key, BOTTOM_VERSION if lo == -1 else lo, TOP_VERSION if hi == last else hi
 
 
 def whole_ranges(wants: Callable[[int, int], bool]) -> list[tuple[int, int, int]]:
@@ -103,14 +112,9 @@ def whole_ranges(wants: Callable[[int, int], bool]) -> list[tuple[int, int, int]
     spike's ``Relay``), on ``route_ranges``' bounds. A rule with a gap is refused (ValueError)."""
     out: list[tuple[int, int, int]] = []
     for key, api in sorted(apis.table().items()):
-        last = max(api.valid.hi, 0) + 1
-        versions = [v for v in range(-1, last + 1) if wants(key, v)]
-        if not versions:
-            continue
-        lo, hi = versions[0], versions[-1]
-        if hi - lo + 1 != len(versions):
-            raise ValueError(f"api key {key}: held versions {versions} have a gap")
-        out.append((key, BOTTOM_VERSION if lo == -1 else lo, TOP_VERSION if hi == last else hi))
+        one = _one_range(key, max(api.valid.hi, 0) + 1, wants, "held")
+        if one is not None:
+            out.append(one)
     return out
 
 
