@@ -165,9 +165,11 @@ CONSUMERS = [
 ]
 
 PROXY = [
-    Panel("Client connections open", (
+    Panel("Client connections open (and of them, carried by the native core's relay)", (
         Q("sum by (instance, listener) (fetchlat_connections_active)", "{{instance}} {{listener}}"),
-    ), unit="short"),
+        Q("sum by (instance) (fetchlat_connections_relayed)", "relayed {{instance}}"),
+    ), unit="short", description="With relay: native a sidecar's plaintext connections go to the native core's "
+                                 "thread after their first answer; the rest stay on the event loop."),
     Panel("Connections accepted", (
         Q(f"sum by (instance, listener) (rate(fetchlat_connections_total[{RI}]))", "{{instance}} {{listener}}"),
     ), unit="cps"),

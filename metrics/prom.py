@@ -62,6 +62,11 @@ class ProxyMetrics:
             "fetchlat_connections_waiting_upstream",
             "Client connections whose requests are held while their broker is unreachable", registry=r,
         )
+        self.relayed = Gauge(
+            "fetchlat_connections_relayed",
+            "Client connections carried by the native core's relay now (relay: native), of fetchlat_connections_active",
+            registry=r,
+        )
         self.upstream_failures = Counter(
             "fetchlat_upstream_connect_failures", "Rounds of failed connection attempts to a broker", registry=r
         )

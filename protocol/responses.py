@@ -182,6 +182,11 @@ class ResponseDecoder:
         self._t_first = 0
         self._feeder: Feeder | None = None
 
+    @property
+    def mid_frame(self) -> bool:
+        """An answer has begun arriving and has not finished."""
+        return self._current is not None or bool(self._prefix)
+
     def forward(self, data: bytes, t_ns: int) -> tuple[list[Segment], list[Event]]:
         """The segments to write to the client, and the events to act on before writing them."""
         if self.shared.passthrough:

@@ -125,6 +125,8 @@ class Conversation:
         self._held_since_ns: int | None = None
         self._first = True
         self._rtt_at_ns = 0
+        self._relayed_in = 0  # the core's byte counts already counted (relayed_counts)
+        self._relayed_out = 0
         m = ctx.observer.metrics
         self._bytes_in = m.bytes.labels(Direction.CLIENT_TO_BROKER, listener)
         self._bytes_out = m.bytes.labels(Direction.BROKER_TO_CLIENT, listener)
@@ -312,6 +314,70 @@ class Conversation:
 
     def tls_failed(self, handshaken: bool, error: str) -> Close:
         return self._refuse(tls_failure(handshaken, error))
+
+    # ------------------------------------------------------------------ carried by the core (relayed.py)
+    @property
+    def can_hand_over(self) -> bool:
+        """The core can carry the connection from here: its broker connection is up, nothing of
+        it is in flight or half read either way, and its codec follows frames (no raw SASL tokens)."""
+        codec = self.codec
+        return (self.routed is None and self.upstream_ready and not self._first and not self.pending
+                and not codec.in_flight and not codec.client_mid_frame and not codec.responses.mid_frame
+                and not codec.shared.passthrough)
+
+    def handed_over(self) -> None:
+        """The core carries the connection: it passes every answer on as it came (it holds an
+        ApiVersions whole for the rewriter itself), so the codec only reads what it is fed."""
+        self.codec.responses.rewriter = None
+        self._relayed_in = self._relayed_out = 0
+
+    def relayed(self, from_broker: bool, data: bytes, t_ns: int, t_written_ns: int, records: Records | None,
+                counts: tuple[int, int]) -> tuple[Action, ...]:
+        """A read the core carried: the bytes of it the Python road parses (b"" for none) and the
+        core's records of the exchanges it settled alone, read at ``t_ns`` and written on at
+        ``t_written_ns``; ``counts``: the bytes read from each side so far."""
+        self.relayed_counts(counts)
+        codec = self.codec
+        try:
+            if from_broker:
+                self.observer.handed_on(t_ns, t_written_ns)
+                events = codec.receive_from_broker(data, t_ns)[1] if data else []
+            else:
+                events = codec.receive_from_client(data, t_ns) if data else []
+                t_written_ns = t_ns
+        except FramingError as exc:  # the core framed these bytes: a disagreement, not the peer's
+            return (self._framing_lost("response" if from_broker else "request", exc),)
+        return self._observe(records, events, t_ns, t_written_ns)
+
+    def relayed_counts(self, counts: tuple[int, int]) -> None:
+        """The bytes the core read from the client and from the broker so far, into the counters."""
+        c, b = counts
+        if c > self._relayed_in:
+            self._bytes_in.inc(c - self._relayed_in)
+            self._relayed_in = c
+        if b > self._relayed_out:
+            self._bytes_out.inc(b - self._relayed_out)
+            self._relayed_out = b
+
+    def relayed_timers(self, now_ns: int, counts: tuple[int, int], client_read_ns: int, partial_since_ns: int,
+                       stalled_since_ns: int, rtt_ns: int) -> None:
+        """The core's timers of the connection, for the policy (``expire`` decides as ever)."""
+        self.relayed_counts(counts)
+        policy = self.policy
+        policy.last_active_ns = max(policy.last_active_ns, client_read_ns)
+        policy.partial_since_ns = partial_since_ns
+        policy.stalled_since_ns = stalled_since_ns
+        if rtt_ns and self.rtt_due(now_ns):
+            self.client_rtt(rtt_ns, now_ns)
+
+    def relayed_end(self, reason: str, counts: tuple[int, int]) -> tuple[bool, Close | None]:
+        """The core ended the connection for ``reason``: whether the broker went first, and the
+        close to log where a frame was refused."""
+        self.relayed_counts(counts)
+        for side in ("request", "response"):
+            if reason.startswith(side + " "):
+                return False, self._framing_lost(side, FramingError(reason))
+        return reason.startswith(("broker", "write to the broker")), None
 
     def rtt_due(self, now_ns: int) -> bool:
         return now_ns - self._rtt_at_ns > RTT_SAMPLE_EVERY_NS

@@ -14,6 +14,7 @@ import logging
 import socket
 from collections.abc import Callable
 
+from .. import native
 from ..metrics.observer import Observer
 from ..metrics.prom import FetchMetrics, ProxyMetrics
 from ..protocol.events import BrokerAddress
@@ -28,6 +29,7 @@ from .listeners import NodeListeners, bind_listener
 from .memory import RELEASE_EVERY_S, libc_heap_bytes, release_free_memory
 from .policy import Limits
 from .registry import BrokerRegistry
+from .relayed import RelayRoad
 from .session import ClientSide, ConnContext, as_protocol
 from .stamps import KERNEL, keep_stamping_on, stamp_source
 from .tls import client_context, server_context
@@ -64,6 +66,8 @@ class Proxy:
                                 upstream_server_hostname=cfg.upstream_server_hostname,
                                 connect_timeout_s=cfg.connect_timeout_s,
                                 kernel_stamps=stamp_source(cfg.stamps) == KERNEL)
+        self.relay = self._relay_road(cfg, upstream_tls is not None or server_tls is not None)
+        self.conn.relay = self.relay
         counts = self.conn.stamp_counts
         metrics.stamps.counts = lambda: (counts.kernel, counts.clock)
         metrics.heap_sizes.libc = libc_heap_bytes
@@ -109,9 +113,28 @@ class Proxy:
         self.bootstrap_port = 0
         self._log_last: dict[str, tuple[float, int]] = {}  # key -> (last logged monotonic s, suppressed)
         metrics.waiting_upstream.set_function(lambda: self.conn.waiting_upstream[0])
+        relay = self.relay
+        metrics.relayed.set_function(lambda: len(relay.conns) if relay is not None else 0)
         metrics.fetch_sessions.sessions = self._session_counts
         metrics.listeners.set_function(lambda: len(self.listeners.servers))
         metrics.brokers_known.set_function(lambda: len(self.registry.nodes))
+
+    def _relay_road(self, cfg: Config, tls: bool) -> RelayRoad | None:
+        """The native core's relay where ``relay: native`` asks for it and it can carry this
+        proxy's connections (a sidecar, plaintext both ways, the core loaded); the log says why not."""
+        if cfg.relay != "native":
+            return None
+        core = native.core()
+        why = ("it carries a sidecar's connections only (a proxy away from its brokers rewrites addresses)"
+               if not cfg.sidecar else "TLS stays on the event loop" if tls
+               else "the routed road (FETCHLAT_ROUTED) is on" if self.core.routed
+               else f"the native core is not loaded: {native.reason()}" if core is None
+               else "the native core has no relay (an older build)" if not hasattr(core, "Relay") else None)
+        if why is not None:
+            log.warning("relay: native asked for, not used: %s; the event loop carries every connection", why)
+            return None
+        assert self.core.rewriter is not None
+        return RelayRoad(core, cfg.max_frame_bytes, self.core.rewriter)
 
     # routing -------------------------------------------------------------------------
     def advertise(self, node_id: int, host: str, port: int) -> tuple[str, int]:
@@ -207,6 +230,9 @@ class Proxy:
         log.info("%s listener on %s -> %s%s", name, format_hostport(self.cfg.listen),
                  ", ".join(format_hostport(u) for u in self.cfg.upstreams),
                  f" (fronting broker {self.cfg.sidecar_node}; addresses pass unchanged)" if self.cfg.sidecar else "")
+        if self.relay is not None:
+            self.relay.start(loop)
+            log.info("relay: native: the core's thread carries each connection after its first answer")
         self._tick_due_ns = clock.now_ns() + TICK_NS
         self._tick_handle = loop.call_later(TICK_S, self._tick)
         self.metrics.loop_tasks.set_function(lambda: len(asyncio.all_tasks(loop)))  # read at scrape time
@@ -232,6 +258,8 @@ class Proxy:
             self._tick_handle.cancel()
         for sess in list(self.sessions):
             sess.close()
+        if self.relay is not None:
+            self.relay.close()  # the connections it carries close with it
         if self._stamping is not None:
             self._stamping.close()
         if self.traces is not None:
@@ -273,6 +301,8 @@ class Proxy:
         if self._beat % BEATS_PER_HEARTBEAT == 0:
             self.last_beat_ns = woke
             self.observer.set_clock(clock.wall_ns(), woke)
+            if self.relay is not None:
+                self.relay.tick(woke)  # the core's timers of the connections it carries, for expiry below
             for sess in list(self.sessions):
                 close = sess.conv.expire(woke)
                 if close is not None:
@@ -314,4 +344,5 @@ class Proxy:
             "brokers": {str(k): f"{v.host}:{v.port}" for k, v in sorted(self.registry.nodes.items())},
             "listeners": {str(k): format_hostport(self.cfg.node_advertise(k)) for k in sorted(self.listeners.servers)},
             "connections": len(self.sessions),
+            "relayed": len(self.relay.conns) if self.relay is not None else 0,
         }

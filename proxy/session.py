@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 import ssl
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Final, cast
+from typing import TYPE_CHECKING, Final, cast
 
 from ..protocol.events import BrokerAddress
 from . import clock
@@ -33,6 +34,10 @@ from .conversation import (
 from .registry import HostPort
 from .stamps import StampCounts, StampedReader
 from .tls import TlsServerSide
+
+if TYPE_CHECKING:
+    from ..protocol.routed import Records
+    from .relayed import RelayRoad
 
 log = logging.getLogger("fetchlat.proxy")
 
@@ -78,6 +83,7 @@ class ConnContext:
     connect_timeout_s: float = 10.0
     kernel_stamps: bool = False  # read broker sockets here, for the kernel's receive stamps (stamps.py)
     stamp_counts: StampCounts = field(default_factory=StampCounts)
+    relay: RelayRoad | None = None  # the native core carries plaintext connections after their first answer
 
 
 class ClientSide:  # an asyncio protocol (duck-typed: a native class when compiled)
@@ -91,6 +97,7 @@ class ClientSide:  # an asyncio protocol (duck-typed: a native class when compil
         self.closed = False
         self.client_eof = False  # the client half-closed: the broker closing next is expected
         self.tls = TlsServerSide(ctx.server_tls) if ctx.server_tls is not None else None
+        self.relay_id: int | None = None  # the core carries this connection (relayed.py): its id there
         self.conv = Conversation(ctx.core, conn_id=ctx.next_conn_id(), listener=listener, broker_label=broker_label,
                                  upstream=upstreams()[0], t_ns=clock.now_ns(), tls=self.tls is not None)
 
@@ -212,6 +219,8 @@ class ClientSide:  # an asyncio protocol (duck-typed: a native class when compil
         return None
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.relay_id is not None:
+            return  # the transport was dropped at the hand-over: the connection lives on in the core
         self.closed = True
         self.ctx.core.observer.metrics.connections_active.labels(self.listener).dec()
         self.ctx.sessions.discard(self)
@@ -252,6 +261,9 @@ class ClientSide:  # an asyncio protocol (duck-typed: a native class when compil
                     self.transport.resume_reading()
 
     def abort(self) -> None:
+        if self.relay_id is not None:
+            self._end_relayed()
+            return
         self.closed = True
         if self.transport is not None:
             self.transport.abort()
@@ -259,9 +271,69 @@ class ClientSide:  # an asyncio protocol (duck-typed: a native class when compil
             self.broker.abort()
 
     def close(self) -> None:
+        if self.relay_id is not None:
+            self._end_relayed()
+            return
         self.closed = True
         if self.transport is not None:
             self.transport.close()
+
+    # the native core carries the connection (relayed.py) ----------------------------
+    def may_hand_over(self) -> bool:
+        """Plaintext both ways, nothing waiting in either transport, and the conversation at a
+        moment the core can take it from (``Conversation.can_hand_over``)."""
+        broker = self.broker
+        if (self.closed or self.tls is not None or self.transport is None or broker is None
+                or broker.transport is None or self.ctx.upstream_tls is not None):
+            return False
+        return (not self.transport.get_write_buffer_size() and not broker.transport.get_write_buffer_size()
+                and self.conv.can_hand_over)
+
+    def hand_over(self, road: RelayRoad) -> None:
+        """Give both sockets to the core: reading stops, each descriptor is duplicated for it,
+        and the transports are dropped (the duplicates keep the connections open)."""
+        broker = self.broker
+        assert broker is not None and broker.transport is not None and self.transport is not None
+        try:
+            fds = [os.dup(t.get_extra_info("socket").fileno()) for t in (self.transport, broker.transport)]
+        except (OSError, ValueError, AttributeError):  # a transport closing under us: stay on this road
+            return
+        self.transport.pause_reading()
+        broker.pause_reading()
+        if broker.reader is not None:
+            broker.reader.stop()
+        self.conv.handed_over()
+        self.relay_id = road.add(self, fds[0], fds[1])
+        for t in (self.transport, broker.transport):
+            t.abort()
+        self.transport = broker.transport = None
+
+    def _end_relayed(self) -> None:
+        relay = self.ctx.relay
+        if relay is not None and self.relay_id is not None and not self.closed:
+            relay.end(self.relay_id)
+
+    def relayed(self, from_broker: bool, data: bytes, t_ns: int, t_written_ns: int, records: Records | None,
+                counts: tuple[int, int]) -> None:
+        actions = self.conv.relayed(from_broker, data, t_ns, t_written_ns, records, counts)
+        if actions:
+            self.apply(actions)
+
+    def relayed_timers(self, now_ns: int, counts: tuple[int, int], client_read_ns: int, partial_since_ns: int,
+                       stalled_since_ns: int, rtt_ns: int) -> None:
+        self.conv.relayed_timers(now_ns, counts, client_read_ns, partial_since_ns, stalled_since_ns, rtt_ns)
+
+    def relayed_closed(self, reason: str, counts: tuple[int, int]) -> None:
+        """The core closed the connection (``reason``, in its words): the bookkeeping of
+        ``connection_lost``, and the broker's going reported as on the asyncio road."""
+        self.closed = True
+        broker_went, refused = self.conv.relayed_end(reason, counts)
+        if refused is not None:
+            log.log(refused.level, "%s", refused.message)
+        elif broker_went:
+            self.ctx.upstream_lost(self, None if reason == "broker closed the connection" else ConnectionError(reason))
+        self.ctx.core.observer.metrics.connections_active.labels(self.listener).dec()
+        self.ctx.sessions.discard(self)
 
     def write_to_client(self, segments: list[bytes | memoryview]) -> None:
         if self.transport is None or self.closed or not segments:
@@ -318,6 +390,9 @@ class BrokerSide:  # an asyncio protocol (duck-typed)
         after = conv.after_write(t_ns, t_out_ns)  # the bookkeeping waits until the bytes are on their way
         if after:
             client.apply(after)
+        relay = client.ctx.relay
+        if relay is not None and client.may_hand_over():
+            client.hand_over(relay)
 
     def _read_eof(self) -> None:
         if not self.eof_received() and self.transport is not None:
@@ -335,6 +410,8 @@ class BrokerSide:  # an asyncio protocol (duck-typed)
         if self.reader is not None:
             self.reader.stop()
         client = self.client
+        if client.relay_id is not None:
+            return  # dropped at the hand-over (session.ClientSide.hand_over)
         if not client.closed and not client.client_eof:  # the broker went first: restart, crash, or it closed on us
             client.ctx.upstream_lost(client, exc or self.read_error)
         client.close()

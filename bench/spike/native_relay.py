@@ -130,7 +130,7 @@ class Spike:
         self.items += len(items)
         notes: list[object] = []
         with self.lock:
-            for cid, kind, t_ns, t_written_ns, data, records, ids, _reason, api in items:
+            for cid, kind, t_ns, t_written_ns, data, records, ids, _reason, api, _counts in items:
                 if kind == self.closed:
                     self.conns.pop(cid, None)
                     continue

@@ -27,7 +27,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -65,7 +65,49 @@ struct Item {
     reason: String,
     /// a REWRITE's request: (api key, api version)
     api: Option<(i16, i16)>,
+    /// the bytes read from the client and from the broker since the pair was added
+    counts: (u64, u64),
 }
+
+/// What Python's timers and counters read of a pair, written by the relay's thread alone.
+#[derive(Default)]
+struct Stats {
+    from_client: AtomicU64,
+    from_broker: AtomicU64,
+    /// the last read of the client's bytes
+    client_read_ns: AtomicI64,
+    /// a request begun and not finished since then (0: none)
+    partial_since_ns: AtomicI64,
+    /// bytes have waited for the client's socket since then (0: none wait)
+    stalled_since_ns: AtomicI64,
+    /// the kernel's smoothed RTT of the client connection (0: not read yet)
+    rtt_ns: AtomicI64,
+    rtt_at_ns: AtomicI64,
+}
+
+impl Stats {
+    fn counts(&self) -> (u64, u64) {
+        (self.from_client.load(Ordering::Relaxed), self.from_broker.load(Ordering::Relaxed))
+    }
+}
+
+/// The kernel's smoothed RTT of a TCP socket in ns (Linux `TCP_INFO`'s `tcpi_rtt`, in µs), or None.
+fn tcp_rtt_ns(fd: RawFd) -> Option<i64> {
+    let mut info = [0u8; 104];
+    let mut len = info.len() as libc::socklen_t;
+    // SAFETY: the kernel writes at most `len` bytes into `info` and says how many
+    let r = unsafe { libc::getsockopt(fd, libc::IPPROTO_TCP, libc::TCP_INFO, info.as_mut_ptr().cast(), &mut len) };
+    if r != 0 || (len as usize) < TCP_INFO_RTT_OFFSET + 4 {
+        return None;
+    }
+    let raw: [u8; 4] = info[TCP_INFO_RTT_OFFSET..TCP_INFO_RTT_OFFSET + 4].try_into().ok()?;
+    Some(i64::from(u32::from_ne_bytes(raw)) * 1000)
+}
+
+/// struct tcp_info: 8 u8 fields, then u32s; tcpi_rtt is the 16th (as `proxy/session.py` reads it)
+const TCP_INFO_RTT_OFFSET: usize = 68;
+/// how often the client connection's RTT is read (as the asyncio road: once a second at most)
+const RTT_EVERY_NS: i64 = 1_000_000_000;
 
 /// What waits for a side's socket, in order.
 enum Seg {
@@ -109,12 +151,16 @@ struct Pair {
     /// the epoll interest set for the client's and the broker's socket
     armed: [u32; 2],
     wire: Wire,
+    stats: Arc<Stats>,
 }
 
 struct Shared {
     queue: Mutex<Vec<Item>>,
     added: Mutex<Vec<(u64, RawFd, RawFd)>>,
     answers: Mutex<Vec<(u64, Vec<u8>)>>,
+    /// pairs Python ends (`end`)
+    ends: Mutex<Vec<u64>>,
+    stats: Mutex<HashMap<u64, Arc<Stats>>>,
     stop: AtomicBool,
     wake_fd: RawFd,
     notify_fd: RawFd,
@@ -181,6 +227,11 @@ fn rearm(ep: RawFd, id: u64, p: &mut Pair) {
             epoll_set(ep, libc::EPOLL_CTL_MOD, me.fd, ev, id << 1 | side);
         }
     }
+    let waits = matches!(p.client.queue.front(), Some(Seg::Bytes(_)));
+    let since = &p.stats.stalled_since_ns;
+    if waits != (since.load(Ordering::Relaxed) != 0) {
+        since.store(if waits { mono_ns() } else { 0 }, Ordering::Relaxed);
+    }
 }
 
 fn routed_bytes(data: &[u8], out: &Routed) -> Vec<u8> {
@@ -223,6 +274,7 @@ impl Looper {
 
     fn close(&mut self, id: u64, reason: String) {
         if let Some(p) = self.pairs.remove(&id) {
+            self.shared.stats.lock().unwrap().remove(&id);
             for fd in [p.client.fd, p.broker.fd] {
                 // SAFETY: the pair owned these fds; removing it from the map gives them up once
                 unsafe {
@@ -232,7 +284,7 @@ impl Looper {
             }
             let t = mono_ns();
             self.push(Item { conn: id, kind: CLOSED, t_ns: t, t_written_ns: t, python: Vec::new(), records: None,
-                             reason, api: None });
+                             reason, api: None, counts: p.stats.counts() });
         }
     }
 
@@ -257,9 +309,12 @@ impl Looper {
             epoll_set(self.ep, libc::EPOLL_CTL_ADD, bfd, libc::EPOLLIN as u32, id << 1 | BROKER);
             let mut wire = Wire::new(self.max_frame, self.flexible.clone(), self.observed.clone());
             wire.hold_whole(&self.whole);
+            let stats = Arc::new(Stats::default());
+            stats.client_read_ns.store(mono_ns(), Ordering::Relaxed);
+            self.shared.stats.lock().unwrap().insert(id, stats.clone());
             self.pairs.insert(id, Pair { client: Side { fd: cfd, queue: VecDeque::new() },
                                          broker: Side { fd: bfd, queue: VecDeque::new() }, whole: Vec::new(),
-                                         armed: [libc::EPOLLIN as u32; 2], wire });
+                                         armed: [libc::EPOLLIN as u32; 2], wire, stats });
         }
     }
 
@@ -312,9 +367,23 @@ impl Looper {
         let framed = if side == CLIENT { p.wire.from_client(data, t_ns, &mut out) }
                      else { p.wire.from_broker(data, t_ns, &mut out) };
         framed.map_err(|Framing(m)| m)?;
+        let stats = &p.stats;
+        if side == CLIENT {
+            stats.from_client.fetch_add(n as u64, Ordering::Relaxed);
+            stats.client_read_ns.store(t_ns, Ordering::Relaxed);
+            let partial = &stats.partial_since_ns;
+            if !p.wire.client_mid_frame() {
+                partial.store(0, Ordering::Relaxed);
+            } else if partial.load(Ordering::Relaxed) == 0 {
+                partial.store(t_ns, Ordering::Relaxed);
+            }
+        } else {
+            stats.from_broker.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        let write_err = if side == CLIENT { "write to the broker" } else { "write to the client" };
         // the bytes as read go on first (but for answers held whole); what Python must see of them after
         if out.whole.is_empty() && to.queue.is_empty() {
-            let k = write_some(to.fd, data).map_err(|e| format!("write: {e}"))?;
+            let k = write_some(to.fd, data).map_err(|e| format!("{write_err}: {e}"))?;
             if k < n {
                 to.queue.push_back(Seg::Bytes(data[k..].to_vec()));
             }
@@ -333,33 +402,40 @@ impl Looper {
                         *asked = true;
                     }
                     items.push(Item { conn: id, kind: REWRITE, t_ns, t_written_ns: t_ns, python: std::mem::take(&mut p.whole),
-                                      records: None, reason: String::new(), api: Some(api) });
+                                      records: None, reason: String::new(), api: Some(api), counts: (0, 0) });
                 }
                 at = end;
             }
             if at < n {
                 to.queue.push_back(Seg::Bytes(data[at..].to_vec()));
             }
-            to.flush().map_err(|e| format!("write: {e}"))?;
+            to.flush().map_err(|e| format!("{write_err}: {e}"))?;
         }
         rearm(self.ep, id, p);
         let t_written_ns = mono_ns();
+        if side == BROKER && t_written_ns - p.stats.rtt_at_ns.load(Ordering::Relaxed) > RTT_EVERY_NS {
+            p.stats.rtt_at_ns.store(t_written_ns, Ordering::Relaxed);
+            if let Some(rtt) = tcp_rtt_ns(p.client.fd) {
+                p.stats.rtt_ns.store(rtt, Ordering::Relaxed);
+            }
+        }
         let records = p.wire.drain_native();
         let python = if out.is_empty() { Vec::new() } else { routed_bytes(data, &out) };
         if python.is_empty() && records.is_none() {
             return Ok(());
         }
         let kind = if side == CLIENT { FROM_CLIENT } else { FROM_BROKER };
-        items.push(Item { conn: id, kind, t_ns, t_written_ns, python, records, reason: String::new(), api: None });
+        items.push(Item { conn: id, kind, t_ns, t_written_ns, python, records, reason: String::new(), api: None,
+                          counts: p.stats.counts() });
         Ok(())
     }
 
     /// A side that had bytes waiting can take more.
     fn writable(&mut self, id: u64, side: u64) {
         let Some(p) = self.pairs.get_mut(&id) else { return };
-        let to = if side == CLIENT { &mut p.client } else { &mut p.broker };
+        let (to, what) = if side == CLIENT { (&mut p.client, "client") } else { (&mut p.broker, "broker") };
         if let Err(e) = to.flush() {
-            return self.close(id, format!("write: {e}"));
+            return self.close(id, format!("write to the {what}: {e}"));
         }
         rearm(self.ep, id, p);
     }
@@ -373,7 +449,7 @@ impl Looper {
             let Some(slot) = slot else { continue }; // nothing asked: an answer to nothing is dropped
             *slot = Seg::Bytes(frame);
             if let Err(e) = p.client.flush() {
-                self.close(id, format!("write: {e}"));
+                self.close(id, format!("write to the client: {e}"));
                 continue;
             }
             rearm(self.ep, id, p);
@@ -393,6 +469,10 @@ impl Looper {
                     unsafe { libc::read(self.shared.wake_fd, (&mut v as *mut u64).cast(), 8) };
                     self.adopt();
                     self.answered();
+                    let ends = std::mem::take(&mut *self.shared.ends.lock().unwrap());
+                    for id in ends {
+                        self.close(id, "closed by the proxy".into());
+                    }
                     continue;
                 }
                 let (id, side) = (token >> 1, token & 1);
@@ -445,7 +525,8 @@ impl PyRelay {
             return Err(PyOSError::new_err(std::io::Error::last_os_error().to_string()));
         }
         let shared = Arc::new(Shared { queue: Mutex::new(Vec::new()), added: Mutex::new(Vec::new()),
-                                       answers: Mutex::new(Vec::new()), stop: AtomicBool::new(false),
+                                       answers: Mutex::new(Vec::new()), ends: Mutex::new(Vec::new()),
+                                       stats: Mutex::new(HashMap::new()), stop: AtomicBool::new(false),
                                        wake_fd: eventfd()?, notify_fd: eventfd()?, urgent_fd: eventfd()? });
         epoll_set(ep, libc::EPOLL_CTL_ADD, shared.wake_fd, libc::EPOLLIN as u32, WAKE);
         let mut looper = Looper { shared: shared.clone(), ep, pairs: HashMap::new(), buf: vec![0; READ_BYTES],
@@ -463,6 +544,28 @@ impl PyRelay {
         self.shared.added.lock().unwrap().push((id, client_fd, broker_fd));
         bump(self.shared.wake_fd);
         id
+    }
+
+    /// Ends pair `conn` (its fds closed, a CLOSED item queued, "closed by the proxy"); nothing
+    /// for a pair already gone.
+    fn end(&self, conn: u64) {
+        self.shared.ends.lock().unwrap().push(conn);
+        bump(self.shared.wake_fd);
+    }
+
+    /// Every pair's `(conn, from_client, from_broker, client_read_ns, partial_since_ns,
+    /// stalled_since_ns, rtt_ns)`: the bytes read from each side so far, the last read of the
+    /// client's, since when a request has been arriving (0: none is), since when bytes have
+    /// waited for the client's socket (0: none wait), and the client connection's RTT (0: not
+    /// read yet). Each figure is read apart (one pair's may be a read apart from each other).
+    #[allow(clippy::type_complexity)]
+    fn timers(&self) -> Vec<(u64, u64, u64, i64, i64, i64, i64)> {
+        let stats = self.shared.stats.lock().unwrap();
+        stats.iter().map(|(&id, s)| {
+            let (c, b) = s.counts();
+            (id, c, b, s.client_read_ns.load(Ordering::Relaxed), s.partial_since_ns.load(Ordering::Relaxed),
+             s.stalled_since_ns.load(Ordering::Relaxed), s.rtt_ns.load(Ordering::Relaxed))
+        }).collect()
     }
 
     /// The eventfd written when the queue goes from empty to not (read it to clear it).
@@ -485,14 +588,15 @@ impl PyRelay {
     }
 
     /// What was queued since the last drain, in order: `(conn, kind, t_ns, t_written_ns,
-    /// python_bytes, records, ids, reason, api)` -- `kind` FROM_CLIENT or FROM_BROKER, read at
+    /// python_bytes, records, ids, reason, api, counts)` -- `kind` FROM_CLIENT or FROM_BROKER, read at
     /// `t_ns` and written on at `t_written_ns`, with the bytes the Python road parses (b"" when
     /// none) and the records of the exchanges the core settled alone (`Wire`'s layout, or None)
     /// with the client ids they index; REWRITE with an answer held whole (size prefix included)
     /// and `api`, its request's `(api_key, api_version)`, for `answer`; CLOSED with the reason.
+    /// `counts`: the bytes read from the client and from the broker so far (a REWRITE's: 0, 0).
     #[allow(clippy::type_complexity)]
     fn drain<'py>(&self, py: Python<'py>) -> Vec<(u64, i64, i64, i64, Bound<'py, PyBytes>, Option<Bound<'py, PyBytes>>,
-                                                  Vec<Bound<'py, PyBytes>>, String, Option<(i16, i16)>)> {
+                                                  Vec<Bound<'py, PyBytes>>, String, Option<(i16, i16)>, (u64, u64))> {
         let items = std::mem::take(&mut *self.shared.queue.lock().unwrap());
         items.into_iter().map(|it| {
             let (records, ids) = match it.records {
@@ -503,7 +607,8 @@ impl PyRelay {
                 }
                 None => (None, Vec::new()),
             };
-            (it.conn, it.kind, it.t_ns, it.t_written_ns, PyBytes::new(py, &it.python), records, ids, it.reason, it.api)
+            (it.conn, it.kind, it.t_ns, it.t_written_ns, PyBytes::new(py, &it.python), records, ids, it.reason, it.api,
+             it.counts)
         }).collect()
     }
 

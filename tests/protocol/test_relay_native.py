@@ -122,7 +122,7 @@ def _through(r: Rig, frames: list[Frame]) -> list[tuple[str, int, int, str | Non
     r.drain_until(lambda: _count(r.items) >= len(frames), "records of every frame")
     conn = KafkaConnection(max_frame_bytes=MAX_FRAME)
     seen: list[tuple[str, int, int, str | None]] = []
-    for _cid, kind, t_ns, t_written, data, records, ids, _reason, _api in r.items:
+    for _cid, kind, t_ns, t_written, data, records, ids, _reason, _api, _counts in r.items:
         assert kind in (from_client, from_broker)
         assert t_ns <= t_written
         events = []
@@ -150,7 +150,7 @@ REWRITE_KIND = 3
 def _count(items: list[tuple[object, ...]]) -> int:
     """Frames the queued items account for: a record each for the core's, a frame each routed."""
     n = 0
-    for _cid, kind, _t, _written, data, records, _ids, _reason, _api in items:
+    for _cid, kind, _t, _written, data, records, _ids, _reason, _api, _counts in items:
         if kind == REWRITE_KIND:
             continue
         routed = 0
@@ -289,3 +289,65 @@ def test_nothing_of_a_held_answer_nor_of_what_follows_goes_before_python_answers
         assert _recv_exactly(r.client, 10) == answers[1]
     finally:
         r.close()
+
+
+def _timers(r: Rig) -> tuple[int, ...]:
+    deadline = time.monotonic() + DEADLINE_S
+    while True:  # the relay's thread adopts a pair it is handed at its next wake-up
+        rows = [t for t in r.relay.timers() if t[0] == r.id]
+        if rows:
+            return tuple(rows[0])
+        assert time.monotonic() < deadline, "the pair was never adopted"
+        time.sleep(0.002)
+
+
+def test_counts_and_timers_say_what_the_core_read_and_since_when(rig: Rig) -> None:
+    req = struct.pack(">hhih", 18, 0, 7, -1)
+    frame = struct.pack(">i", len(req)) + req
+    assert _timers(rig)[1:3] == (0, 0) and _timers(rig)[4:6] == (0, 0)  # nothing read, nothing pending
+    rig.client.sendall(frame[:5])  # a request begun
+    deadline = time.monotonic() + DEADLINE_S
+    while _timers(rig)[1] < 5:
+        assert time.monotonic() < deadline
+        time.sleep(0.002)
+    _, from_client, from_broker, read_ns, partial_ns, stalled_ns, _rtt = _timers(rig)
+    assert (from_client, from_broker, stalled_ns) == (5, 0, 0)
+    assert partial_ns > 0 and read_ns >= partial_ns  # mid-frame since that read
+    rig.client.sendall(frame[5:])
+    assert _recv_exactly(rig.broker, len(frame)) == frame
+    answer = struct.pack(">i", 7) + b"\x00\x00" + b"\x00" * 10
+    rig.broker.sendall(struct.pack(">i", len(answer)) + answer)
+    assert _recv_exactly(rig.client, 4 + len(answer))[4:] == answer
+    rig.drain_until(lambda: any(it[1] == rig.kinds[1] for it in rig.items), "the answer's record")
+    assert rig.items[-1][9] == (len(frame), 4 + len(answer))  # every item carries the counts so far
+    _, from_client, from_broker, _read, partial_ns, _stalled, rtt_ns = _timers(rig)
+    assert (from_client, from_broker, partial_ns) == (len(frame), 4 + len(answer), 0)
+    assert rtt_ns > 0  # the client connection's RTT, read at the first answer written
+
+
+def test_a_pair_python_ends_closes_both_sides_and_says_so(rig: Rig) -> None:
+    rig.relay.end(rig.id)
+    rig.drain_until(lambda: any(it[1] == rig.kinds[2] for it in rig.items), "end of the pair")
+    assert [it[7] for it in rig.items if it[1] == rig.kinds[2]] == ["closed by the proxy"]
+    assert rig.client.recv(1) == b"" and rig.broker.recv(1) == b""
+    assert rig.relay.timers() == []
+    rig.relay.end(rig.id)  # a pair already gone: nothing
+    time.sleep(0.05)
+    assert not [it for it in rig.relay.drain() if it[1] == rig.kinds[2]]
+
+
+def test_bytes_waiting_for_a_client_that_does_not_read_mark_it_stalled(rig: Rig) -> None:
+    req = struct.pack(">hhih", 18, 0, 7, -1)
+    rig.client.sendall(struct.pack(">i", len(req)) + req)
+    assert _recv_exactly(rig.broker, 4 + len(req))[4:] == req
+    body = struct.pack(">i", 7) + b"\x00" * (16 << 20)  # past both sockets' buffers
+    rig.broker.setblocking(False)
+    sent, deadline = 0, time.monotonic() + DEADLINE_S
+    frame = struct.pack(">i", len(body)) + body
+    while _timers(rig)[5] == 0:
+        assert time.monotonic() < deadline, "never stalled"
+        try:
+            sent += rig.broker.send(frame[sent:])
+        except BlockingIOError:
+            time.sleep(0.002)
+    assert sent < len(frame)

@@ -1,0 +1,154 @@
+"""The connections the native core carries: a sidecar's plaintext connection, once its first
+exchange is answered, goes from the asyncio road to the core's relay (``native/src/relay.rs``,
+``Relay``) and stays there until it closes (``relay: native``; ``docs/architecture.md``, "The
+native core").
+
+The hand-over (``ClientSide.hand_over`` in ``session.py``): at a moment nothing of the
+connection is in flight or half read either way, both transports stop reading, their sockets are
+duplicated and handed to the core, and the transports are dropped (the duplicates keep the
+connections open: neither peer sees anything). From then the core's thread reads both sides (the
+broker's with the kernel's receive stamp), frames them, writes the bytes on as they came, and
+queues what Python must see: the frames the Python road parses (Fetch, Produce, ShareFetch,
+SaslHandshake v0) and the records of the exchanges it settled alone, each with its read's stamp
+and the time its bytes were written on.
+
+This module takes that queue on the event loop in batches (``BATCH_S`` after the first item of a
+batch: the per-read road has no Python on it), and gives each item to its connection's
+``Conversation``, which runs the same codec and observer as the asyncio road: the samples and
+trace rows are the same, made later. An ApiVersions answer is held whole by the core and
+answered from here at once (the sidecar's only rewrite: the cap of the versions it can read;
+every address passes unchanged). Every half second (``tick``) the core's counters and timers of
+each connection come back: the bytes counters, the idle, partial-frame and stalled-client
+timeouts (the connection's ``ConnectionPolicy`` decides, as on the asyncio road), the client RTT.
+
+What stays on the asyncio road: TLS either way, a proxy away from its brokers (its rewrites),
+the routed road (``FETCHLAT_ROUTED``), a connection until its first answer (the sniff of its
+first bytes, the upstream holds and reconnects), and one whose hand-over moment never comes.
+
+Must never: read a socket or write one (the core does), block on the core (every call is a lock
+held for a copy).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from typing import Any, Final, Protocol
+
+from ..protocol import apis
+from ..protocol.errors import DecodeError
+from ..protocol.rewrite import ResponseRewriter
+from ..protocol.routed import Records, flexible_ranges, route_ranges, whole_ranges
+
+BATCH_S: Final = 0.005  # how long a batch gathers after its first item (an answer to rewrite: at once)
+
+
+class Carried(Protocol):
+    """What the road needs of a connection it carries (``session.ClientSide``)."""
+
+    def relayed(self, from_broker: bool, data: bytes, t_ns: int, t_written_ns: int, records: Records | None,
+                counts: tuple[int, int]) -> None: ...
+
+    def relayed_timers(self, now_ns: int, counts: tuple[int, int], client_read_ns: int, partial_since_ns: int,
+                       stalled_since_ns: int, rtt_ns: int) -> None: ...
+
+    def relayed_closed(self, reason: str, counts: tuple[int, int]) -> None: ...
+
+
+class RelayRoad:
+    """The core's relay and the connections it carries, by the relay's id for them."""
+
+    def __init__(self, core: Any, max_frame_bytes: int, rewriter: ResponseRewriter) -> None:
+        self.rewriter = rewriter
+        cap = rewriter.cap_versions
+
+        def wants(api_key: int, api_version: int) -> bool:
+            return cap and api_key == apis.API_VERSIONS  # a sidecar's addresses pass unchanged
+
+        self.relay = core.Relay(max_frame_bytes, flexible_ranges(), route_ranges(wants), whole_ranges(wants))
+        self.from_client, self.from_broker, self.closed, self.rewrite = core.RELAY_KINDS
+        self.conns: dict[int, Carried] = {}
+        self.handed_over = 0  # connections handed to the core so far
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._due: asyncio.TimerHandle | None = None
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        loop.add_reader(self.relay.notify_fd, self._notified)
+        loop.add_reader(self.relay.urgent_fd, self._urgent)
+
+    def close(self) -> None:
+        """Ends every connection the core carries (each closes as the proxy's own close does)."""
+        loop = self._loop
+        if loop is not None:
+            loop.remove_reader(self.relay.notify_fd)
+            loop.remove_reader(self.relay.urgent_fd)
+            self._loop = None
+        if self._due is not None:
+            self._due.cancel()
+        self.relay.close()
+        self.drain()
+
+    def add(self, client: Carried, client_fd: int, broker_fd: int) -> int:
+        """Hands the two descriptors to the core (it owns and closes them from here): the id."""
+        conn = int(self.relay.add(client_fd, broker_fd))
+        self.conns[conn] = client
+        self.handed_over += 1
+        return conn
+
+    def end(self, conn: int) -> None:
+        """Closes a connection the core carries (its CLOSED item comes back, as every close's)."""
+        self.relay.end(conn)
+
+    # ------------------------------------------------------------------ the queue
+    def _notified(self) -> None:
+        with contextlib.suppress(BlockingIOError):  # another wake-up read it first
+            os.read(self.relay.notify_fd, 8)
+        if self._due is None and self._loop is not None:
+            self._due = self._loop.call_later(BATCH_S, self.drain)
+
+    def _urgent(self) -> None:
+        with contextlib.suppress(BlockingIOError):  # another wake-up read it first
+            os.read(self.relay.urgent_fd, 8)
+        self.drain()
+
+    def drain(self) -> None:
+        """Everything queued since the last drain, to its connections, in order."""
+        if self._due is not None:
+            self._due.cancel()
+            self._due = None
+        conns = self.conns
+        for conn, kind, t_ns, t_written_ns, data, records, ids, reason, api, counts in self.relay.drain():
+            client = conns.get(conn)
+            if client is None:
+                continue
+            if kind == self.closed:
+                del conns[conn]
+                client.relayed_closed(reason, counts)
+            elif kind == self.rewrite:
+                self._answer(conn, data, api)
+            else:
+                client.relayed(kind == self.from_broker, data, t_ns, t_written_ns,
+                               None if records is None else (records, ids), counts)
+
+    def _answer(self, conn: int, frame: bytes, api: tuple[int, int]) -> None:
+        """An answer the core holds whole: its rewrite, or the very frame where the rewriter
+        changes nothing or cannot read it (the asyncio road forwards those untouched too)."""
+        try:
+            res = self.rewriter.rewrite(api[0], api[1], memoryview(frame)[4:])
+        except DecodeError:
+            self.relay.answer(conn, frame)
+            return
+        body = res.body
+        self.relay.answer(conn, frame if body is None else len(body).to_bytes(4, "big") + body)
+
+    # ------------------------------------------------------------------ timers
+    def tick(self, now_ns: int) -> None:
+        """The core's counters and timers of every connection it carries, to its conversation
+        (the proxy's heartbeat, every half second): bytes, timeouts, the client RTT."""
+        conns = self.conns
+        for conn, from_client, from_broker, read_ns, partial_ns, stalled_ns, rtt_ns in self.relay.timers():
+            client = conns.get(conn)
+            if client is not None:
+                client.relayed_timers(now_ns, (from_client, from_broker), read_ns, partial_ns, stalled_ns, rtt_ns)

@@ -1,0 +1,215 @@
+"""A sidecar whose connections the native core carries after their first answer (``relay:
+native``, ``proxy/relayed.py``), against a real Tansu: real clients get every record through it,
+and the same scripted conversation through it and through a sidecar whose event loop carries
+everything is counted alike, row for row and counter for counter. The policies hold on a
+connection the core carries: a refused frame, a request never finished, an idle client."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+from fetchlat import native
+from fetchlat.protocol import apis
+
+from .conftest import TANSU_NODE_ID, Broker, ProxyProc, free_ports, run_tansu, start_proxy, stop_proxy
+from .test_model_live import follower_fetch, samples
+from .test_routing import Client
+
+pytestmark = [pytest.mark.integration,
+              pytest.mark.skipif(native.core() is None, reason=f"native core not loaded: {native.reason()}")]
+
+TIMEOUTS = "partial_frame_timeout_s: 1\nidle_timeout_s: 2\nmax_frame_bytes: 1048576\n"
+# what the differential compares: counters and histogram counts, whatever the timings were
+COMPARED = ("fetchlat_requests_total", "fetchlat_fetches_total", "fetchlat_bytes_total",
+            "fetchlat_fetch_seconds_count", "fetchlat_record_latency_seconds_count",
+            "fetchlat_trace_rows_dropped_total", "fetchlat_decode_errors_total")
+# trace columns made of times (they differ run to run); every other column must agree
+TIMED = {"ts_ns", "proxy_id", "conn_id", "total_ns", "wait_ns", "local_ns", "e2e_ns", "first_byte_ns",
+         "transfer_ns", "wake_lag_ns", "record_latency_ns", "wait_basis", "confident", "outcome", "wait_source"}
+
+
+class Sidecars:
+    def __init__(self, broker: Broker, native_: ProxyProc, loop: ProxyProc, traces: dict[str, Path]) -> None:
+        self.broker, self.native, self.loop, self.traces = broker, native_, loop, traces
+
+
+@pytest.fixture
+def sidecars(tmp_path: Path) -> Iterator[Sidecars]:
+    """Tansu advertising the relayed sidecar (real clients land on it), and a second sidecar of
+    the same broker whose event loop carries every connection, for the scripted conversation."""
+    base = free_ports(0, 1000)
+    other = free_ports(0, 1000)
+    cfg = tmp_path / "timeouts.yaml"
+    cfg.write_text(TIMEOUTS)
+    traces = {"native": tmp_path / "tr-native", "loop": tmp_path / "tr-loop"}
+    with run_tansu(tmp_path / "tansu.log", advertise_port=base) as broker:
+        common = ("--sidecar-node", str(TANSU_NODE_ID), "--config", str(cfg), "--expiry-overshoot-ms", "1")
+        n = start_proxy(broker.bootstrap, tmp_path, *common, "--relay", "native", "--trace-dir",
+                        str(traces["native"]), base=base)
+        try:
+            o = start_proxy(broker.bootstrap, tmp_path, *common, "--trace-dir", str(traces["loop"]), base=other)
+            try:
+                yield Sidecars(broker, n, o, traces)
+            finally:
+                stop_proxy(o)
+        finally:
+            stop_proxy(n)
+
+
+def counted(proxy: ProxyProc) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {(name, k): v for name in COMPARED for k, v in samples(proxy, name).items()}
+
+
+def delta(after: dict[Any, float], before: dict[Any, float]) -> dict[Any, float]:
+    return {k: v - before.get(k, 0.0) for k, v in after.items() if v - before.get(k, 0.0)}
+
+
+def script(port: int, topic: str, topic_id: uuid.UUID, check_relayed: ProxyProc | None) -> None:
+    """One scripted connection: ApiVersions (answered by the event loop), then what the core
+    carries: Metadata, consumer fetches with and without records, follower fetches."""
+    c = Client(port)
+    try:
+        c.call(apis.API_VERSIONS, 3, {"ClientSoftwareName": "relay-test", "ClientSoftwareVersion": "1"})
+        c.call(apis.METADATA, 12, {"Topics": [{"Name": topic, "TopicId": uuid.UUID(int=0)}]})
+        if check_relayed is not None:
+            assert check_relayed.health()["relayed"] >= 1, "the connection was not handed to the core"
+        for offset in (0, 10, 20):
+            consumer_fetch(c, topic, topic_id, offset)
+        follower_fetch(c, 12, 2, topic, topic_id, 0)
+        follower_fetch(c, 15, 3, topic, topic_id, 20)
+    finally:
+        c.close()
+
+
+def consumer_fetch(c: Client, topic: str, topic_id: uuid.UUID, offset: int) -> None:
+    c.call(apis.FETCH, 12, {
+        "ReplicaId": -1, "MaxWaitMs": 50, "MinBytes": 1, "MaxBytes": 1 << 20, "IsolationLevel": 0,
+        "SessionId": 0, "SessionEpoch": -1, "ForgottenTopicsData": [], "RackId": "",
+        "Topics": [{"Topic": topic, "TopicId": topic_id, "Partitions": [
+            {"Partition": 0, "CurrentLeaderEpoch": -1, "FetchOffset": offset, "LastFetchedEpoch": -1,
+             "LogStartOffset": 0, "PartitionMaxBytes": 1 << 20}]}]})
+
+
+def rows(directory: Path, table: str) -> list[dict[str, Any]]:
+    out = [r for f in sorted((directory / table).rglob("*.parquet")) for r in pq.read_table(f).to_pylist()]
+    return sorted(({k: v for k, v in r.items() if k not in TIMED} for r in out if r.get("client_id") == "routing-test"),
+                  key=repr)
+
+
+def test_the_core_carries_real_clients_and_counts_what_the_event_loop_counts(sidecars: Sidecars) -> None:
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    n, o = sidecars.native, sidecars.loop
+    topic = f"relay-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": n.bootstrap})
+    for f in admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)]).values():
+        f.result(timeout=20)
+    p = Producer({"bootstrap.servers": n.bootstrap, "linger.ms": 0})
+    for i in range(20):
+        p.produce(topic, value=f"v{i}".encode())
+        p.poll(0)
+    assert p.flush(15) == 0
+    c = Consumer({"bootstrap.servers": n.bootstrap, "group.id": f"g-{topic}", "fetch.wait.max.ms": 100})
+    c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])  # no group join: Tansu's take ~20 s
+    got: list[bytes] = []
+    relayed_seen = 0
+    for _ in range(100):  # bounded: 100 polls of at most 0.2 s
+        m = c.poll(0.2)
+        if m is not None and m.error() is None:
+            got.append(m.value())
+        relayed_seen = max(relayed_seen, int(n.health()["relayed"]))
+        if len(got) == 20:
+            break
+    c.close()
+    assert got == [f"v{i}".encode() for i in range(20)]  # every record, in order, through the core
+    assert relayed_seen >= 1, "no connection of the real clients was handed to the core"
+    fetches = samples(n, "fetchlat_fetches_total")
+    assert sum(v for k, v in fetches.items() if dict(k)["kind"] == "consumer") >= 1
+
+    del p, admin  # their connections go (librdkafka closes them as the handles are destroyed)
+    gone_by = time.monotonic() + 10
+    while n.health()["connections"] and time.monotonic() < gone_by:
+        time.sleep(0.1)
+    assert n.health()["connections"] == 0, "real clients' connections outlived them"
+
+    # the same scripted conversation through both sidecars: the same counts and trace rows
+    for proxy in (n, o):  # the same connection for the topic's id through each
+        md = Client(proxy.listen_port)
+        answer = md.call(apis.METADATA, 12, {"Topics": [{"Name": topic, "TopicId": uuid.UUID(int=0)}]})
+        topic_id = answer["Topics"][0]["TopicId"]
+        md.close()
+    time.sleep(1.5)  # the core's byte counts come back every half second
+    before = {"native": counted(n), "loop": counted(o)}
+    script(n.listen_port, topic, topic_id, check_relayed=n)
+    script(o.listen_port, topic, topic_id, check_relayed=None)
+    time.sleep(1.5)
+    native_delta, loop_delta = delta(counted(n), before["native"]), delta(counted(o), before["loop"])
+    assert native_delta == loop_delta
+    assert any(k[0] == "fetchlat_fetches_total" and dict(k[1])["kind"] == "follower" for k in native_delta)
+    stop_proxy(n)  # flushes the trace files
+    stop_proxy(o)
+    for table in ("exchanges", "partitions"):
+        native_rows, loop_rows = rows(sidecars.traces["native"], table), rows(sidecars.traces["loop"], table)
+        assert native_rows and native_rows == loop_rows, table
+    assert "Traceback" not in n.log()
+
+
+def after_api_versions(port: int) -> socket.socket:
+    """A raw connection whose first exchange is done: the core carries it from here."""
+    c = Client(port)
+    c.call(apis.API_VERSIONS, 3, {"ClientSoftwareName": "relay-test", "ClientSoftwareVersion": "1"})
+    return c.sock
+
+
+def closed_within(s: socket.socket, within_s: float) -> bool:
+    s.settimeout(within_s)
+    try:
+        while s.recv(65536):
+            pass
+        return True
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def test_the_policies_hold_on_a_connection_the_core_carries(sidecars: Sidecars) -> None:
+    n = sidecars.native
+    healthy = Client(n.listen_port)
+    healthy.call(apis.API_VERSIONS, 3, {"ClientSoftwareName": "relay-test", "ClientSoftwareVersion": "1"})
+    oversized = after_api_versions(n.listen_port)
+    partial = after_api_versions(n.listen_port)
+    idle = after_api_versions(n.listen_port)
+    assert n.health()["relayed"] >= 4
+    oversized.sendall(struct.pack(">i", 4 << 20) + b"\x00" * 16)  # past max_frame_bytes (1 MiB)
+    partial.sendall(struct.pack(">i", 100) + b"\x00\x03")  # a request begun, never finished
+    assert closed_within(oversized, 3.0)
+    for _ in range(6):  # the healthy one keeps talking: it is never idle
+        healthy.call(apis.METADATA, 12, {"Topics": []})
+        time.sleep(0.5)
+    assert closed_within(partial, 3.0)
+    assert closed_within(idle, 3.0)
+    healthy.call(apis.METADATA, 12, {"Topics": []})  # still served
+    healthy.close()
+    for s in (oversized, partial, idle):
+        s.close()
+    metrics = n.metrics()
+    for reason in ("request_framing", "partial_frame_timeout", "idle_timeout"):
+        assert f'fetchlat_connection_errors_total{{reason="{reason}"}}' in metrics, reason
+    log = n.log()
+    assert "request framing lost (request frame of 4194304 bytes exceeds the limit of 1048576" in log
+    assert "partial frame timeout" in log and "idle timeout" in log
+    assert "Traceback" not in log
+    deadline = time.monotonic() + 5
+    while n.health()["relayed"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert n.health()["relayed"] == 0 and n.health()["connections"] == 0
