@@ -62,6 +62,9 @@ ROUTED = "fetchlat-routed"  # the native core reading every connection first (FE
 # in batches off it (bench/spike/native_relay.py; it rewrites as fetchlat routing in front of Tansu does,
 # and is fronted like haproxy in front of Kafka, where fetchlat is a sidecar); +traces: a row per request
 SPIKE, SPIKE_TRACED = "native-relay", "native-relay+traces"
+# the proxy itself as the broker's sidecar (on Tansu too) with relay: native (proxy/relayed.py): the native
+# core carries each connection after its first answer; +traces: a row per request
+RELAYED, RELAYED_TRACED = "fetchlat-relay", "fetchlat-relay+traces"
 METRICS_PORTS: dict[int, int] = {}  # a fetchlat's pid -> its /metrics port
 NODE = 111  # Tansu's node id
 BROKERS = ("tansu", "kafka")
@@ -97,7 +100,7 @@ def target(kind: str, work: Path, broker: str = "tansu") -> Iterator[tuple[int, 
     it is the broker's sidecar, on the port the broker advertises, as haproxy and the relay are."""
     base = free_port_block(0, 1, 2, 2 + 1 + NODE, 1002)
     front = base + 2
-    sidecar = broker == "kafka" and kind.startswith("fetchlat")
+    sidecar = kind.startswith("fetchlat") and (broker == "kafka" or kind in (RELAYED, RELAYED_TRACED))
     # relays cannot rewrite metadata
     spike_sidecar = broker == "kafka" and kind in (SPIKE, SPIKE_TRACED)
     advertised = front if kind in ("haproxy", "relay") or sidecar or spike_sidecar else None
@@ -105,7 +108,7 @@ def target(kind: str, work: Path, broker: str = "tansu") -> Iterator[tuple[int, 
     log = open(work / f"{broker}-{kind}-{base}.log", "wb")  # noqa: SIM115 - closed below
     try:
         with _broker(broker, work, base, advertised, log) as broker_port, \
-                _front(kind, work, base, front, broker_port, sidecar, log, procs):
+                _front(kind, work, base, front, broker_port, sidecar, log, procs, broker):
             pid = procs[-1].pid if procs else None
             if kind.startswith("fetchlat") and pid is not None:
                 settle_calibration(front, broker_port, pid)
@@ -117,7 +120,7 @@ def target(kind: str, work: Path, broker: str = "tansu") -> Iterator[tuple[int, 
 
 @contextlib.contextmanager
 def _front(kind: str, work: Path, base: int, front: int, broker_port: int, sidecar: bool, log: Any,
-           procs: list[subprocess.Popen[bytes]]) -> Iterator[None]:
+           procs: list[subprocess.Popen[bytes]], broker: str = "tansu") -> Iterator[None]:
     """Starts ``kind`` on ``front`` in front of the broker (nothing for direct), stopped on exit."""
     wrap = os.environ.get("FETCHLAT_BENCH_WRAP", "").split()  # e.g. valgrind (bench/instr_round_trips.py)
     try:
@@ -148,11 +151,13 @@ def _front(kind: str, work: Path, base: int, front: int, broker_port: int, sidec
             env = {**os.environ, "FETCHLAT_PURE_PYTHON": "1" if kind == "fetchlat-py" else "",
                    **({"FETCHLAT_NATIVE": "0"} if kind == NO_CORE else {}),
                    **({"FETCHLAT_ROUTED": "1"} if kind == ROUTED else {})}
-            traces = ["--trace-dir", str(work / f"traces-{base}")] if kind == TRACED else []
+            traces = ["--trace-dir", str(work / f"traces-{base}")] if kind in (TRACED, RELAYED_TRACED) else []
+            node = "0" if broker == "kafka" else str(NODE)
+            relay = ["--relay", "native"] if kind in (RELAYED, RELAYED_TRACED) else []
             procs.append(subprocess.Popen(
                 [*wrap, sys.executable, "-m", "fetchlat.app", "proxy", "--upstream", f"127.0.0.1:{broker_port}",
                  "--listen", f"127.0.0.1:{front}", "--metrics-listen", f"127.0.0.1:{base + 1002}",
-                 "--log-level", "WARNING", *(["--sidecar-node", "0"] if sidecar else []), *traces],
+                 "--log-level", "WARNING", *(["--sidecar-node", node] if sidecar else []), *relay, *traces],
                 stdout=log, stderr=subprocess.STDOUT, env=env))
             METRICS_PORTS[procs[-1].pid] = base + 1002
         slow = 600.0 if os.environ.get("FETCHLAT_BENCH_WRAP") else 20.0  # under valgrind: minutes
@@ -424,14 +429,15 @@ def measure(kind: str, args: argparse.Namespace, work: Path, broker: str = "tans
                 res[f"cpu s/GB produce {batch_name}"] = round((cpu1 - cpu0) / gb, 3)
                 res[f"cpu s/GB consume {batch_name}"] = round((cpu2 - cpu1) / gb, 3)
                 res["proxy rss MB"] = round(rss_mb(pid), 1)
-            if kind == TRACED:
+            if kind in (TRACED, RELAYED_TRACED):
                 res[f"trace rows written, {batch_name} produce+consume"], \
                     res[f"trace rows dropped, {batch_name} produce+consume"] = trace_rows(pid)
     with target(kind, work, broker) as (port, rt_pid, broker_port):
         topic = f"rt-{uuid.uuid4().hex[:6]}"
         create_topics(f"127.0.0.1:{port}", topic, topic + "-idle")
         # fetchlat routing in front of Tansu: the broker's own listener; a sidecar is the listener
-        rt_port = port + 1 + NODE if kind.startswith("fetchlat") and broker == "tansu" else port
+        rt_port = port + 1 + NODE if kind.startswith("fetchlat") and broker == "tansu" and kind not in (
+            RELAYED, RELAYED_TRACED) else port
         direct = None if kind == "direct" else broker_port
         cpu0 = cpu_s(rt_pid) if rt_pid else 0.0
         trips = asyncio.run(round_trips(rt_port, topic, args.round_trips, direct, rt_pid))
@@ -445,7 +451,7 @@ def measure(kind: str, args: argparse.Namespace, work: Path, broker: str = "tans
             if "added_p50_us" in v:
                 res[f"added {name} p50 us"] = round(v["added_p50_us"], 1)
                 res[f"added {name} p99 us"] = round(v["added_p99_us"], 1)
-        if kind in (TRACED, SPIKE_TRACED):
+        if kind in (TRACED, SPIKE_TRACED, RELAYED_TRACED):
             res["trace rows written, round trips"], res["trace rows dropped, round trips"] = trace_rows(rt_pid)
     return res if broker == "tansu" else {f"kafka: {k}": v for k, v in res.items()}
 
@@ -463,7 +469,7 @@ def main() -> int:
                     help="the broker behind every path: Tansu (default), Apache Kafka, or both in turn")
     ap.add_argument("--paths", default=",".join(TARGETS),
                     help=f"the paths to measure, in a comma list (default {','.join(TARGETS)}; also {NO_CORE}, "
-                         f"{ROUTED}, {SPIKE}, {SPIKE_TRACED})")
+                         f"{ROUTED}, {SPIKE}, {SPIKE_TRACED}, {RELAYED}, {RELAYED_TRACED})")
     args = ap.parse_args()
     targets = tuple(args.paths.split(","))
     work = Path(tempfile.mkdtemp(prefix="fetchlat-bench-"))

@@ -31,7 +31,7 @@ from .policy import Limits
 from .registry import BrokerRegistry
 from .relayed import RelayRoad
 from .session import ClientSide, ConnContext, as_protocol
-from .stamps import KERNEL, keep_stamping_on, stamp_source
+from .stamps import KERNEL, StampCounts, keep_stamping_on, stamp_source
 from .tls import client_context, server_context
 from .traces import TraceWriter
 
@@ -68,8 +68,8 @@ class Proxy:
                                 kernel_stamps=stamp_source(cfg.stamps) == KERNEL)
         self.relay = self._relay_road(cfg, upstream_tls is not None or server_tls is not None)
         self.conn.relay = self.relay
-        counts = self.conn.stamp_counts
-        metrics.stamps.counts = lambda: (counts.kernel, counts.clock)
+        counts, relay = self.conn.stamp_counts, self.relay
+        metrics.stamps.counts = lambda: self._stamp_counts(counts, relay)
         metrics.heap_sizes.libc = libc_heap_bytes
         self._stamping = keep_stamping_on() if self.conn.kernel_stamps else None
         self.listeners = NodeListeners(cfg, self._node_factory,
@@ -113,7 +113,6 @@ class Proxy:
         self.bootstrap_port = 0
         self._log_last: dict[str, tuple[float, int]] = {}  # key -> (last logged monotonic s, suppressed)
         metrics.waiting_upstream.set_function(lambda: self.conn.waiting_upstream[0])
-        relay = self.relay
         metrics.relayed.set_function(lambda: len(relay.conns) if relay is not None else 0)
         metrics.fetch_sessions.sessions = self._session_counts
         metrics.listeners.set_function(lambda: len(self.listeners.servers))
@@ -135,6 +134,15 @@ class Proxy:
             return None
         assert self.core.rewriter is not None
         return RelayRoad(core, cfg.max_frame_bytes, self.core.rewriter)
+
+    @staticmethod
+    def _stamp_counts(counts: StampCounts, relay: RelayRoad | None) -> tuple[int, int]:
+        """(kernel, clock): the reads of broker sockets by the source of their stamp, the event
+        loop's and the core relay's (``fetchlat_stamps_total``)."""
+        if relay is None:
+            return counts.kernel, counts.clock
+        kernel, clock_ = relay.relay.stamps()
+        return counts.kernel + int(kernel), counts.clock + int(clock_)
 
     # routing -------------------------------------------------------------------------
     def advertise(self, node_id: int, host: str, port: int) -> tuple[str, int]:

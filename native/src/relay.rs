@@ -161,6 +161,9 @@ struct Shared {
     /// pairs Python ends (`end`)
     ends: Mutex<Vec<u64>>,
     stats: Mutex<HashMap<u64, Arc<Stats>>>,
+    /// reads of broker sockets stamped by the kernel, and by the clock (no stamp came with them)
+    kernel_reads: AtomicU64,
+    clock_reads: AtomicU64,
     stop: AtomicBool,
     wake_fd: RawFd,
     notify_fd: RawFd,
@@ -340,6 +343,8 @@ impl Looper {
                 Ok(Read::WouldBlock) => return Ok(()),
                 Ok(Read::Data { n, wall_ns }) => {
                     let now = mono_ns();
+                    let source = if wall_ns.is_some() { &self.shared.kernel_reads } else { &self.shared.clock_reads };
+                    source.fetch_add(1, Ordering::Relaxed);
                     // the kernel's wall stamp onto the monotonic clock, never after the read itself
                     let t = wall_ns.map_or(now, |w| (w - (clock_ns(libc::CLOCK_REALTIME) - now)).min(now));
                     (n, t)
@@ -526,7 +531,8 @@ impl PyRelay {
         }
         let shared = Arc::new(Shared { queue: Mutex::new(Vec::new()), added: Mutex::new(Vec::new()),
                                        answers: Mutex::new(Vec::new()), ends: Mutex::new(Vec::new()),
-                                       stats: Mutex::new(HashMap::new()), stop: AtomicBool::new(false),
+                                       stats: Mutex::new(HashMap::new()), kernel_reads: AtomicU64::new(0),
+                                       clock_reads: AtomicU64::new(0), stop: AtomicBool::new(false),
                                        wake_fd: eventfd()?, notify_fd: eventfd()?, urgent_fd: eventfd()? });
         epoll_set(ep, libc::EPOLL_CTL_ADD, shared.wake_fd, libc::EPOLLIN as u32, WAKE);
         let mut looper = Looper { shared: shared.clone(), ep, pairs: HashMap::new(), buf: vec![0; READ_BYTES],
@@ -566,6 +572,11 @@ impl PyRelay {
             (id, c, b, s.client_read_ns.load(Ordering::Relaxed), s.partial_since_ns.load(Ordering::Relaxed),
              s.stalled_since_ns.load(Ordering::Relaxed), s.rtt_ns.load(Ordering::Relaxed))
         }).collect()
+    }
+
+    /// The reads of broker sockets so far: `(stamped by the kernel, stamped by the clock)`.
+    fn stamps(&self) -> (u64, u64) {
+        (self.shared.kernel_reads.load(Ordering::Relaxed), self.shared.clock_reads.load(Ordering::Relaxed))
     }
 
     /// The eventfd written when the queue goes from empty to not (read it to clear it).
