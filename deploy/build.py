@@ -168,6 +168,7 @@ PROXY = [
     Panel("Client connections open (and of them, carried by the native core's relay)", (
         Q("sum by (instance, listener) (fetchlat_connections_active)", "{{instance}} {{listener}}"),
         Q("sum by (instance) (fetchlat_connections_relayed)", "relayed {{instance}}"),
+        Q(f"sum by (instance) (increase(fetchlat_relay_handovers_total[{RI}]))", "handed over {{instance}}"),
     ), unit="short", description="With relay: native a sidecar's plaintext connections go to the native core's "
                                  "thread after their first answer; the rest stay on the event loop."),
     Panel("Connections accepted", (

@@ -67,6 +67,10 @@ class ProxyMetrics:
             "Client connections carried by the native core's relay now (relay: native), of fetchlat_connections_active",
             registry=r,
         )
+        self.handovers = Counter(
+            "fetchlat_relay_handovers", "Client connections handed to the native core's relay (relay: native)",
+            registry=r,
+        )
         self.upstream_failures = Counter(
             "fetchlat_upstream_connect_failures", "Rounds of failed connection attempts to a broker", registry=r
         )

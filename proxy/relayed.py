@@ -38,7 +38,7 @@ from typing import Any, Final, Protocol
 
 from ..protocol import apis
 from ..protocol.errors import DecodeError
-from ..protocol.rewrite import ResponseRewriter
+from ..protocol.rewrite import ResponseRewriter, RewriteResult
 from ..protocol.routed import Records, flexible_ranges, route_ranges, whole_ranges
 
 BATCH_S: Final = 0.005  # how long a batch gathers after its first item (an answer to rewrite: at once)
@@ -56,6 +56,19 @@ class Carried(Protocol):
     def relayed_closed(self, reason: str, counts: tuple[int, int]) -> None: ...
 
 
+def held_answer(rewriter: ResponseRewriter, frame: bytes, api: tuple[int, int]) -> tuple[bytes, RewriteResult | None]:
+    """The frame to write for an answer the core held whole (``frame``, size prefix included, to
+    a request ``api``: key and version): its rewrite, or the very frame where the rewriter changes
+    nothing or cannot read it (the event loop forwards those untouched too); and what the rewrite
+    learned, if it ran."""
+    try:
+        res = rewriter.rewrite(api[0], api[1], memoryview(frame)[4:])
+    except DecodeError:
+        return frame, None
+    body = res.body
+    return (frame if body is None else len(body).to_bytes(4, "big") + body), res
+
+
 class RelayRoad:
     """The core's relay and the connections it carries, by the relay's id for them."""
 
@@ -69,7 +82,6 @@ class RelayRoad:
         self.relay = core.Relay(max_frame_bytes, flexible_ranges(), route_ranges(wants), whole_ranges(wants))
         self.from_client, self.from_broker, self.closed, self.rewrite = core.RELAY_KINDS
         self.conns: dict[int, Carried] = {}
-        self.handed_over = 0  # connections handed to the core so far
         self._loop: asyncio.AbstractEventLoop | None = None
         self._due: asyncio.TimerHandle | None = None
 
@@ -94,7 +106,6 @@ class RelayRoad:
         """Hands the two descriptors to the core (it owns and closes them from here): the id."""
         conn = int(self.relay.add(client_fd, broker_fd))
         self.conns[conn] = client
-        self.handed_over += 1
         return conn
 
     def end(self, conn: int) -> None:
@@ -133,15 +144,7 @@ class RelayRoad:
                                None if records is None else (records, ids), counts)
 
     def _answer(self, conn: int, frame: bytes, api: tuple[int, int]) -> None:
-        """An answer the core holds whole: its rewrite, or the very frame where the rewriter
-        changes nothing or cannot read it (the asyncio road forwards those untouched too)."""
-        try:
-            res = self.rewriter.rewrite(api[0], api[1], memoryview(frame)[4:])
-        except DecodeError:
-            self.relay.answer(conn, frame)
-            return
-        body = res.body
-        self.relay.answer(conn, frame if body is None else len(body).to_bytes(4, "big") + body)
+        self.relay.answer(conn, held_answer(self.rewriter, frame, api)[0])
 
     # ------------------------------------------------------------------ timers
     def tick(self, now_ns: int) -> None:

@@ -304,6 +304,7 @@ class ClientSide:  # an asyncio protocol (duck-typed: a native class when compil
             broker.reader.stop()
         self.conv.handed_over()
         self.relay_id = road.add(self, fds[0], fds[1])
+        self.ctx.core.observer.metrics.handovers.inc()
         for t in (self.transport, broker.transport):
             t.abort()
         self.transport = broker.transport = None

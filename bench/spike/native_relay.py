@@ -43,11 +43,11 @@ from fetchlat import native
 from fetchlat.metrics.observer import Observer
 from fetchlat.metrics.prom import FetchMetrics, ProxyMetrics
 from fetchlat.protocol.connection import KafkaConnection
-from fetchlat.protocol.errors import DecodeError
 from fetchlat.protocol.framing import DEFAULT_MAX_FRAME_BYTES
 from fetchlat.protocol.rewrite import ResponseRewriter
 from fetchlat.protocol.routed import flexible_ranges, route_ranges, whole_ranges
 from fetchlat.proxy import clock
+from fetchlat.proxy.relayed import held_answer
 
 
 def hostport(s: str) -> tuple[str, int]:
@@ -157,14 +157,9 @@ class Spike:
         """An answer the core holds whole: rewritten, or as it came where the rewriter changes
         nothing or cannot read it (the proxy forwards those untouched too)."""
         assert self.rewriter is not None
-        try:
-            res = self.rewriter.rewrite(api[0], api[1], memoryview(frame)[4:])
-        except DecodeError:
-            self.relay.answer(cid, frame)
-            return
-        body = res.body
-        self.relay.answer(cid, frame if body is None else len(body).to_bytes(4, "big") + body)
-        if res.topic_ids or res.leaders:
+        answer, res = held_answer(self.rewriter, frame, api)
+        self.relay.answer(cid, answer)
+        if res is not None and (res.topic_ids or res.leaders):
             self.observer.model.cluster.learn_topic_ids(tuple(res.topic_ids))
             self.observer.model.cluster.learn_leaders(tuple(res.leaders))
 

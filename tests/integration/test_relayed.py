@@ -22,6 +22,7 @@ from fetchlat.protocol import apis
 from .conftest import TANSU_NODE_ID, Broker, ProxyProc, free_ports, run_tansu, start_proxy, stop_proxy
 from .test_model_live import follower_fetch, samples
 from .test_routing import Client
+from .traffic import expected, roundtrip
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(native.core() is None, reason=f"native core not loaded: {native.reason()}")]
@@ -105,41 +106,19 @@ def rows(directory: Path, table: str) -> list[dict[str, Any]]:
 
 
 def test_the_core_carries_real_clients_and_counts_what_the_event_loop_counts(sidecars: Sidecars) -> None:
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-    from confluent_kafka.admin import AdminClient, NewTopic
-
     n, o = sidecars.native, sidecars.loop
     topic = f"relay-{uuid.uuid4().hex[:6]}"
-    admin = AdminClient({"bootstrap.servers": n.bootstrap})
-    for f in admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)]).values():
-        f.result(timeout=20)
-    p = Producer({"bootstrap.servers": n.bootstrap, "linger.ms": 0})
-    for i in range(20):
-        p.produce(topic, value=f"v{i}".encode())
-        p.poll(0)
-    assert p.flush(15) == 0
-    c = Consumer({"bootstrap.servers": n.bootstrap, "group.id": f"g-{topic}", "fetch.wait.max.ms": 100})
-    c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])  # no group join: Tansu's take ~20 s
-    got: list[bytes] = []
-    relayed_seen = 0
-    for _ in range(100):  # bounded: 100 polls of at most 0.2 s
-        m = c.poll(0.2)
-        if m is not None and m.error() is None:
-            got.append(m.value())
-        relayed_seen = max(relayed_seen, int(n.health()["relayed"]))
-        if len(got) == 20:
-            break
-    c.close()
-    assert got == [f"v{i}".encode() for i in range(20)]  # every record, in order, through the core
-    assert relayed_seen >= 1, "no connection of the real clients was handed to the core"
+    # every record, in order, through the core (the clients' handles go, and their connections, on return)
+    assert roundtrip(n.bootstrap, topic, n=20) == expected(topic, 20)
+    handovers = samples(n, "fetchlat_relay_handovers_total")[()]
+    assert handovers >= 2, "the real clients' connections were not handed to the core"
     fetches = samples(n, "fetchlat_fetches_total")
     assert sum(v for k, v in fetches.items() if dict(k)["kind"] == "consumer") >= 1
-
-    del p, admin  # their connections go (librdkafka closes them as the handles are destroyed)
     gone_by = time.monotonic() + 10
     while n.health()["connections"] and time.monotonic() < gone_by:
         time.sleep(0.1)
     assert n.health()["connections"] == 0, "real clients' connections outlived them"
+    assert samples(n, "fetchlat_connections_relayed")[()] == 0
 
     # the same scripted conversation through both sidecars: the same counts and trace rows
     for proxy in (n, o):  # the same connection for the topic's id through each
