@@ -17,7 +17,8 @@ batch: the per-read road has no Python on it), and gives each item to its connec
 ``Conversation``, which runs the same codec and observer as the asyncio road: the samples and
 trace rows are the same, made later. An ApiVersions answer is held whole by the core and
 answered from here at once (the sidecar's only rewrite: the cap of the versions it can read;
-every address passes unchanged). Every half second (``tick``) the core's counters and timers of
+every address passes unchanged); the core answers a repeat of one itself, as it was answered
+here. Every half second (``tick``) the core's counters and timers of
 each connection come back: the bytes counters, the idle, partial-frame and stalled-client
 timeouts (the connection's ``ConnectionPolicy`` decides, as on the asyncio road), the client RTT.
 
@@ -36,7 +37,9 @@ import contextlib
 import os
 from typing import Any, Final, Protocol
 
+from ..metrics.prom import ProxyMetrics
 from ..protocol import apis
+from ..protocol.apis import api_name
 from ..protocol.errors import DecodeError
 from ..protocol.rewrite import ResponseRewriter, RewriteResult
 from ..protocol.routed import Records, flexible_ranges, route_ranges, whole_ranges
@@ -72,8 +75,10 @@ def held_answer(rewriter: ResponseRewriter, frame: bytes, api: tuple[int, int]) 
 class RelayRoad:
     """The core's relay and the connections it carries, by the relay's id for them."""
 
-    def __init__(self, core: Any, max_frame_bytes: int, rewriter: ResponseRewriter) -> None:
+    def __init__(self, core: Any, max_frame_bytes: int, rewriter: ResponseRewriter, metrics: ProxyMetrics) -> None:
         self.rewriter = rewriter
+        self.metrics = metrics
+        self._memo_rewrites: dict[int, int] = {}  # the core's count of the rewrites it repeated, counted
         cap = rewriter.cap_versions
 
         def wants(api_key: int, api_version: int) -> bool:
@@ -144,12 +149,20 @@ class RelayRoad:
                                None if records is None else (records, ids), counts)
 
     def _answer(self, conn: int, frame: bytes, api: tuple[int, int]) -> None:
-        self.relay.answer(conn, held_answer(self.rewriter, frame, api)[0])
+        answer, res = held_answer(self.rewriter, frame, api)
+        self.relay.answer(conn, answer)  # the core answers the same again itself (relay.rs, Memo)
+        if res is not None and res.body is not None:
+            self.metrics.rewrites.labels(api_name(api[0])).inc()
 
     # ------------------------------------------------------------------ timers
     def tick(self, now_ns: int) -> None:
         """The core's counters and timers of every connection it carries, to its conversation
         (the proxy's heartbeat, every half second): bytes, timeouts, the client RTT."""
+        seen = self._memo_rewrites
+        for key, n in self.relay.memo_rewrites().items():
+            if n > seen.get(key, 0):
+                self.metrics.rewrites.labels(api_name(key)).inc(n - seen.get(key, 0))
+                seen[key] = n
         conns = self.conns
         for conn, from_client, from_broker, read_ns, partial_ns, stalled_ns, rtt_ns in self.relay.timers():
             client = conns.get(conn)

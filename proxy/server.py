@@ -133,7 +133,7 @@ class Proxy:
             log.warning("relay: native asked for, not used: %s; the event loop carries every connection", why)
             return None
         assert self.core.rewriter is not None
-        return RelayRoad(core, cfg.max_frame_bytes, self.core.rewriter)
+        return RelayRoad(core, cfg.max_frame_bytes, self.core.rewriter, self.metrics)
 
     @staticmethod
     def _stamp_counts(counts: StampCounts, relay: RelayRoad | None) -> tuple[int, int]:

@@ -1,6 +1,7 @@
 //! A connection pair's reads and writes owned by the core: the step of the native road past
-//! `Wire` (`docs/architecture.md`, "The native core"), **a spike, not the proxy's road**
-//! (`bench/spike/native_relay.py` runs it; `docs/performance.md`, "A native relay").
+//! `Wire` (`docs/architecture.md`, "The native core"): the proxy's road for a sidecar's
+//! plaintext connections with `relay: native` (`proxy/relayed.py`), and the spike's
+//! (`bench/spike/native_relay.py`; `docs/performance.md`, "A native relay").
 //!
 //! One thread of its own runs an epoll loop over the connection pairs handed to it (`add`): it
 //! reads a side (the broker's with the kernel's receive stamp, `recv_stamped`), frames it with
@@ -14,7 +15,9 @@
 //! nothing of one, nor of what follows it, goes to the client until Python has answered it
 //! (`answer`), the frame it is given going in its place. The whole answer is queued as a
 //! `REWRITE` item, and `urgent_fd` is written, so Python answers at once rather than at its
-//! next batch; the broker is not read meanwhile.
+//! next batch; the broker is not read meanwhile. A repeat of an answer Python gave (the same
+//! request key and version, the same bytes past the correlation id: a sidecar's every
+//! ApiVersions) is answered by the core itself, as Python answered it (`Memo`).
 //!
 //! What it does not do (the Python road's, where the proxy is): TLS, SASL's raw tokens (after a
 //! SaslHandshake v0 the Python road is fed every byte, and only observes), hold a request while
@@ -65,7 +68,8 @@ struct Item {
     reason: String,
     /// a REWRITE's request: (api key, api version)
     api: Option<(i16, i16)>,
-    /// the bytes read from the client and from the broker since the pair was added
+    /// the bytes read from the client, and written to it (the broker's, an answer held whole
+    /// counted as the answer written in its place), since the pair was added
     counts: (u64, u64),
 }
 
@@ -112,8 +116,56 @@ const RTT_EVERY_NS: i64 = 1_000_000_000;
 /// What waits for a side's socket, in order.
 enum Seg {
     Bytes(Vec<u8>),
-    /// an answer held whole: `asked` once it is whole and Python has it (`answer` replaces it)
-    Answer { asked: bool },
+    /// an answer held whole: `asked` once it is whole and Python has it (`answer` replaces it);
+    /// `key` what the memo would know it by (its request's key and version, its bytes past the
+    /// correlation id)
+    Answer { asked: bool, key: Option<(i16, i16, Vec<u8>)> },
+}
+
+/// Python's answers to the answers held whole, by what they answered: a repeat (the same api,
+/// version and bytes past the correlation id: every connection's ApiVersions) is answered by the
+/// core at once, with the repeat's own correlation id, as Python answered the first.
+/// `MEMO_ENTRIES` answers at most, each of `MEMO_MAX_BYTES` at most (the rewriter's own cache's bounds).
+struct Memo {
+    entries: VecDeque<Remembered>,
+}
+
+struct Remembered {
+    api: (i16, i16),
+    asked: Vec<u8>,
+    answer: Vec<u8>,
+    rewritten: bool,
+}
+
+const MEMO_ENTRIES: usize = 64;
+const MEMO_MAX_BYTES: usize = 256 << 10;
+
+impl Memo {
+    /// The frame (size prefix included) answering `whole` (a held answer, size prefix included),
+    /// if Python answered the same before; and whether that answer was a rewrite.
+    fn answer(&self, api: (i16, i16), whole: &[u8]) -> Option<(Vec<u8>, bool)> {
+        let body = whole.get(8..)?;
+        let m = self.entries.iter().find(|m| m.api == api && m.asked == body)?;
+        let mut frame = Vec::with_capacity(8 + m.answer.len());
+        frame.extend_from_slice(&((4 + m.answer.len()) as u32).to_be_bytes());
+        frame.extend_from_slice(&whole[4..8]);
+        frame.extend_from_slice(&m.answer);
+        Some((frame, m.rewritten))
+    }
+
+    fn remember(&mut self, key: (i16, i16, Vec<u8>), frame: &[u8]) {
+        let (k, v, asked) = key;
+        let Some(answer) = frame.get(8..) else { return };
+        if asked.len() > MEMO_MAX_BYTES || answer.len() > MEMO_MAX_BYTES
+            || self.entries.iter().any(|m| m.api == (k, v) && m.asked == asked) {
+            return;
+        }
+        if self.entries.len() >= MEMO_ENTRIES {
+            self.entries.pop_front(); // the oldest
+        }
+        let rewritten = answer != asked.as_slice();
+        self.entries.push_back(Remembered { api: (k, v), asked, answer: answer.to_vec(), rewritten });
+    }
 }
 
 struct Side {
@@ -125,7 +177,7 @@ impl Side {
     /// This side's queue lets the other side be read: nothing waits, or only an answer held
     /// whole that is still arriving (its rest must be read).
     fn lets_other_read(&self) -> bool {
-        matches!((self.queue.len(), self.queue.front()), (0, _) | (1, Some(Seg::Answer { asked: false })))
+        matches!((self.queue.len(), self.queue.front()), (0, _) | (1, Some(Seg::Answer { asked: false, .. })))
     }
 
     /// Writes what it can of the queue, up to an answer not given yet.
@@ -164,6 +216,8 @@ struct Shared {
     /// reads of broker sockets stamped by the kernel, and by the clock (no stamp came with them)
     kernel_reads: AtomicU64,
     clock_reads: AtomicU64,
+    /// the answers the memo rewrote, by api key
+    memo_rewrites: Mutex<HashMap<i16, u64>>,
     stop: AtomicBool,
     wake_fd: RawFd,
     notify_fd: RawFd,
@@ -257,6 +311,7 @@ struct Looper {
     flexible: Ranges,
     observed: Ranges,
     whole: Vec<(i16, i16, i16)>,
+    memo: Memo,
 }
 
 impl Looper {
@@ -383,7 +438,9 @@ impl Looper {
                 partial.store(t_ns, Ordering::Relaxed);
             }
         } else {
-            stats.from_broker.fetch_add(n as u64, Ordering::Relaxed);
+            // what goes to the client: an answer held whole is counted when its answer is written in its place
+            let held: usize = out.whole.iter().map(|&(start, end, _)| end - start).sum();
+            stats.from_broker.fetch_add((n - held.min(n)) as u64, Ordering::Relaxed);
         }
         let write_err = if side == CLIENT { "write to the broker" } else { "write to the client" };
         // the bytes as read go on first (but for answers held whole); what Python must see of them after
@@ -399,15 +456,30 @@ impl Looper {
                     to.queue.push_back(Seg::Bytes(data[at..start].to_vec()));
                 }
                 if p.whole.is_empty() {
-                    to.queue.push_back(Seg::Answer { asked: false });
+                    to.queue.push_back(Seg::Answer { asked: false, key: None });
                 }
                 p.whole.extend_from_slice(&data[start..end]);
                 if let Some(api) = ends {
-                    if let Some(Seg::Answer { asked }) = to.queue.iter_mut().rev().find(|s| matches!(s, Seg::Answer { .. })) {
-                        *asked = true;
+                    let whole = std::mem::take(&mut p.whole);
+                    let known = self.memo.answer(api, &whole);
+                    let slot = to.queue.iter_mut().rev().find(|s| matches!(s, Seg::Answer { .. }));
+                    match (known, slot) {
+                        (Some((frame, rewritten)), Some(slot)) => {
+                            p.stats.from_broker.fetch_add(frame.len() as u64, Ordering::Relaxed);
+                            *slot = Seg::Bytes(frame);
+                            if rewritten {
+                                *self.shared.memo_rewrites.lock().unwrap().entry(api.0).or_insert(0) += 1;
+                            }
+                        }
+                        (_, slot) => {
+                            if let Some(Seg::Answer { asked, key }) = slot {
+                                *asked = true;
+                                *key = whole.get(8..).map(|b| (api.0, api.1, b.to_vec()));
+                            }
+                            items.push(Item { conn: id, kind: REWRITE, t_ns, t_written_ns: t_ns, python: whole,
+                                              records: None, reason: String::new(), api: Some(api), counts: (0, 0) });
+                        }
                     }
-                    items.push(Item { conn: id, kind: REWRITE, t_ns, t_written_ns: t_ns, python: std::mem::take(&mut p.whole),
-                                      records: None, reason: String::new(), api: Some(api), counts: (0, 0) });
                 }
                 at = end;
             }
@@ -450,8 +522,12 @@ impl Looper {
         let answers = std::mem::take(&mut *self.shared.answers.lock().unwrap());
         for (id, frame) in answers {
             let Some(p) = self.pairs.get_mut(&id) else { continue };
-            let slot = p.client.queue.iter_mut().find(|s| matches!(s, Seg::Answer { asked: true }));
+            let slot = p.client.queue.iter_mut().find(|s| matches!(s, Seg::Answer { asked: true, .. }));
             let Some(slot) = slot else { continue }; // nothing asked: an answer to nothing is dropped
+            if let Seg::Answer { key: Some(key), .. } = std::mem::replace(slot, Seg::Bytes(Vec::new())) {
+                self.memo.remember(key, &frame);
+            }
+            p.stats.from_broker.fetch_add(frame.len() as u64, Ordering::Relaxed);
             *slot = Seg::Bytes(frame);
             if let Err(e) = p.client.flush() {
                 self.close(id, format!("write to the client: {e}"));
@@ -532,12 +608,13 @@ impl PyRelay {
         let shared = Arc::new(Shared { queue: Mutex::new(Vec::new()), added: Mutex::new(Vec::new()),
                                        answers: Mutex::new(Vec::new()), ends: Mutex::new(Vec::new()),
                                        stats: Mutex::new(HashMap::new()), kernel_reads: AtomicU64::new(0),
-                                       clock_reads: AtomicU64::new(0), stop: AtomicBool::new(false),
+                                       clock_reads: AtomicU64::new(0), memo_rewrites: Mutex::new(HashMap::new()),
+                                       stop: AtomicBool::new(false),
                                        wake_fd: eventfd()?, notify_fd: eventfd()?, urgent_fd: eventfd()? });
         epoll_set(ep, libc::EPOLL_CTL_ADD, shared.wake_fd, libc::EPOLLIN as u32, WAKE);
         let mut looper = Looper { shared: shared.clone(), ep, pairs: HashMap::new(), buf: vec![0; READ_BYTES],
                                   max_frame: max_frame_bytes, flexible: Ranges::new(&flexible),
-                                  observed: Ranges::new(&observed), whole };
+                                  observed: Ranges::new(&observed), whole, memo: Memo { entries: VecDeque::new() } };
         let thread = std::thread::Builder::new().name("fetchlat-relay".into()).spawn(move || looper.run())
             .map_err(|e| PyOSError::new_err(e.to_string()))?;
         Ok(PyRelay { shared, thread: Some(thread), next_id: 1, ep })
@@ -560,7 +637,8 @@ impl PyRelay {
     }
 
     /// Every pair's `(conn, from_client, from_broker, client_read_ns, partial_since_ns,
-    /// stalled_since_ns, rtt_ns)`: the bytes read from each side so far, the last read of the
+    /// stalled_since_ns, rtt_ns)`: the bytes read from the client and those of the broker's
+    /// handed to the client (an answer held whole: its answer) so far, the last read of the
     /// client's, since when a request has been arriving (0: none is), since when bytes have
     /// waited for the client's socket (0: none wait), and the client connection's RTT (0: not
     /// read yet). Each figure is read apart (one pair's may be a read apart from each other).
@@ -572,6 +650,12 @@ impl PyRelay {
             (id, c, b, s.client_read_ns.load(Ordering::Relaxed), s.partial_since_ns.load(Ordering::Relaxed),
              s.stalled_since_ns.load(Ordering::Relaxed), s.rtt_ns.load(Ordering::Relaxed))
         }).collect()
+    }
+
+    /// The answers held whole that the core answered itself from Python's earlier answer to the
+    /// same, where that answer was a rewrite: `{api_key: count}` so far.
+    fn memo_rewrites(&self) -> HashMap<i16, u64> {
+        self.shared.memo_rewrites.lock().unwrap().clone()
     }
 
     /// The reads of broker sockets so far: `(stamped by the kernel, stamped by the clock)`.

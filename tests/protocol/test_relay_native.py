@@ -351,3 +351,28 @@ def test_bytes_waiting_for_a_client_that_does_not_read_mark_it_stalled(rig: Rig)
         except BlockingIOError:
             time.sleep(0.002)
     assert sent < len(frame)
+
+
+def test_a_repeat_of_an_answer_python_gave_is_answered_by_the_core_alone() -> None:
+    """Every connection's ApiVersions answer is the same bytes past its correlation id: Python
+    answers (caps) the first; the core answers the repeats itself, each with its own correlation
+    id, the very bytes the Python road writes, and counts them as rewrites."""
+    r = Rig(rewriter=REWRITER)
+    try:
+        got_items: list[tuple[object, ...]] = []
+        for corr in (7, 8, 9):
+            req = struct.pack(">hhih", 18, 0, corr, -1)
+            r.client.sendall(struct.pack(">i", len(req)) + req)
+            assert _recv_exactly(r.broker, 4 + len(req))[4:] == req
+            # Fetch advertised up to v99, past what the codec reads: the rewriter caps it
+            answer = struct.pack(">ihi", corr, 0, 1) + struct.pack(">hhh", 1, 0, 99)
+            r.broker.sendall(struct.pack(">i", len(answer)) + answer)
+            body = REWRITER.rewrite(18, 0, memoryview(answer)).body
+            assert body is not None and body != answer
+            want = len(body).to_bytes(4, "big") + body
+            assert _recv_answering(r, len(want)) == want
+            got_items += r.relay.drain()
+        r.drain_until(lambda: r.relay.memo_rewrites() == {18: 2}, "the core's count of its own answers")
+        assert r.relay.memo_rewrites() == {18: 2}  # the second and third: the core's, the first Python's
+    finally:
+        r.close()
