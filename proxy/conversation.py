@@ -377,6 +377,8 @@ class Conversation:
         for side in ("request", "response"):
             if reason.startswith(side + " "):
                 return False, self._framing_lost(side, FramingError(reason))
+        if reason.endswith("after the client's end of stream"):
+            return False, None  # expected: the client half-closed first
         return reason.startswith(("broker", "write to the broker")), None
 
     def rtt_due(self, now_ns: int) -> bool:

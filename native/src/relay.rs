@@ -21,8 +21,10 @@
 //!
 //! What it does not do (the Python road's, where the proxy is): TLS, SASL's raw tokens (after a
 //! SaslHandshake v0 the Python road is fed every byte, and only observes), hold a request while
-//! the broker connection is not up. A side that closes, errs or sends a frame the `Wire` refuses
-//! ends the pair; the queue says why.
+//! the broker connection is not up. A side that errs or sends a frame the `Wire` refuses, or a
+//! broker that closes, ends the pair; the queue says why. A client's end of stream is a
+//! half-close, passed on: the broker's write side is shut once what waits for it is written, and
+//! its answers still go back until it closes too.
 //!
 //! Back-pressure: bytes a side's socket does not take at once wait in its own queue, and the
 //! other side is not read until they are written. Every length the kernel returns is checked
@@ -204,6 +206,10 @@ struct Pair {
     armed: [u32; 2],
     wire: Wire,
     stats: Arc<Stats>,
+    /// the client ended its stream (a half-close): it is not read again, and the broker's write
+    /// side is shut once what waits for it is written (`shut`), as the event loop passes it on
+    client_eof: bool,
+    shut: bool,
 }
 
 struct Shared {
@@ -273,7 +279,7 @@ fn rearm(ep: RawFd, id: u64, p: &mut Pair) {
     let sides = [(CLIENT, &p.client, &p.broker), (BROKER, &p.broker, &p.client)];
     for (i, (side, me, other)) in sides.into_iter().enumerate() {
         let mut ev = 0u32;
-        if other.lets_other_read() {
+        if other.lets_other_read() && !(side == CLIENT && p.client_eof) {
             ev |= libc::EPOLLIN as u32;
         }
         if matches!(me.queue.front(), Some(Seg::Bytes(_))) {
@@ -283,6 +289,11 @@ fn rearm(ep: RawFd, id: u64, p: &mut Pair) {
             p.armed[i] = ev;
             epoll_set(ep, libc::EPOLL_CTL_MOD, me.fd, ev, id << 1 | side);
         }
+    }
+    if p.client_eof && !p.shut && p.broker.queue.is_empty() {
+        p.shut = true;
+        // SAFETY: the pair's own fd
+        unsafe { libc::shutdown(p.broker.fd, libc::SHUT_WR) };
     }
     let waits = matches!(p.client.queue.front(), Some(Seg::Bytes(_)));
     let since = &p.stats.stalled_since_ns;
@@ -372,7 +383,8 @@ impl Looper {
             self.shared.stats.lock().unwrap().insert(id, stats.clone());
             self.pairs.insert(id, Pair { client: Side { fd: cfd, queue: VecDeque::new() },
                                          broker: Side { fd: bfd, queue: VecDeque::new() }, whole: Vec::new(),
-                                         armed: [libc::EPOLLIN as u32; 2], wire, stats });
+                                         armed: [libc::EPOLLIN as u32; 2], wire, stats, client_eof: false,
+                                         shut: false });
         }
     }
 
@@ -419,8 +431,13 @@ impl Looper {
             ((r as usize).min(self.buf.len()), mono_ns())
         };
         if n == 0 {
-            let who = if side == CLIENT { "client" } else { "broker" };
-            return Err(format!("{who} closed the connection"));
+            if side == CLIENT {
+                p.client_eof = true;  // a half-close, passed on: the answers still come back
+                rearm(self.ep, id, p);
+                return Ok(());
+            }
+            return Err(if p.client_eof { "broker closed the connection after the client's end of stream".into() }
+                       else { "broker closed the connection".into() });
         }
         let data = &self.buf[..n];
         let mut out = Routed::default();

@@ -376,3 +376,19 @@ def test_a_repeat_of_an_answer_python_gave_is_answered_by_the_core_alone() -> No
         assert r.relay.memo_rewrites() == {18: 2}  # the second and third: the core's, the first Python's
     finally:
         r.close()
+
+
+def test_a_clients_half_close_is_passed_on_and_the_answer_still_comes_back(rig: Rig) -> None:
+    req = struct.pack(">hhih", 18, 0, 7, -1)
+    rig.client.sendall(struct.pack(">i", len(req)) + req)
+    rig.client.shutdown(socket.SHUT_WR)  # the client's end of stream, its read side still open
+    assert _recv_exactly(rig.broker, 4 + len(req))[4:] == req
+    assert rig.broker.recv(1) == b""  # the end of stream went on to the broker
+    answer = struct.pack(">i", 7) + b"\x00" * 12
+    rig.broker.sendall(struct.pack(">i", len(answer)) + answer)
+    assert _recv_exactly(rig.client, 4 + len(answer))[4:] == answer
+    rig.broker.close()
+    rig.drain_until(lambda: any(it[1] == rig.kinds[2] for it in rig.items), "end of the pair")
+    assert [it[7] for it in rig.items if it[1] == rig.kinds[2]] == [
+        "broker closed the connection after the client's end of stream"]
+    assert rig.client.recv(1) == b""
