@@ -392,3 +392,21 @@ def test_a_clients_half_close_is_passed_on_and_the_answer_still_comes_back(rig: 
     assert [it[7] for it in rig.items if it[1] == rig.kinds[2]] == [
         "broker closed the connection after the client's end of stream"]
     assert rig.client.recv(1) == b""
+
+
+def test_a_broker_that_closes_with_bytes_still_waiting_for_the_client_has_them_written_first(rig: Rig) -> None:
+    """The broker's end of stream is read only once what waits for the client is written (the
+    broker is not read meanwhile: back-pressure), so the close loses none of the answer."""
+    req = struct.pack(">hhih", 18, 0, 7, -1)
+    rig.client.sendall(struct.pack(">i", len(req)) + req)
+    assert _recv_exactly(rig.broker, 4 + len(req))[4:] == req
+    body = struct.pack(">i", 7) + bytes(range(256)) * (64 * 1024)  # 16 MiB: the client's socket cannot take it at once
+    frame = struct.pack(">i", len(body)) + body
+    t = threading.Thread(target=lambda: (rig.broker.sendall(frame), rig.broker.close()))
+    t.start()
+    time.sleep(0.3)  # the broker's close arrives while most of the answer waits for the client
+    assert _recv_exactly(rig.client, len(frame)) == frame
+    t.join(DEADLINE_S)
+    assert rig.client.recv(1) == b""
+    rig.drain_until(lambda: any(it[1] == rig.kinds[2] for it in rig.items), "end of the pair")
+    assert [it[7] for it in rig.items if it[1] == rig.kinds[2]] == ["broker closed the connection"]
