@@ -112,6 +112,7 @@ def target(kind: str, work: Path, broker: str = "tansu") -> Iterator[tuple[int, 
             pid = procs[-1].pid if procs else None
             if kind.startswith("fetchlat") and pid is not None:
                 settle_calibration(front, broker_port, pid)
+                check_build(kind, pid)
             yield front if kind != "direct" else broker_port, pid, broker_port
     finally:
         stop_processes(procs)
@@ -171,6 +172,17 @@ def _front(kind: str, work: Path, base: int, front: int, broker_port: int, sidec
 
 CALIBRATION_QUIET_S = 2.0  # no probe for this long: the start-up's fast probing is over
 CALIBRATION_SETTLE_S = 40.0
+
+
+def check_build(kind: str, pid: int) -> None:
+    """The build a fetchlat path runs is the one it names (``fetchlat_build_info{hot_path}``): an
+    edited checkout whose compiled build is stale runs every hot module as Python, and would be
+    measured as the compiled one."""
+    want = "python" if kind == "fetchlat-py" else "compiled" if kind == NO_CORE else "native"
+    line = next((ln for ln in metrics_text(pid).splitlines() if ln.startswith("fetchlat_build_info{")), "")
+    if f'hot_path="{want}"' not in line:
+        raise SystemExit(f"{kind}: the proxy runs another build than the path names ({line or 'no build_info'}); "
+                         "rebuild (make) before measuring")
 
 
 def metrics_text(pid: int) -> str:
