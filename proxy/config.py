@@ -15,6 +15,9 @@ import yaml
 from ..metrics.model import DEFAULT_EXPIRY_OVERSHOOT_NS
 from ..protocol.framing import DEFAULT_MAX_FRAME_BYTES
 
+RELAY_CHOICES = ("auto", "native", "off")
+DEFAULT_RELAY = "off"  # who carries a sidecar's connections after their first answer (proxy/relayed.py)
+
 DEFAULT_METRICS_LISTEN = "127.0.0.1:9464"
 
 
@@ -98,8 +101,9 @@ class Config:
     upstream_server_hostname: str | None = None  # name to verify instead of the broker's host
     stamps: str = "kernel"  # where responses' receive stamps come from: kernel (where possible) or clock
     # who carries a sidecar's plaintext connections after their first answer: the native core's
-    # relay (proxy/relayed.py) or, off, the event loop all the way
-    relay: str = "off"
+    # relay (proxy/relayed.py; auto: where it can, native: and say so where it cannot) or, off,
+    # the event loop all the way
+    relay: str = DEFAULT_RELAY
 
     def node_listen(self, node_id: int) -> HostPort | None:
         o = self.nodes.get(node_id)
@@ -187,9 +191,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("stamps", "where a response's receive time comes from: kernel (each packet's arrival, Linux "
                       "SO_TIMESTAMPNS; the default, clock where it is not possible) or clock (read when the event "
                       "loop gets to it)", flag=True, env=True),
-    Setting("relay", "native: a sidecar's plaintext connections are carried by the native core's own thread after "
-                     "their first answer, with Python off the per-read road (docs/architecture.md); off (the "
-                     "default): the event loop carries them all the way", flag=True, env=True),
+    Setting("relay", "who carries a sidecar's plaintext connections after their first answer: auto (the native "
+                     "core's own thread where it is built, with Python off the per-read road; docs/proxy.md), "
+                     "native (the same, with a warning where it cannot), off (the event loop all the way); "
+                     f"default {DEFAULT_RELAY}", flag=True, env=True),
     Setting("proxy_id", "names this proxy in traces (default host:listen_port)"),
     Setting("nodes", "per-node overrides: {id: {listen: HOST:PORT, advertise: HOST:PORT, remote: bool}}"),
     Setting("connect_timeout_s", "how long one connection attempt to a broker may take (default 10)"),
@@ -269,8 +274,8 @@ def _tag(raw: Any) -> int | None:
 
 def _relay(raw: Any) -> str:
     value = str(raw).strip().lower()
-    if value not in ("native", "off"):
-        raise ConfigError(f"relay: '{raw}' is not one of native, off")
+    if value not in RELAY_CHOICES:
+        raise ConfigError(f"relay: '{raw}' is not one of {', '.join(RELAY_CHOICES)}")
     return value
 
 
@@ -396,7 +401,7 @@ def load_config(cli: dict[str, Any], env: dict[str, str] | None = None) -> Confi
         upstream_key=_readable(merged.get("upstream_key"), "upstream_key"),
         upstream_server_hostname=merged.get("upstream_server_hostname") or None,
         stamps=_stamps(merged.get("stamps", "kernel")),
-        relay=_relay(merged.get("relay", "off")),
+        relay=_relay(merged.get("relay", DEFAULT_RELAY)),
         **{k: _positive_float(merged[k], k) for k in TIMEOUT_KEYS if k in merged},
     )
     for node_id in cfg.nodes:

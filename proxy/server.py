@@ -121,7 +121,7 @@ class Proxy:
     def _relay_road(self, cfg: Config, tls: bool) -> RelayRoad | None:
         """The native core's relay where ``relay: native`` asks for it and it can carry this
         proxy's connections (a sidecar, plaintext both ways, the core loaded); the log says why not."""
-        if cfg.relay != "native":
+        if cfg.relay == "off":
             return None
         core = native.core()
         why = ("it carries a sidecar's connections only (a proxy away from its brokers rewrites addresses)"
@@ -130,7 +130,8 @@ class Proxy:
                else f"the native core is not loaded: {native.reason()}" if core is None
                else "the native core has no relay (an older build)" if not hasattr(core, "Relay") else None)
         if why is not None:
-            log.warning("relay: native asked for, not used: %s; the event loop carries every connection", why)
+            log.log(logging.WARNING if cfg.relay == "native" else logging.INFO,
+                    "relay: %s, not used: %s; the event loop carries every connection", cfg.relay, why)
             return None
         assert self.core.rewriter is not None
         return RelayRoad(core, cfg.max_frame_bytes, self.core.rewriter, self.metrics)
@@ -240,7 +241,8 @@ class Proxy:
                  f" (fronting broker {self.cfg.sidecar_node}; addresses pass unchanged)" if self.cfg.sidecar else "")
         if self.relay is not None:
             self.relay.start(loop)
-            log.info("relay: native: the core's thread carries each connection after its first answer")
+            log.info("relay: %s: the native core's thread carries each connection after its first answer",
+                     self.cfg.relay)
         self._tick_due_ns = clock.now_ns() + TICK_NS
         self._tick_handle = loop.call_later(TICK_S, self._tick)
         self.metrics.loop_tasks.set_function(lambda: len(asyncio.all_tasks(loop)))  # read at scrape time

@@ -108,6 +108,16 @@ def test_sidecar_node_from_env_and_yaml(tmp_path: Path) -> None:
     assert not load_config(cli(upstream="b:1", listen="x:1"), env={}).sidecar
 
 
+def test_relay_by_default_and_when_asked() -> None:
+    from fetchlat.proxy.config import DEFAULT_RELAY
+
+    assert load_config(cli(upstream="b:1", listen="x:1"), env={}).relay == DEFAULT_RELAY
+    assert load_config(cli(upstream="b:1", listen="x:1"), env={"FETCHLAT_RELAY": "Native"}).relay == "native"
+    assert load_config(cli(upstream="b:1", listen="x:1", relay="off"), env={"FETCHLAT_RELAY": "auto"}).relay == "off"
+    with pytest.raises(ConfigError, match="relay: 'uring' is not one of auto, native, off"):
+        load_config(cli(upstream="b:1", listen="x:1", relay="uring"), env={})
+
+
 def test_stamps_kernel_by_default_clock_when_asked() -> None:
     assert load_config(cli(upstream="b:1", listen="x:1"), env={}).stamps == "kernel"
     assert load_config(cli(upstream="b:1", listen="x:1"), env={"FETCHLAT_STAMPS": "Clock"}).stamps == "clock"
