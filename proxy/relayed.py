@@ -84,7 +84,9 @@ class RelayRoad:
         def wants(api_key: int, api_version: int) -> bool:
             return cap and api_key == apis.API_VERSIONS  # a sidecar's addresses pass unchanged
 
-        self.relay = core.Relay(max_frame_bytes, flexible_ranges(), route_ranges(wants), whole_ranges(wants))
+        # the Python road parses what the model reads (route_ranges without a rewriter); an
+        # ApiVersions answer is held whole for the cap, its exchange settled by the core alone
+        self.relay = core.Relay(max_frame_bytes, flexible_ranges(), route_ranges(None), whole_ranges(wants))
         self.from_client, self.from_broker, self.closed, self.rewrite = core.RELAY_KINDS
         self.conns: dict[int, Carried] = {}
         self._loop: asyncio.AbstractEventLoop | None = None

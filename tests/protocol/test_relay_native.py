@@ -43,12 +43,15 @@ def _pair() -> tuple[socket.socket, socket.socket]:
 class Rig:
     """A relay with one pair: ``client`` and ``broker`` are the test's ends."""
 
-    def __init__(self, max_frame: int = MAX_FRAME, rewriter: ResponseRewriter | None = None) -> None:
+    def __init__(self, max_frame: int = MAX_FRAME, rewriter: ResponseRewriter | None = None,
+                 route_held: bool = True) -> None:
+        """``route_held``: the answers held whole are the Python road's to parse too (the spike's
+        tables); otherwise they are held for the rewriter only (the proxy's, ``proxy/relayed.py``)."""
         core = native.core()
         assert core is not None
         self.kinds = core.RELAY_KINDS
         wants = None if rewriter is None else rewriter.wants
-        self.relay = core.Relay(max_frame, flexible_ranges(), route_ranges(wants),
+        self.relay = core.Relay(max_frame, flexible_ranges(), route_ranges(wants if route_held else None),
                                 [] if wants is None else whole_ranges(wants))
         relay_client, self.client = _pair()
         relay_broker, self.broker = _pair()
@@ -216,13 +219,15 @@ def test_a_client_that_does_not_read_holds_the_broker_back_then_gets_every_byte(
     rig.drain_until(lambda: _count(rig.items) >= 2, "the exchange's records")
 
 
+@pytest.mark.parametrize("route_held", [True, False], ids=["held-and-routed", "held-only"])
 @pytest.mark.parametrize("run", RUNS)
-def test_with_a_rewriter_the_client_gets_what_the_python_road_writes(run: str) -> None:
+def test_with_a_rewriter_the_client_gets_what_the_python_road_writes(run: str, route_held: bool) -> None:
     """The rewriter's answers are held whole and answered from Python (``REWRITE``, ``answer``):
     frame by frame, the client receives the very bytes the Python road with the same rewriter
-    forwards, and nothing of a held answer before it is answered."""
+    forwards, and nothing of a held answer before it is answered; whether the Python road parses
+    those exchanges too or the core settles them."""
     for frames in conversations(run).values():
-        r = Rig(rewriter=REWRITER)
+        r = Rig(rewriter=REWRITER, route_held=route_held)
         python = KafkaConnection(max_frame_bytes=MAX_FRAME, rewriter=REWRITER)
         try:
             for f in frames:
