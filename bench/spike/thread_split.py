@@ -64,7 +64,8 @@ def main() -> int:
         assert pid is not None, "a path with a process of its own"
         topic = f"rt-{uuid.uuid4().hex[:6]}"
         bp.create_topics(f"127.0.0.1:{port}", topic, topic + "-idle")
-        rt_port = port + 1 + bp.NODE if args.path.startswith("fetchlat") and args.broker == "tansu" else port
+        routes = args.path.startswith("fetchlat") and args.path not in (bp.RELAYED, bp.RELAYED_TRACED)
+        rt_port = port + 1 + bp.NODE if routes and args.broker == "tansu" else port
         before = tasks(pid)
         syscalls0 = _syscalls(pid)
         asyncio.run(bp.round_trips(rt_port, topic, args.round_trips, None, pid))
