@@ -168,7 +168,18 @@ def _traces(node: Setup) -> Path:
     """The traces of the test so far: the proxy's, or a cut of the capture measured."""
     if node.capture is not None:
         return node.capture.cut()
-    time.sleep(2.5)  # the sidecar closes its trace files every second
+    # the sidecar hands its rows to the writer once a second and closes its files every second:
+    # the rows are in once their count holds still for longer than that (bounded: 6 s; followers
+    # fetch on)
+    time.sleep(2.5)
+    seen, still_since, deadline = -1, time.monotonic(), time.monotonic() + 6
+    while time.monotonic() < deadline:
+        n = len(rl.trace_rows(node.traces))
+        if n != seen:
+            seen, still_since = n, time.monotonic()
+        elif time.monotonic() - still_since > 1.5:
+            break
+        time.sleep(0.25)
     return node.traces
 
 
