@@ -63,7 +63,8 @@ ROUTED = "fetchlat-routed"  # the native core reading every connection first (FE
 # and is fronted like haproxy in front of Kafka, where fetchlat is a sidecar); +traces: a row per request
 SPIKE, SPIKE_TRACED = "native-relay", "native-relay+traces"
 # the proxy itself as the broker's sidecar (on Tansu too) with relay: native (proxy/relayed.py): the native
-# core carries each connection after its first answer; +traces: a row per request
+# core carries each connection after its first answer; +traces: a row per request. Every other fetchlat
+# path runs with relay: off, the event loop all the way
 RELAYED, RELAYED_TRACED = "fetchlat-relay", "fetchlat-relay+traces"
 METRICS_PORTS: dict[int, int] = {}  # a fetchlat's pid -> its /metrics port
 NODE = 111  # Tansu's node id
@@ -154,7 +155,7 @@ def _front(kind: str, work: Path, base: int, front: int, broker_port: int, sidec
                    **({"FETCHLAT_ROUTED": "1"} if kind == ROUTED else {})}
             traces = ["--trace-dir", str(work / f"traces-{base}")] if kind in (TRACED, RELAYED_TRACED) else []
             node = "0" if broker == "kafka" else str(NODE)
-            relay = ["--relay", "native"] if kind in (RELAYED, RELAYED_TRACED) else []
+            relay = ["--relay", "native" if kind in (RELAYED, RELAYED_TRACED) else "off"]
             procs.append(subprocess.Popen(
                 [*wrap, sys.executable, "-m", "fetchlat.app", "proxy", "--upstream", f"127.0.0.1:{broker_port}",
                  "--listen", f"127.0.0.1:{front}", "--metrics-listen", f"127.0.0.1:{base + 1002}",

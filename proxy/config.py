@@ -16,7 +16,7 @@ from ..metrics.model import DEFAULT_EXPIRY_OVERSHOOT_NS
 from ..protocol.framing import DEFAULT_MAX_FRAME_BYTES
 
 RELAY_CHOICES = ("auto", "native", "off")
-DEFAULT_RELAY = "off"  # who carries a sidecar's connections after their first answer (proxy/relayed.py)
+DEFAULT_RELAY = "auto"  # who carries a sidecar's connections after their first answer (proxy/relayed.py)
 
 DEFAULT_METRICS_LISTEN = "127.0.0.1:9464"
 

@@ -119,7 +119,7 @@ class Proxy:
         metrics.brokers_known.set_function(lambda: len(self.registry.nodes))
 
     def _relay_road(self, cfg: Config, tls: bool) -> RelayRoad | None:
-        """The native core's relay where ``relay: native`` asks for it and it can carry this
+        """The native core's relay where ``relay`` (auto or native) asks for it and it can carry this
         proxy's connections (a sidecar, plaintext both ways, the core loaded); the log says why not."""
         if cfg.relay == "off":
             return None

@@ -56,7 +56,8 @@ def sidecars(tmp_path: Path) -> Iterator[Sidecars]:
         n = start_proxy(broker.bootstrap, tmp_path, *common, "--relay", "native", "--trace-dir",
                         str(traces["native"]), base=base)
         try:
-            o = start_proxy(broker.bootstrap, tmp_path, *common, "--trace-dir", str(traces["loop"]), base=other)
+            o = start_proxy(broker.bootstrap, tmp_path, *common, "--relay", "off", "--trace-dir", str(traces["loop"]),
+                            base=other)
             try:
                 yield Sidecars(broker, n, o, traces)
             finally:
@@ -136,6 +137,7 @@ def test_the_core_carries_real_clients_and_counts_what_the_event_loop_counts(sid
     # the core's reads of the broker are stamped by the kernel, and counted as the event loop's are
     assert samples(n, "fetchlat_stamps_total")[kernel] >= stamped.get(kernel, 0) + 7
     script(o.listen_port, topic, topic_id, check_relayed=None)
+    assert samples(o, "fetchlat_relay_handovers_total")[()] == 0  # the event loop's alone
     time.sleep(1.5)
     native_delta, loop_delta = delta(counted(n), before["native"]), delta(counted(o), before["loop"])
     assert native_delta == loop_delta
