@@ -329,7 +329,6 @@ class Conversation:
         """The core carries the connection: it passes every answer on as it came (it holds an
         ApiVersions whole for the rewriter itself), so the codec only reads what it is fed."""
         self.codec.responses.rewriter = None
-        self._relayed_in = self._relayed_out = 0
 
     def relayed(self, from_broker: bool, data: bytes, t_ns: int, t_written_ns: int, records: Records | None,
                 counts: tuple[int, int]) -> tuple[Action, ...]:

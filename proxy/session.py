@@ -221,9 +221,7 @@ class ClientSide:  # an asyncio protocol (duck-typed: a native class when compil
     def connection_lost(self, exc: Exception | None) -> None:
         if self.relay_id is not None:
             return  # the transport was dropped at the hand-over: the connection lives on in the core
-        self.closed = True
-        self.ctx.core.observer.metrics.connections_active.labels(self.listener).dec()
-        self.ctx.sessions.discard(self)
+        self._forget()
         if self.broker is not None:
             self.broker.close()
 
@@ -325,14 +323,19 @@ class ClientSide:  # an asyncio protocol (duck-typed: a native class when compil
         self.conv.relayed_timers(now_ns, counts, client_read_ns, partial_since_ns, stalled_since_ns, rtt_ns)
 
     def relayed_closed(self, reason: str, counts: tuple[int, int]) -> None:
-        """The core closed the connection (``reason``, in its words): the bookkeeping of
-        ``connection_lost``, and the broker's going reported as on the asyncio road."""
-        self.closed = True
+        """The core closed the connection (``reason``, in its words): the broker's going reported
+        as on the asyncio road, and the bookkeeping of ``connection_lost``."""
+        self.closed = True  # before the report: the connection must not be ended in the core again
         broker_went, refused = self.conv.relayed_end(reason, counts)
         if refused is not None:
             log.log(refused.level, "%s", refused.message)
         elif broker_went:
             self.ctx.upstream_lost(self, None if reason == "broker closed the connection" else ConnectionError(reason))
+        self._forget()
+
+    def _forget(self) -> None:
+        """The connection is gone, whichever road carried it: closed, and no longer counted or held."""
+        self.closed = True
         self.ctx.core.observer.metrics.connections_active.labels(self.listener).dec()
         self.ctx.sessions.discard(self)
 
