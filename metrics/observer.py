@@ -21,7 +21,6 @@ Owns: which events become which samples and rows. Must never: read clocks, do I/
 from __future__ import annotations
 
 import dataclasses
-from struct import iter_unpack
 from typing import TypeVar
 
 from ..protocol.apis import API_VERSIONS, DESCRIBE_CLUSTER, FIND_COORDINATOR, LIST_OFFSETS, METADATA, api_name
@@ -38,7 +37,7 @@ from ..protocol.events import (
 )
 from ..protocol.inflight import observed
 from ..protocol.requests import UNREADABLE_HEADER
-from ..protocol.routed import HEADER_UNREADABLE, KIND_REQUEST, RECORD_FORMAT, ROUTED
+from ..protocol.routed import HEADER_UNREADABLE, KIND_REQUEST, RECORD_BYTES, ROUTED, record_at
 from .fast import CounterChild, HistogramChild
 from .model import DEFAULT_EXPIRY_OVERSHOOT_NS, LatencyModel
 from .prom import FetchMetrics, ProxyMetrics
@@ -199,7 +198,8 @@ class ConnectionObserver:
         notable = False
         at, n = 0, len(events)
         names: list[str | None] | None = None
-        for kind, corr, key, ver, cid, size, flags, t_req, _first, t_last in iter_unpack(RECORD_FORMAT, raw):
+        for off in range(0, len(raw) - RECORD_BYTES + 1, RECORD_BYTES):
+            kind, corr, key, ver, cid, size, flags, t_req, _first, t_last = record_at(raw, off)
             if flags & ROUTED:
                 end = at
                 terminal = RequestSeen if kind == KIND_REQUEST else ResponseSeen

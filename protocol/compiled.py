@@ -67,6 +67,7 @@ HOT: Final = (
     "fetchlat.proxy.registry",
     "fetchlat.proxy.conversation",
     "fetchlat.proxy.stamps",
+    "fetchlat.proxy.relayed",
     "fetchlat.proxy.session",
 )
 MANIFEST: Final = "hot_sources.json"

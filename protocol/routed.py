@@ -31,8 +31,12 @@ from __future__ import annotations
 
 import functools
 import os
+import struct
+import sys
 from collections.abc import Callable
 from typing import Any, Final
+
+from librt.strings import read_i64_le
 
 from .. import native
 from . import apis
@@ -41,6 +45,7 @@ from .errors import FramingError
 from .events import Event
 from .framing import Segment
 from .inflight import observed
+from .primitives import NATIVE
 
 ROUTED_ENV: Final = "FETCHLAT_ROUTED"
 
@@ -55,6 +60,11 @@ def enabled() -> bool:
 # request's stamp, the answer's first and last stamps. ``test_routed.py`` holds these to the core's.
 RECORD_WIDTH: Final = 10
 RECORD_FORMAT: Final = f"={RECORD_WIDTH}q"
+RECORD: Final = struct.Struct(RECORD_FORMAT)
+RECORD_BYTES: Final = RECORD_WIDTH * 8
+# the compiled build on a little-endian machine reads the fields in place (librt's reader: plain
+# loads, no tuple of boxed ints per record); elsewhere the struct unpacks them
+IN_PLACE: Final = NATIVE and sys.byteorder == "little"
 KIND_REQUEST: Final = 1
 KIND_RESPONSE: Final = 2
 EXPECTS_RESPONSE: Final = 1
@@ -71,6 +81,18 @@ BOTTOM_VERSION: Final = -0x8000
 NO_EVENTS: Final[list[Event]] = []
 NO_SPANS: Final[list[tuple[int, int]]] = []
 Records = tuple[bytes, list[bytes]]  # the core's records (RECORD_FORMAT each) and the client ids they index
+
+
+def record_at(raw: bytes, at: int) -> tuple[int, int, int, int, int, int, int, int, int, int]:
+    """The record at byte ``at`` of ``raw`` (the core's records: RECORD_FORMAT each) as its ten
+    fields; the compiled build returns them as a C struct of machine integers."""
+    if IN_PLACE:
+        return (read_i64_le(raw, at), read_i64_le(raw, at + 8), read_i64_le(raw, at + 16),
+                read_i64_le(raw, at + 24), read_i64_le(raw, at + 32), read_i64_le(raw, at + 40),
+                read_i64_le(raw, at + 48), read_i64_le(raw, at + 56), read_i64_le(raw, at + 64),
+                read_i64_le(raw, at + 72))
+    got: tuple[int, int, int, int, int, int, int, int, int, int] = RECORD.unpack_from(raw, at)
+    return got
 
 
 def route_ranges(wants: Callable[[int, int], bool] | None) -> list[tuple[int, int, int]]:

@@ -48,7 +48,8 @@ BATCH_S: Final = 0.005  # how long a batch gathers after its first item (an answ
 
 
 class Carried(Protocol):
-    """What the road needs of a connection it carries (``session.ClientSide``)."""
+    """What the road needs of a connection it carries (``session.ClientSide``; session imports
+    this module's type, so this one names what it calls instead of importing it)."""
 
     def relayed(self, from_broker: bool, data: bytes, t_ns: int, t_written_ns: int, records: Records | None,
                 counts: tuple[int, int]) -> None: ...
@@ -89,8 +90,10 @@ class RelayRoad:
         self.relay = core.Relay(max_frame_bytes, flexible_ranges(), route_ranges(None), whole_ranges(wants))
         self.from_client, self.from_broker, self.closed, self.rewrite = core.RELAY_KINDS
         self.conns: dict[int, Carried] = {}
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._due: asyncio.TimerHandle | None = None
+        # Any: the compiled build checks what a call returns against its declared type, and
+        # uvloop's loop gives its own handles (not asyncio's) and None from remove_reader
+        self._loop: Any = None
+        self._due: Any = None
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop

@@ -290,7 +290,7 @@ pub struct Wire {
     max_frame: i64,
     flexible: Ranges,
     observed: Ranges,
-    // the answers the caller holds whole (empty unless `hold_whole` set it): routed too
+    // the answers the caller holds whole (empty unless `hold_whole` set it), routed or not
     whole: Ranges,
     last_client: Option<Arc<[u8]>>,
     // requests: the size prefix so far, what is left of the frame, its first bytes, its route
@@ -354,10 +354,11 @@ impl Wire {
     }
 
     /// A request goes to the Python road too: the Python road parses its body (`OBSERVED`), or
-    /// it is a SaslHandshake v0 (its answer may turn the connection to raw SASL tokens).
+    /// it is a SaslHandshake v0 (its answer may turn the connection to raw SASL tokens). An answer
+    /// held whole (`hold_whole`) is not routed for that: the caller rewrites it, and its exchange
+    /// is the core's unless `observed` names it too.
     fn routes(&self, key: i16, version: i16) -> bool {
         self.observed.contains(key, version) || (key == SASL_HANDSHAKE && version == 0)
-            || self.whole.contains(key, version)
     }
 
     /// Requests: `requests.py`'s `RequestDecoder.receive`, the bytes the client sent at `t_ns`;
@@ -551,9 +552,9 @@ impl Wire {
                 pos += take;
                 if self.rs_route == Route::Python {
                     out.span(at, pos);
-                    if self.rs_whole {
-                        out.whole_span(at, pos);
-                    }
+                }
+                if self.rs_whole {
+                    out.whole_span(at, pos);
                 }
                 if self.rs_prefix.len() == want {
                     self.start(t_ns)?;
@@ -569,9 +570,9 @@ impl Wire {
             self.rs_left -= take;
             if self.rs_route == Route::Python {
                 out.span(at, pos);
-                if self.rs_whole {
-                    out.whole_span(at, pos);
-                }
+            }
+            if self.rs_whole {
+                out.whole_span(at, pos);
             }
             if self.rs_left == 0 {
                 self.end_answer(t_ns, out);

@@ -17,6 +17,8 @@ from fetchlat.protocol.framing import request_frame, response_frame
 from fetchlat.protocol.rewrite import ResponseRewriter
 from fetchlat.protocol.routed import BOTTOM_VERSION, TOP_VERSION, RoutedConnection, route_ranges, whole_ranges
 from fetchlat.protocol.schema import load
+from hypothesis import given
+from hypothesis import strategies as st
 
 from testkit.captures import RUNS, conversations
 from testkit.wire_roads import MAX_FRAME, Chunk, routed_disagreement
@@ -173,3 +175,12 @@ def test_every_captured_conversation_read_both_ways_agrees(run: str) -> None:
         for chunks in (whole, bytewise):
             assert routed_disagreement(chunks) is None
             assert routed_disagreement(chunks, REWRITER) is None
+
+
+@given(st.lists(st.tuples(*[st.integers(-(1 << 63), (1 << 63) - 1)] * routed.RECORD_WIDTH), max_size=5),
+       st.integers(0, 3))
+def test_a_record_is_read_as_the_core_wrote_it(records: list[tuple[int, ...]], lead: int) -> None:
+    """``record_at`` (in place in the compiled build, unpacked in the pure one) gives back every
+    field of every record, from any offset."""
+    raw = b"\0" * lead * 8 + b"".join(struct.pack(routed.RECORD_FORMAT, *r) for r in records)
+    assert [routed.record_at(raw, lead * 8 + i * routed.RECORD_BYTES) for i in range(len(records))] == records
