@@ -53,7 +53,7 @@ IMPORTS = {
         "from .stream import (\n"
         "    BATCH_HEADER_BYTES,\n    CONTROL_BATCH,\n    MAX_ARRAY,\n    NO_TAGS,\n"
         "    TIMESTAMP_TYPE_LOG_APPEND,\n    WALK,\n"
-        "    WALK_WHOLE,\n    BatchStats,\n    Reader,\n    batch_header,\n    need_now,\n    uuid_of,\n"
+        "    WALK_WHOLE,\n    BatchStats,\n    Reader,\n    batch_header,\n    need_now,\n    text_of,\n    uuid_of,\n"
         "    uvarint_here,\n    walk_native,\n    walk_whole_native,\n)\n"
         "from .stream import skip_now as skip_now  # the message twins call s.skip_now\n"
         "from .stream import uvarint_now as uvarint_now\n"

@@ -188,10 +188,32 @@ def string(r: Reader, flexible: bool) -> Parser[str | None]:
     if n < 0:
         return None
     p = yield from need(r, n)
-    try:
-        return bytes(r.buf[p : p + n]).decode("utf-8")
-    except UnicodeDecodeError:
-        raise DecodeError("string is not UTF-8") from None
+    raw = r.buf[p : p + n]
+    return text_of(raw if isinstance(raw, bytes) else bytes(raw))
+
+
+# A topic name recurs in every Fetch and Produce that names its topic by name, request and
+# response, and so do a group's or a rack's: each distinct short string is decoded once, and the
+# one str object (its hash kept) serves every parse. Past TEXTS_KEPT distinct strings the memo
+# starts over; a string longer than TEXT_KEPT_BYTES is decoded every time (the memo stays small).
+_TEXTS: dict[bytes, str] = {}
+TEXTS_KEPT: Final = 1024
+TEXT_KEPT_BYTES: Final = 255
+
+
+def text_of(raw: bytes) -> str:
+    """The UTF-8 text of ``raw``, through the memo; DecodeError if it is not UTF-8."""
+    got = _TEXTS.get(raw)
+    if got is None:
+        try:
+            got = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise DecodeError("string is not UTF-8") from None
+        if len(raw) <= TEXT_KEPT_BYTES:
+            if len(_TEXTS) >= TEXTS_KEPT:
+                _TEXTS.clear()
+            _TEXTS[raw] = got
+    return got
 
 
 # A topic id recurs in every Fetch and Produce (v13+) that names its topic, request and response:

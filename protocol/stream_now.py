@@ -28,6 +28,7 @@ from .stream import (
     Reader,
     batch_header,
     need_now,
+    text_of,
     uuid_of,
     uvarint_here,
     walk_native,
@@ -114,10 +115,8 @@ def string_now(r: Reader, flexible: bool) -> str | None:
     if n < 0:
         return None
     p = need_now(r, n)
-    try:
-        return bytes(r.buf[p : p + n]).decode("utf-8")
-    except UnicodeDecodeError:
-        raise DecodeError("string is not UTF-8") from None
+    raw = r.buf[p : p + n]
+    return text_of(raw if isinstance(raw, bytes) else bytes(raw))
 
 
 def uuid_now(r: Reader) -> _uuid.UUID:

@@ -276,3 +276,27 @@ def test_topic_ids_are_made_once_and_the_memo_stays_bounded() -> None:
     for _ in range(3 * stream.UUIDS_KEPT):
         stream.uuid_of(os.urandom(16))
         assert len(stream._UUIDS) <= stream.UUIDS_KEPT
+
+
+def test_short_strings_are_decoded_once_and_the_memo_stays_bounded() -> None:
+    """A topic name recurs in every Fetch/Produce that names it: one str per distinct short
+    string, equal to its UTF-8 decoding, whether read from bytes or from a memoryview; text that
+    is not UTF-8 is a DecodeError every time; a long string is decoded but not kept."""
+    from fetchlat.protocol import stream
+    from fetchlat.protocol.errors import DecodeError
+    from fetchlat.protocol.stream_now import string_now
+
+    name = "orders-é".encode()
+    first = stream.text_of(name)
+    assert first == "orders-é" and stream.text_of(bytes(bytearray(name))) is first
+    framed = len(name).to_bytes(2, "big") + name
+    assert string_now(stream.Reader(memoryview(framed)), False) is first
+    assert string_now(stream.Reader(framed), False) is first
+    for _ in range(2):
+        with pytest.raises(DecodeError, match="not UTF-8"):
+            stream.text_of(b"\xff\xfe")
+    long = b"x" * (stream.TEXT_KEPT_BYTES + 1)
+    assert stream.text_of(long) == long.decode() and long not in stream._TEXTS
+    for i in range(3 * stream.TEXTS_KEPT):
+        stream.text_of(f"topic-{i}".encode())
+        assert len(stream._TEXTS) <= stream.TEXTS_KEPT
