@@ -15,9 +15,9 @@ rest on the other (saturated: the proxy's core full; Fetches of a topic id the b
 have cost the proxy its whole fetch road and the relay and the broker little). Each
 build (compiled, and pure Python with ``FETCHLAT_PURE_PYTHON=1``) and each source of response
 stamps (``--stamps kernel``: the packet's arrival; ``--stamps clock``: when the loop got to it)
-in the same run, and ``--builds relay``: the compiled build as a sidecar deploys it by default, its
-connections carried by the native core's relay (``relay: native``; the broker advertises the
-proxy, the probe and the load connect to it; the core stamps every broker read from the kernel).
+in the same run, and ``--builds relay``: the compiled build as a sidecar with ``relay: native``, its
+connections carried by the native core's relay (the broker advertises the proxy, the probe
+and the load connect to it; the core stamps every broker read from the kernel).
 The proxy's CPU share and event-loop lag and the relay's own loop lag are reported beside the
 errors. The relay stamps a request's arrival from the kernel too, so its
 own lag does not shorten its spans.

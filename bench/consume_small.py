@@ -5,7 +5,7 @@ per GB of record values. Paths, in rotating order per trial, each to a fresh Tan
 (``bench/relay.py``, zero decoding: the floor for a proxy built the way fetchlat is), haproxy,
 fetchlat on the event loop's road (``fetchlat``, relay off), the same with traces on as deployed
 (``fetchlat+traces``: a row per request), fetchlat without its native core
-(``FETCHLAT_NATIVE=0``), and fetchlat as a sidecar deploys it by default, its connections carried
+(``FETCHLAT_NATIVE=0``), and fetchlat as a sidecar with ``relay: native``, its connections carried
 by the native core's relay (``fetchlat-relay``, ``fetchlat-relay+traces``).
 
     python bench/consume_small.py [--trials 3] [--sizes 100,1024] [--mb 10] [--paths relay,haproxy,...]

@@ -65,7 +65,6 @@ def one_run(n: int, top: int, profile: str, cache_sim: bool, kind: str = "fetchl
         assert pid is not None
         topic = f"instr-{uuid.uuid4().hex[:6]}"
         create_topics(f"127.0.0.1:{broker_port}", topic, topic + "-idle")
-        asyncio.run(round_trips(port, topic, 20, list_offsets=True))  # warm: every road taken once before counting
 
         def around(name: str, start: bool) -> None:
             if start:
@@ -76,6 +75,7 @@ def one_run(n: int, top: int, profile: str, cache_sim: bool, kind: str = "fetchl
                                capture_output=True)
                 subprocess.run(["callgrind_control", "-i", "off", str(pid)], check=True, capture_output=True)
 
+        # round_trips takes every type first, uncounted (WARM_ROUND_TRIPS): every road is taken before counting
         asyncio.run(round_trips(port, topic, n, around=around, list_offsets=True))
     dumps = sorted(work.glob("callgrind.out.*.*"), key=lambda p: int(p.name.rsplit(".", 1)[1]))
     names = ["ApiVersions", "Metadata", "Fetch(max_wait 0)", "Produce(1 record)", "ListOffsets"]

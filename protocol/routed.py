@@ -61,7 +61,7 @@ def enabled() -> bool:
 RECORD_WIDTH: Final = 10
 RECORD_FORMAT: Final = f"={RECORD_WIDTH}q"
 RECORD: Final = struct.Struct(RECORD_FORMAT)
-RECORD_BYTES: Final = RECORD_WIDTH * 8
+RECORD_BYTES: Final = RECORD.size
 # the compiled build on a little-endian machine reads the fields in place (librt's reader: plain
 # loads, no tuple of boxed ints per record); elsewhere the struct unpacks them
 IN_PLACE: Final = NATIVE and sys.byteorder == "little"
