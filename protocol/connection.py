@@ -71,3 +71,8 @@ class KafkaConnection:
         """For callers that only observe: the segments, and all the events at once."""
         out, before = self.responses.forward(data, t_ns)
         return out, before + self.responses.after_write()
+
+    def digested_from_broker(self, skeleton: bytes, stats: bytes, t_ns: int) -> list[Event]:
+        """The body of the Fetch answer under way, ended at ``t_ns``, as the native core's digest
+        of it (``digest.py``): the answer's events."""
+        return self.responses.digested(skeleton, stats, t_ns)

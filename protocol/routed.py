@@ -65,6 +65,9 @@ RECORD_BYTES: Final = RECORD.size
 # the compiled build on a little-endian machine reads the fields in place (librt's reader: plain
 # loads, no tuple of boxed ints per record); elsewhere the struct unpacks them
 IN_PLACE: Final = NATIVE and sys.byteorder == "little"
+# the relay's stamps of the reads an item gathers (``native/src/relay.rs``, ``Gather``): a read's
+# stamp and the time its bytes went on, native-endian i64s, a pair per read
+HANDED: Final = struct.Struct("=2q")
 KIND_REQUEST: Final = 1
 KIND_RESPONSE: Final = 2
 EXPECTS_RESPONSE: Final = 1

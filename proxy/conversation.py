@@ -24,7 +24,7 @@ from ..protocol.connection import KafkaConnection, Segment
 from ..protocol.errors import FramingError
 from ..protocol.events import BrokerAddress, BrokersLearned, DecodeFailed, Event, SaslPassthroughStarted
 from ..protocol.rewrite import ResponseRewriter
-from ..protocol.routed import Records, RoutedConnection
+from ..protocol.routed import HANDED, Records, RoutedConnection
 from ..protocol.sessions import FetchSessions
 from .policy import RTT_SAMPLE_EVERY_NS, ConnectionPolicy, Limits, Refusal, first_bytes_verdict, tls_failure
 from .registry import BrokerRegistry, HostPort
@@ -331,16 +331,25 @@ class Conversation:
         self.codec.responses.rewriter = None
 
     def relayed(self, from_broker: bool, data: bytes, t_ns: int, t_written_ns: int, records: Records | None,
-                counts: tuple[int, int]) -> tuple[Action, ...]:
+                counts: tuple[int, int], handed: bytes | None = None,
+                digest: tuple[bytes, bytes] | None = None) -> tuple[Action, ...]:
         """A read the core carried: the bytes of it the Python road parses (b"" for none) and the
         core's records of the exchanges it settled alone, read at ``t_ns`` and written on at
-        ``t_written_ns``; ``counts``: the bytes read from each side so far."""
+        ``t_written_ns``; ``counts``: the bytes read from each side so far; ``handed``: the
+        ``(read, written)`` stamps of the earlier reads whose bytes it gathers (``routed.HANDED``
+        pairs), or None; ``digest``: the core's digest of the body of the Fetch answer under way,
+        which ended in this read, before its bytes (``protocol/digest.py``), or None."""
         self.relayed_counts(counts)
         codec = self.codec
         try:
             if from_broker:
+                if handed is not None:
+                    for t_read, t_wrote in HANDED.iter_unpack(handed):
+                        self.observer.handed_on(t_read, t_wrote)
                 self.observer.handed_on(t_ns, t_written_ns)
-                events = codec.receive_from_broker(data, t_ns)[1] if data else []
+                events = codec.digested_from_broker(digest[0], digest[1], t_ns) if digest is not None else []
+                if data:
+                    events += codec.receive_from_broker(data, t_ns)[1]
             else:
                 events = codec.receive_from_client(data, t_ns) if data else []
                 t_written_ns = t_ns

@@ -10,7 +10,10 @@ connections open: neither peer sees anything). From then the core's thread reads
 broker's with the kernel's receive stamp), frames them, writes the bytes on as they came, and
 queues what Python must see: the frames the Python road parses (Fetch, Produce, ShareFetch,
 SaslHandshake v0) and the records of the exchanges it settled alone, each with its read's stamp
-and the time its bytes were written on.
+and the time its bytes were written on. An answer's body that arrives in many reads (a Fetch's
+records) is gathered by the core and queued once, when it ends, with the earlier reads' stamps
+beside it: a Fetch answer of up to 16 MiB as the core's digest of it (its fields, and its
+records' figures rather than their bytes: ``protocol/digest.py``), any other in pieces of a MiB.
 
 This module takes that queue on the event loop in batches (``BATCH_S`` after the first item of a
 batch: the per-read road has no Python on it), and gives each item to its connection's
@@ -52,7 +55,7 @@ class Carried(Protocol):
     this module's type, so this one names what it calls instead of importing it)."""
 
     def relayed(self, from_broker: bool, data: bytes, t_ns: int, t_written_ns: int, records: Records | None,
-                counts: tuple[int, int]) -> None: ...
+                counts: tuple[int, int], handed: bytes | None, digest: tuple[bytes, bytes] | None) -> None: ...
 
     def relayed_timers(self, now_ns: int, counts: tuple[int, int], client_read_ns: int, partial_since_ns: int,
                        stalled_since_ns: int, rtt_ns: int) -> None: ...
@@ -140,7 +143,8 @@ class RelayRoad:
             self._due.cancel()
             self._due = None
         conns = self.conns
-        for conn, kind, t_ns, t_written_ns, data, records, ids, reason, api, counts in self.relay.drain():
+        for item in self.relay.drain():
+            conn, kind, t_ns, t_written_ns, data, records, ids, reason, api, counts, handed, digest = item
             client = conns.get(conn)
             if client is None:
                 continue
@@ -151,7 +155,7 @@ class RelayRoad:
                 self._answer(conn, data, api)
             else:
                 client.relayed(kind == self.from_broker, data, t_ns, t_written_ns,
-                               None if records is None else (records, ids), counts)
+                               None if records is None else (records, ids), counts, handed, digest)
 
     def _answer(self, conn: int, frame: bytes, api: tuple[int, int]) -> None:
         answer, res = held_answer(self.rewriter, frame, api)

@@ -130,7 +130,7 @@ class Spike:
         self.items += len(items)
         notes: list[object] = []
         with self.lock:
-            for cid, kind, t_ns, t_written_ns, data, records, ids, _reason, api, _counts in items:
+            for cid, kind, t_ns, t_written_ns, data, records, ids, _reason, api, _counts, _handed, digest in items:
                 if kind == self.closed:
                     self.conns.pop(cid, None)
                     continue
@@ -144,7 +144,9 @@ class Spike:
                 if kind == self.from_client:
                     events = conn.receive_from_client(data, t_ns) if data else []
                 else:
-                    events = conn.receive_from_broker(data, t_ns)[1] if data else []
+                    events = conn.digested_from_broker(*digest, t_ns) if digest is not None else []
+                    if data:
+                        events += conn.receive_from_broker(data, t_ns)[1]
                 if kind == self.from_broker:
                     cobs.handed_on(t_ns, t_written_ns)  # type: ignore[attr-defined]
                 if records is not None:

@@ -37,12 +37,13 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 mod columns;
+mod digest;
 mod relay;
 mod wire;
 
 /// The core's sources, compiled in (every `src/*.rs` in name order): the door compares them with
 /// the checkout's.
-const SOURCE: &str = concat!(include_str!("columns.rs"), include_str!("lib.rs"), include_str!("relay.rs"),
+const SOURCE: &str = concat!(include_str!("columns.rs"), include_str!("digest.rs"), include_str!("lib.rs"), include_str!("relay.rs"),
                               include_str!("wire.rs"));
 
 /// The most one read returns (uvloop's read buffer and `proxy/stamps.py`'s are the same size).
@@ -179,14 +180,14 @@ pub struct Batches {
 
 impl Batches {
     /// Nothing walked yet: the offsets and timestamps not known (-1).
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Batches { first_offset: -1, first_timestamp_ms: -1, next_offset: -1, max_timestamp_ms: -1, ..Self::default() }
     }
 
     /// One whole v2 batch, by its header `h` (`BATCH_HEADER_BYTES` long), as `stream.py`'s
     /// `walk` counts it: the first base offset taken while it is negative, control batches
     /// apart from records, the newest batch's timestamp type.
-    fn add(&mut self, h: &[u8]) {
+    pub(crate) fn add(&mut self, h: &[u8]) {
         let base = be_i64(h, 0);
         let attrs = be_i16(h, 21);
         let max_ts = be_i64(h, 35);
@@ -210,7 +211,7 @@ impl Batches {
 
 /// The whole length of the batch whose header is `h` (its length field plus the 12 bytes before
 /// it), or None when that length is shorter than a header's: a length that lies.
-fn batch_bytes(h: &[u8]) -> Option<usize> {
+pub(crate) fn batch_bytes(h: &[u8]) -> Option<usize> {
     let blen = be_i32(h, 8) as i64;
     if blen < BATCH_HEADER_BYTES as i64 - 12 {
         return None;
@@ -332,6 +333,32 @@ fn walk_batches(buf: &Bound<'_, PyAny>, start: usize, n: usize) -> PyResult<Batc
     })
 }
 
+/// `digest.rs`'s digest of `body` (a Fetch answer of `version` after its correlation id), fed in
+/// the pieces `cuts` (offsets into it, ascending) cut it into, as `(skeleton, stats)` (`stats`:
+/// native-endian i64s, `DIGEST_STATS_WIDTH` per records field), or None where the codec must
+/// read the bytes itself: what the relay hands Python of a Fetch answer read in pieces.
+#[pyfunction]
+#[pyo3(signature = (body, version, cuts=Vec::new()))]
+fn digest_fetch<'py>(py: Python<'py>, body: &Bound<'_, PyAny>, version: i16, cuts: Vec<usize>)
+                     -> PyResult<Option<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)>> {
+    let n = PyBuffer::<u8>::get(body)?.len_bytes();
+    let got = with_range(body, 0, n, |b| {
+        let mut d = digest::Digester::new(version)?;
+        let mut at = 0;
+        for cut in cuts.iter().copied().chain([b.len()]) {
+            let cut = cut.clamp(at, b.len());
+            d.feed(&b[at..cut]);
+            at = cut;
+        }
+        d.finish()
+    })?;
+    Ok(got.map(|d| {
+        // SAFETY: an i64 is 8 plain bytes with no padding; the slice lives while `d.stats` does
+        let raw: &[u8] = unsafe { std::slice::from_raw_parts(d.stats.as_ptr() as *const u8, d.stats.len() * 8) };
+        (PyBytes::new(py, &d.skeleton), PyBytes::new(py, raw))
+    }))
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("SOURCE", SOURCE)?;
@@ -341,6 +368,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<wire::PyWire>()?;
     m.add_class::<relay::PyRelay>()?;
     m.add("RELAY_KINDS", (relay::FROM_CLIENT, relay::FROM_BROKER, relay::CLOSED, relay::REWRITE))?;
+    m.add("RELAY_GATHER_BYTES", relay::GATHER_BYTES)?;
+    m.add("DIGEST_STATS_WIDTH", digest::STATS_WIDTH)?;
+    m.add_function(wrap_pyfunction!(digest_fetch, m)?)?;
     m.add("WIRE_RECORD_WIDTH", wire::RECORD_WIDTH)?;
     m.add("WIRE_FLAGS", (wire::EXPECTS_RESPONSE, wire::OBSERVED, wire::HEADER_UNREADABLE, wire::SASL_V0,
                          wire::ACKS_UNREADABLE))?;

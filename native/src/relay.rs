@@ -40,6 +40,7 @@ use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
+use crate::digest::{Digest, Digester};
 use crate::wire::{Framing, Ranges, Routed, Wire};
 use crate::{recv_stamped, Read, READ_BYTES};
 
@@ -73,7 +74,33 @@ struct Item {
     /// the bytes read from the client, and written to it (the broker's, an answer held whole
     /// counted as the answer written in its place), since the pair was added
     counts: (u64, u64),
+    /// the `(read, written)` stamps of the earlier reads whose bytes this item gathers (`Gather`)
+    handed: Vec<i64>,
+    /// the digest of the Fetch answer under way, which ended in this read (`Gather`): Python
+    /// takes it before the item's bytes
+    digest: Option<Digest>,
 }
+
+/// The body of an answer routed to the Python road, gathered over the reads it arrives in
+/// (`Routed::open_from`): Python is handed it in one piece when it ends (or every
+/// `GATHER_BYTES`), so an answer read in many pieces costs Python one item, not one a read. Its
+/// size and correlation id go to Python with the read they end in (the Python road dates an
+/// answer's first byte by it).
+///
+/// A Fetch answer is not gathered but digested as it comes (`digest.rs`, `Digester`): its
+/// records are walked where they were read, and Python is handed the digest instead of the
+/// bytes; no record crosses into Python, nor is copied.
+struct Gather {
+    bytes: Vec<u8>,
+    /// `(read, written)` of each read gathered
+    handed: Vec<i64>,
+    /// the digest under way of the Fetch answer (None: its bytes are gathered)
+    digester: Option<Digester>,
+}
+
+/// The most of an answer's body gathered before it is handed to Python (the memory a pair holds for it).
+pub const GATHER_BYTES: usize = 1 << 20;
+const FETCH: i16 = 1;
 
 /// What Python's timers and counters read of a pair, written by the relay's thread alone.
 #[derive(Default)]
@@ -210,6 +237,8 @@ struct Pair {
     /// side is shut once what waits for it is written (`shut`), as the event loop passes it on
     client_eof: bool,
     shut: bool,
+    /// the body so far of the broker's answer under way that the Python road parses
+    gather: Option<Gather>,
 }
 
 struct Shared {
@@ -302,15 +331,31 @@ fn rearm(ep: RawFd, id: u64, p: &mut Pair) {
     }
 }
 
-fn routed_bytes(data: &[u8], out: &Routed) -> Vec<u8> {
-    let mut v = Vec::with_capacity(out.held.len() + out.spans.iter().map(|(a, b)| b - a).sum::<usize>());
+/// The bytes of `data` the Python road is fed (`Routed`), after `v`'s, up to offset `upto` of the
+/// chunk (`data.len()` or more: all of them).
+fn routed_bytes(mut v: Vec<u8>, data: &[u8], out: &Routed, upto: usize) -> Vec<u8> {
+    let upto = upto.min(data.len());
+    let rest = out.rest.unwrap_or(data.len()).min(upto);
+    v.reserve(out.held.len() + out.spans.iter().map(|&(a, b)| b.min(rest) - a.min(rest)).sum::<usize>()
+              + (upto - rest));
     v.extend_from_slice(&out.held);
-    let rest = out.rest.unwrap_or(data.len()).min(data.len());
     for &(a, b) in &out.spans {
         v.extend_from_slice(&data[a.min(rest)..b.min(rest)]);
     }
-    v.extend_from_slice(&data[rest..]);
+    v.extend_from_slice(&data[rest..upto]);
     v
+}
+
+/// The item that hands Python an answer's body gathered so far: dated by its last read, with the
+/// stamps of the reads before it; None when nothing was gathered (or it is digested).
+fn gathered(conn: u64, mut g: Gather, counts: (u64, u64)) -> Option<Item> {
+    if g.handed.len() < 2 || g.digester.is_some() {
+        return None;
+    }
+    let t_written_ns = g.handed.pop().unwrap_or(0);
+    let t_ns = g.handed.pop().unwrap_or(0);
+    Some(Item { conn, kind: FROM_BROKER, t_ns, t_written_ns, python: g.bytes, records: None, reason: String::new(),
+                api: None, counts, handed: g.handed, digest: None })
 }
 
 struct Looper {
@@ -351,9 +396,15 @@ impl Looper {
                     libc::close(fd);
                 }
             }
+            if let Some(g) = p.gather {
+                // what the Python road would have been fed of the answer cut short
+                if let Some(item) = gathered(id, g, p.stats.counts()) {
+                    self.push(item);
+                }
+            }
             let t = mono_ns();
             self.push(Item { conn: id, kind: CLOSED, t_ns: t, t_written_ns: t, python: Vec::new(), records: None,
-                             reason, api: None, counts: p.stats.counts() });
+                             reason, api: None, counts: p.stats.counts(), handed: Vec::new(), digest: None });
         }
     }
 
@@ -384,7 +435,7 @@ impl Looper {
             self.pairs.insert(id, Pair { client: Side { fd: cfd, queue: VecDeque::new() },
                                          broker: Side { fd: bfd, queue: VecDeque::new() }, whole: Vec::new(),
                                          armed: [libc::EPOLLIN as u32; 2], wire, stats, client_eof: false,
-                                         shut: false });
+                                         shut: false, gather: None });
         }
     }
 
@@ -494,7 +545,8 @@ impl Looper {
                                 *key = whole.get(8..).map(|b| (api.0, api.1, b.to_vec()));
                             }
                             items.push(Item { conn: id, kind: REWRITE, t_ns, t_written_ns: t_ns, python: whole,
-                                              records: None, reason: String::new(), api: Some(api), counts: (0, 0) });
+                                              records: None, reason: String::new(), api: Some(api), counts: (0, 0),
+                                              handed: Vec::new(), digest: None });
                         }
                     }
                 }
@@ -514,13 +566,66 @@ impl Looper {
             }
         }
         let records = p.wire.drain_native();
-        let python = if out.is_empty() { Vec::new() } else { routed_bytes(data, &out) };
-        if python.is_empty() && records.is_none() {
+        let kind = if side == CLIENT { FROM_CLIENT } else { FROM_BROKER };
+        let open = if side == BROKER && out.rest.is_none() { out.open_from } else { None };
+        if let (Some(g), Some(0)) = (p.gather.as_mut(), open) {
+            // the answer gathered goes on through the whole read
+            g.handed.extend_from_slice(&[t_ns, t_written_ns]);
+            match g.digester.as_mut() {
+                Some(d) => d.feed(data),
+                None => {
+                    g.bytes = routed_bytes(std::mem::take(&mut g.bytes), data, &out, n);
+                    if g.bytes.len() >= GATHER_BYTES {
+                        let g = std::mem::replace(g, Gather { bytes: Vec::new(), handed: Vec::new(), digester: None });
+                        items.extend(gathered(id, g, p.stats.counts()));
+                    }
+                }
+            }
             return Ok(());
         }
-        let kind = if side == CLIENT { FROM_CLIENT } else { FROM_BROKER };
+        // an answer gathered that ended in this read: its body (or its digest) first, then the
+        // rest of what is routed
+        let mut before = Vec::new();
+        let mut digested = None;
+        let handed = match p.gather.take() {
+            Some(g) => {
+                match g.digester {
+                    Some(mut d) => {
+                        let end = out.ended_at.unwrap_or(0).min(n);
+                        d.feed(&data[..end]); // the answer's last bytes: the read's first
+                        // one the core could not follow: an empty skeleton, which the Python road reports
+                        digested = Some(d.finish().unwrap_or(Digest { skeleton: Vec::new(), stats: Vec::new() }));
+                        out.spans.retain_mut(|span| { span.0 = span.0.max(end); span.0 < span.1 });
+                    }
+                    None => before = g.bytes,
+                }
+                g.handed
+            }
+            None => Vec::new(),
+        };
+        let python = if out.is_empty() { before } else { routed_bytes(before, data, &out, open.unwrap_or(n)) };
+        if let Some(q) = open {
+            // an answer the Python road parses begins its body here: a Fetch answer's digested
+            // from here on, another's gathered
+            let digester = p.wire.answer_api().and_then(|(k, v)| if k == FETCH { Digester::new(v) } else { None });
+            let mut bytes = Vec::new();
+            match digester {
+                Some(mut d) => {
+                    d.feed(&data[q..]);
+                    p.gather = Some(Gather { bytes, handed: Vec::new(), digester: Some(d) });
+                }
+                None => {
+                    bytes.reserve(p.wire.answer_left().saturating_add(n - q).min(GATHER_BYTES));
+                    bytes.extend_from_slice(&data[q..]);
+                    p.gather = Some(Gather { bytes, handed: Vec::new(), digester: None });
+                }
+            }
+        }
+        if python.is_empty() && records.is_none() && digested.is_none() {
+            return Ok(());
+        }
         items.push(Item { conn: id, kind, t_ns, t_written_ns, python, records, reason: String::new(), api: None,
-                          counts: p.stats.counts() });
+                          counts: p.stats.counts(), handed, digest: digested });
         Ok(())
     }
 
@@ -601,6 +706,13 @@ pub struct PyRelay {
     thread: Option<JoinHandle<()>>,
     next_id: u64,
     ep: RawFd,
+}
+
+/// `values` as a `bytes` of native-endian i64s.
+fn i64_bytes<'py>(py: Python<'py>, values: &[i64]) -> Bound<'py, PyBytes> {
+    // SAFETY: an i64 is 8 plain bytes with no padding; the slice lives while `values` does
+    let raw: &[u8] = unsafe { std::slice::from_raw_parts(values.as_ptr() as *const u8, values.len() * 8) };
+    PyBytes::new(py, raw)
 }
 
 fn eventfd() -> PyResult<RawFd> {
@@ -700,27 +812,31 @@ impl PyRelay {
     }
 
     /// What was queued since the last drain, in order: `(conn, kind, t_ns, t_written_ns,
-    /// python_bytes, records, ids, reason, api, counts)` -- `kind` FROM_CLIENT or FROM_BROKER, read at
-    /// `t_ns` and written on at `t_written_ns`, with the bytes the Python road parses (b"" when
-    /// none) and the records of the exchanges the core settled alone (`Wire`'s layout, or None)
+    /// python_bytes, records, ids, reason, api, counts, handed, digest)` -- `kind` FROM_CLIENT or FROM_BROKER,
+    /// read at `t_ns` and written on at `t_written_ns`, with the bytes the Python road parses (b""
+    /// when none) and the records of the exchanges the core settled alone (`Wire`'s layout, or None)
     /// with the client ids they index; REWRITE with an answer held whole (size prefix included)
     /// and `api`, its request's `(api_key, api_version)`, for `answer`; CLOSED with the reason.
     /// `counts`: the bytes read from the client and from the broker so far (a REWRITE's: 0, 0).
+    /// `handed`: for an item that gathers an answer's body over several reads (`Gather`), the
+    /// earlier reads' `(read, written)` stamps as native-endian i64 pairs; None for the rest.
+    /// `digest`: `(skeleton, stats)` of the Fetch answer under way that ended in this read, which
+    /// Python takes before the item's bytes (`digest.rs`; `protocol/digest.py`), or None.
     #[allow(clippy::type_complexity)]
     fn drain<'py>(&self, py: Python<'py>) -> Vec<(u64, i64, i64, i64, Bound<'py, PyBytes>, Option<Bound<'py, PyBytes>>,
-                                                  Vec<Bound<'py, PyBytes>>, String, Option<(i16, i16)>, (u64, u64))> {
+                                                  Vec<Bound<'py, PyBytes>>, String, Option<(i16, i16)>, (u64, u64),
+                                                  Option<Bound<'py, PyBytes>>,
+                                                  Option<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)>)> {
         let items = std::mem::take(&mut *self.shared.queue.lock().unwrap());
         items.into_iter().map(|it| {
             let (records, ids) = match it.records {
-                Some((r, ids)) => {
-                    // SAFETY: an i64 is 8 plain bytes; the slice lives while `r` does
-                    let raw: &[u8] = unsafe { std::slice::from_raw_parts(r.as_ptr() as *const u8, r.len() * 8) };
-                    (Some(PyBytes::new(py, raw)), ids.iter().map(|i| PyBytes::new(py, i)).collect())
-                }
+                Some((r, ids)) => (Some(i64_bytes(py, &r)), ids.iter().map(|i| PyBytes::new(py, i)).collect()),
                 None => (None, Vec::new()),
             };
+            let handed = if it.handed.is_empty() { None } else { Some(i64_bytes(py, &it.handed)) };
+            let digest = it.digest.map(|d| (PyBytes::new(py, &d.skeleton), i64_bytes(py, &d.stats)));
             (it.conn, it.kind, it.t_ns, it.t_written_ns, PyBytes::new(py, &it.python), records, ids, it.reason, it.api,
-             it.counts)
+             it.counts, handed, digest)
         }).collect()
     }
 

@@ -238,6 +238,13 @@ enum Route {
 /// answers the caller holds whole (a rewrite's), in order, each `(start, end, ends)`: `ends` is
 /// `Some((api_key, api_version))` where the answer's last byte is `end`. Never merged: an answer's
 /// first range is the first after the one that ended the answer before (or the first of all).
+///
+/// `open_from`: the read ended inside an answer routed to the Python road whose size and
+/// correlation id are read; its bytes past them begin at this offset of the chunk (0: before it).
+/// A caller that gathers such an answer's body into one piece for the Python road
+/// (`relay.rs`, `Gather`) hands on at once only the routed bytes before it. `ended_at`: the
+/// offset of the chunk where the answer routed to the Python road that was under way before
+/// the chunk (its body begun) ended, if it did.
 #[derive(Default, Debug, PartialEq, Eq)]
 pub struct Routed {
     pub held: Vec<u8>,
@@ -245,6 +252,8 @@ pub struct Routed {
     pub rest: Option<usize>,
     pub pending: usize,
     pub whole: Vec<(usize, usize, Option<(i16, i16)>)>,
+    pub open_from: Option<usize>,
+    pub ended_at: Option<usize>,
 }
 
 impl Routed {
@@ -531,6 +540,9 @@ impl Wire {
             out.rest = Some(0);
             return Ok(());
         }
+        // where the body of the last answer whose prefix was read in this chunk begins
+        let mut body_at = 0;
+        let was_open = self.rs_current.is_some() && self.rs_route == Route::Python;
         while pos < n {
             if self.rs_current.is_none() {
                 // the size and the correlation id; only the size before a raw token's answer
@@ -558,6 +570,7 @@ impl Wire {
                 }
                 if self.rs_prefix.len() == want {
                     self.start(t_ns)?;
+                    body_at = pos;
                     if self.rs_left == 0 {
                         self.end_answer(t_ns, out);
                     }
@@ -575,13 +588,29 @@ impl Wire {
                 out.whole_span(at, pos);
             }
             if self.rs_left == 0 {
+                if was_open && out.ended_at.is_none() {
+                    out.ended_at = Some(pos);
+                }
                 self.end_answer(t_ns, out);
             }
         }
         if self.rs_current.is_none() && self.rs_route == Route::Native {
             out.pending = self.rs_prefix.len();
         }
+        if self.rs_current.is_some() && self.rs_route == Route::Python {
+            out.open_from = Some(body_at);
+        }
         Ok(())
+    }
+
+    /// The request the answer under way answers: `(api_key, api_version)`.
+    pub fn answer_api(&self) -> Option<(i16, i16)> {
+        self.rs_current.as_ref().map(|c| (c.api_key, c.api_version))
+    }
+
+    /// The bytes still to come of the answer under way (0: none is).
+    pub fn answer_left(&self) -> usize {
+        if self.rs_current.is_some() { self.rs_left } else { 0 }
     }
 
     fn start(&mut self, t_ns: i64) -> Result<(), Framing> {

@@ -17,13 +17,26 @@ from collections.abc import Iterator
 
 import pytest
 from fetchlat import native
+from fetchlat.protocol import apis
 from fetchlat.protocol.connection import KafkaConnection
+from fetchlat.protocol.encoder import encode
 from fetchlat.protocol.errors import DecodeError
-from fetchlat.protocol.events import RequestSeen, ResponseSeen
+from fetchlat.protocol.events import FetchExchanged, ProduceExchanged, RequestSeen, ResponseSeen
+from fetchlat.protocol.framing import request_frame, response_frame
 from fetchlat.protocol.rewrite import ResponseRewriter
-from fetchlat.protocol.routed import KIND_REQUEST, RECORD_FORMAT, ROUTED, flexible_ranges, route_ranges, whole_ranges
+from fetchlat.protocol.routed import (
+    HANDED,
+    KIND_REQUEST,
+    RECORD_FORMAT,
+    ROUTED,
+    flexible_ranges,
+    route_ranges,
+    whole_ranges,
+)
+from fetchlat.protocol.schema import load
 
 from testkit.captures import RUNS, Frame, conversations
+from testkit.frames import fetch_request, record_batch
 
 pytestmark = pytest.mark.skipif(native.core() is None, reason=f"native core not loaded: {native.reason()}")
 REWRITER = ResponseRewriter(lambda node, host, port: ("proxy.example", 9000 + node))
@@ -125,12 +138,12 @@ def _through(r: Rig, frames: list[Frame]) -> list[tuple[str, int, int, str | Non
     r.drain_until(lambda: _count(r.items) >= len(frames), "records of every frame")
     conn = KafkaConnection(max_frame_bytes=MAX_FRAME)
     seen: list[tuple[str, int, int, str | None]] = []
-    for _cid, kind, t_ns, t_written, data, records, ids, _reason, _api, _counts in r.items:
+    for _cid, kind, t_ns, t_written, data, records, ids, _reason, _api, _counts, _handed, digest in r.items:
         assert kind in (from_client, from_broker)
         assert t_ns <= t_written
-        events = []
+        events = [] if digest is None else conn.digested_from_broker(*digest, t_ns)
         if data:
-            events = conn.receive_from_client(data, t_ns) if kind == from_client else \
+            events += conn.receive_from_client(data, t_ns) if kind == from_client else \
                 conn.receive_from_broker(data, t_ns)[1]
         python = iter(_seen(events))
         if records is None:
@@ -153,7 +166,7 @@ REWRITE_KIND = 3
 def _count(items: list[tuple[object, ...]]) -> int:
     """Frames the queued items account for: a record each for the core's, a frame each routed."""
     n = 0
-    for _cid, kind, _t, _written, data, records, _ids, _reason, _api, _counts in items:
+    for _cid, kind, _t, _written, data, records, _ids, _reason, _api, _counts, _handed, _digest in items:
         if kind == REWRITE_KIND:
             continue
         routed = 0
@@ -433,3 +446,99 @@ def test_a_broker_that_closes_with_bytes_still_waiting_for_the_client_has_them_w
     assert rig.client.recv(1) == b""
     rig.drain_until(lambda: any(it[1] == rig.kinds[2] for it in rig.items), "end of the pair")
     assert [it[7] for it in rig.items if it[1] == rig.kinds[2]] == ["broker closed the connection"]
+
+
+def _fetch_answer(corr: int, batches: int) -> bytes:
+    """A Fetch v12 answer carrying ``batches`` one-record batches (kafka-python's writer)."""
+    body = encode(load("FetchResponse"), 12, {"ThrottleTimeMs": 0, "Responses": [{
+        "Topic": "t", "Partitions": [{"PartitionIndex": 0, "HighWatermark": batches, "LastStableOffset": batches,
+                                      "Records": record_batch() * batches}]}]})
+    return response_frame(apis.FETCH, 12, corr, body)
+
+
+def _produce_exchange(corr: int, partitions: int) -> tuple[bytes, bytes]:
+    """A Produce v9 request (acks=1) and an answer naming ``partitions`` partitions."""
+    req = encode(load("ProduceRequest"), 9, {"TransactionalId": None, "Acks": 1, "TimeoutMs": 1000, "TopicData": [
+        {"Name": "t", "PartitionData": [{"Index": 0, "Records": record_batch()}]}]})
+    parts = [{"Index": i, "ErrorCode": 0, "BaseOffset": i, "LogAppendTimeMs": -1, "LogStartOffset": 0,
+              "RecordErrors": [], "ErrorMessage": None} for i in range(partitions)]
+    answer = encode(load("ProduceResponse"), 9, {"ThrottleTimeMs": 0, "Responses": [
+        {"Name": "t", "PartitionResponses": parts}]})
+    return request_frame(apis.PRODUCE, 9, corr, "producer-1", req), response_frame(apis.PRODUCE, 9, corr, answer)
+
+
+def _exchange(conn: KafkaConnection, items: list[tuple[object, ...]]) -> tuple[object, ResponseSeen]:
+    """The Fetch or Produce exchange the relay's items of one answer tell the Python road."""
+    events: list[object] = []
+    for it in items:
+        data, t, digest = it[4], it[2], it[11]
+        if digest is not None:
+            events += conn.digested_from_broker(*digest, t)  # type: ignore[misc]
+        if data:
+            events += conn.receive_from_broker(data, t)[1]  # type: ignore[arg-type]
+    exchanged = [e for e in events if isinstance(e, FetchExchanged | ProduceExchanged)]
+    seen = [e for e in events if isinstance(e, ResponseSeen)]
+    assert len(exchanged) == 1 and len(seen) == 1, events
+    return exchanged[0], seen[0]
+
+
+# Fetch answers of about 0.5 and 18 MiB: digested by the core as they come; a Produce answer of
+# about 2.5 MiB: gathered, handed over as bytes in pieces of RELAY_GATHER_BYTES
+@pytest.mark.parametrize(("api", "size"), [("fetch", 3_000), ("fetch", 110_000), ("produce", 60_000)])
+def test_an_answer_read_in_pieces_is_handed_to_python_gathered_and_tells_the_same(rig: Rig, api: str,
+                                                                                  size: int) -> None:
+    """An answer the broker writes in pieces, read by the core in many reads, reaches Python as
+    its size and correlation id (dated by the read they end in: the answer's first byte), then,
+    dated by its last read with the stamps of the reads between beside it, the core's digest of
+    its body (a Fetch answer: no record crosses over), or its body in pieces of at least
+    ``RELAY_GATHER_BYTES`` but the last; fed to the Python road, those tell the same exchange as
+    the answer fed whole, with the first and last reads' stamps."""
+    core = native.core()
+    assert core is not None
+    from_broker = rig.kinds[1]
+    if api == "fetch":
+        req, answer = fetch_request(7), _fetch_answer(7, size)
+    else:
+        req, answer = _produce_exchange(7, size)
+    digested = api == "fetch"
+    rig.client.sendall(req)
+    assert _recv_exactly(rig.broker, len(req)) == req
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(_recv_exactly(rig.client, len(answer))))
+    reader.start()
+    reads_before = sum(rig.relay.stamps())
+    piece = 32 << 10 if len(answer) < 4 << 20 else 512 << 10
+    for at in range(0, len(answer), piece):  # bounded: at most 80 sends
+        rig.broker.sendall(answer[at:at + piece])
+        time.sleep(0.001)
+    reader.join(DEADLINE_S)
+    assert got == [answer]
+    rig.drain_until(lambda: any(it[1] == from_broker and it[11] is not None for it in rig.items) if digested
+                    else sum(len(it[4]) for it in rig.items if it[1] == from_broker) >= len(answer),
+                    "the whole answer handed to Python")
+    items = [it for it in rig.items if it[1] == from_broker]
+    reads = sum(rig.relay.stamps()) - reads_before
+    assert reads > 2, "the answer came in too few reads to gather"
+    assert items[0][4] == answer[:8] and items[0][11] is None
+    if digested:
+        assert len(items) == 2 and items[1][4] == b"" and items[1][11] is not None
+        skeleton, stats = items[1][11]
+        assert len(skeleton) < 200 and len(stats) == 8 * core.DIGEST_STATS_WIDTH  # no record crossed over
+    else:
+        assert all(it[11] is None for it in items)
+        assert b"".join(it[4] for it in items[1:]) == answer[8:]
+        assert all(len(it[4]) >= core.RELAY_GATHER_BYTES for it in items[1:-1]) and len(items) >= 3
+    handed = [pair for it in items for pair in HANDED.iter_unpack(it[10] or b"")]
+    assert len(items) + len(handed) == reads  # every read dated once: by its item, or beside it
+    assert all(t_read <= t_wrote for t_read, t_wrote in handed)
+    conn = KafkaConnection(max_frame_bytes=MAX_FRAME)
+    conn.receive_from_client(req, 1)
+    exchanged, seen = _exchange(conn, items)
+    alone = KafkaConnection(max_frame_bytes=MAX_FRAME)
+    alone.receive_from_client(req, 1)
+    exchanged_whole, _ = _exchange(alone, [(None, None, 2, None, answer, None, None, None, None, None, None, None)])
+    assert exchanged.response == exchanged_whole.response  # type: ignore[attr-defined]
+    if digested:
+        assert isinstance(exchanged, FetchExchanged) and exchanged.response.partitions[0].batches is not None
+        assert exchanged.response.partitions[0].batches.batches == size
+    assert (seen.t_first_ns, seen.t_last_ns) == (items[0][2], items[-1][2])

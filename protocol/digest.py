@@ -1,0 +1,51 @@
+"""A Fetch answer read by the native core (``native/src/digest.rs``): what the relay road hands
+Python of a big Fetch answer instead of its bytes, so that no record crosses into Python.
+
+A digest is the answer's body (after the correlation id) with the bytes of every partition's
+records taken out, each records field left as an empty one, and the figures the core's walk
+gave of each records field taken out, in order (``STATS``: its size, then ``BatchStats``'
+fields). The codec parses the skeleton as it parses any answer (``responses.py``,
+``ResponseDecoder.digested``); ``restore`` puts each walk's figures back in its partition's
+place. An answer the core could not follow comes as an empty skeleton (``NOT_FOLLOWED``).
+``tests/protocol/test_digest.py`` holds the two to the codec fed the whole answer.
+
+Must never: read the records (there are none here), do I/O.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Final
+
+from .fetch import FetchResponseInfo
+from .stream import BatchStats
+
+# the core's figures of one records field (``digest.rs``'s ``STATS_WIDTH`` native-endian i64s):
+# size, batches, records, first offset, first timestamp, next offset, max timestamp, log-append
+# time (0/1), control batches, partial bytes, legacy (0/1)
+STATS: Final = struct.Struct("=11q")
+# an answer whose layout the core could not follow comes as an empty skeleton (the bytes are not
+# kept): reported as not decoded, as the Python road reports the bytes it cannot read
+NOT_FOLLOWED: Final = ("the native core could not follow the answer's layout (a length past its end, or a "
+                       "malformed field)")
+
+
+def restore(info: FetchResponseInfo, stats: bytes) -> str | None:
+    """Each partition of ``info`` (parsed from a skeleton) given the figures of its records, in
+    order; what disagrees, if the skeleton and the figures do not pair up (a defect, reported
+    as the answer's decode failure)."""
+    figures = STATS.iter_unpack(stats)
+    for p in info.partitions:
+        if p.batches is None:
+            continue  # null records: none taken out
+        got = next(figures, None)
+        if got is None or p.batches.size_bytes != 0:
+            return "the native core's digest of the answer does not pair up with its records"
+        size, batches, records, first, first_ts, next_offset, max_ts, log_append, control, partial, legacy = got
+        p.batches = BatchStats(size_bytes=size, batches=batches, records=records, first_offset=first,
+                               first_timestamp_ms=first_ts, next_offset=next_offset, max_timestamp_ms=max_ts,
+                               log_append_time=bool(log_append), control_batches=control, partial_bytes=partial,
+                               legacy=bool(legacy))
+    if next(figures, None) is not None:
+        return "the native core's digest of the answer has figures for more records than it names"
+    return None
