@@ -6,7 +6,10 @@ per GB of record values. Paths, in rotating order per trial, each to a fresh Tan
 fetchlat on the event loop's road (``fetchlat``, relay off), the same with traces on as deployed
 (``fetchlat+traces``: a row per request), fetchlat without its native core
 (``FETCHLAT_NATIVE=0``), and fetchlat as a sidecar with ``relay: native``, its connections carried
-by the native core's relay (``fetchlat-relay``, ``fetchlat-relay+traces``).
+by the native core's relay (``fetchlat-relay``, ``fetchlat-relay+traces``). Each figure comes twice:
+all the proxy's CPU during the consume, and that less what it spends idle for as long (measured
+for two seconds just before: timers, heartbeats, calibration), which the relay and haproxy do not
+spend and which a consume of a few seconds would otherwise count per GB.
 
     python bench/consume_small.py [--trials 3] [--sizes 100,1024] [--mb 10] [--paths relay,haproxy,...]
 """
@@ -17,6 +20,7 @@ import argparse
 import statistics
 import sys
 import tempfile
+import time
 import uuid
 from pathlib import Path
 
@@ -29,7 +33,13 @@ KINDS = ("relay", "haproxy", "fetchlat", TRACED, NO_CORE, RELAYED, RELAYED_TRACE
 BASELINES = ("relay", "haproxy")
 
 
-def one(kind: str, size: int, mb: float, work: Path) -> float:
+IDLE_S = 2.0  # how long the proxy's idle CPU is measured before the consume
+
+
+def one(kind: str, size: int, mb: float, work: Path) -> tuple[float, float]:
+    """The proxy's CPU-s per GB of record values consumed: all of it, and net of what it spends
+    idle for as long (its timers, heartbeats and calibration, measured just before): over a
+    consume of a few seconds, the idle part is a fixed cost the relay and haproxy do not have."""
     n = int(mb * 1e6 / size)
     with target(kind, work) as (port, pid, _broker):
         assert pid is not None
@@ -37,9 +47,15 @@ def one(kind: str, size: int, mb: float, work: Path) -> float:
         topic = f"s-{uuid.uuid4().hex[:6]}"
         create_topics(bootstrap, topic)
         rdkafka("produce", bootstrap, topic, str(n), "linger.ms=0", f"batch.size={size + 100}", f"value.bytes={size}")
-        c0 = cpu_s(pid)
+        time.sleep(1.0)
+        i0 = cpu_s(pid)
+        time.sleep(IDLE_S)
+        idle_per_s = (cpu_s(pid) - i0) / IDLE_S
+        c0, t0 = cpu_s(pid), time.monotonic()
         rdkafka("consume", bootstrap, topic, str(n), f"value.bytes={size}")
-        return (cpu_s(pid) - c0) / (n * size / 1e9)
+        used, wall = cpu_s(pid) - c0, time.monotonic() - t0
+        gb = n * size / 1e9
+        return used / gb, max(0.0, used - idle_per_s * wall) / gb
 
 
 def main() -> int:
@@ -53,24 +69,31 @@ def main() -> int:
     sizes = [int(s) for s in args.sizes.split(",")]
     kinds = tuple(k for k in KINDS if k in BASELINES or k in args.paths.split(","))
     got: dict[tuple[str, int], list[float]] = {}
+    net: dict[tuple[str, int], list[float]] = {}
     with tempfile.TemporaryDirectory() as d:
         for t in range(args.trials):
             order = kinds[t % len(kinds):] + kinds[:t % len(kinds)]
             for kind in order:
                 for size in sizes:
-                    got.setdefault((kind, size), []).append(one(kind, size, args.mb, Path(d)))
-                    print(f"trial {t + 1} {kind:16s} {size:5d} B: {got[(kind, size)][-1]:.3f} CPU-s/GB", flush=True)
-    print(f"\nproxy CPU-s per GB consumed, one-record batches (median of {args.trials}, min-max):")
-    for size in sizes:
-        med = {k: statistics.median(got[(k, size)]) for k in kinds}
-        cells = "  ".join(f"{k} {med[k]:.3f} ({min(got[(k, size)]):.3f}-{max(got[(k, size)]):.3f})" for k in kinds)
-        print(f"  {size:5d} B records: {cells}")
-        for k in kinds:
-            if k not in BASELINES:
-                print(f"  {'':5s}   {k} / relay {med[k] / med['relay']:.2f}, / haproxy {med[k] / med['haproxy']:.2f}")
-        for on, off in ((TRACED, "fetchlat"), (RELAYED_TRACED, RELAYED)):
-            if on in med and off in med:
-                print(f"  {'':5s}   traces on / off ({off}) {med[on] / med[off]:.2f}")
+                    raw, less_idle = one(kind, size, args.mb, Path(d))
+                    got.setdefault((kind, size), []).append(raw)
+                    net.setdefault((kind, size), []).append(less_idle)
+                    print(f"trial {t + 1} {kind:22s} {size:5d} B: {raw:.3f} CPU-s/GB ({less_idle:.3f} net of idle)",
+                          flush=True)
+    for title, figures in (("", got), (", net of the proxy's idle CPU over the consume's time", net)):
+        print(f"\nproxy CPU-s per GB consumed, one-record batches{title} (median of {args.trials}, min-max):")
+        for size in sizes:
+            med = {k: statistics.median(figures[(k, size)]) for k in kinds}
+            cells = "  ".join(f"{k} {med[k]:.3f} ({min(figures[(k, size)]):.3f}-{max(figures[(k, size)]):.3f})"
+                              for k in kinds)
+            print(f"  {size:5d} B records: {cells}")
+            for k in kinds:
+                if k not in BASELINES:
+                    ratio = f"{k} / relay {med[k] / med['relay']:.2f}, / haproxy {med[k] / med['haproxy']:.2f}"
+                    print(f"  {'':5s}   {ratio}")
+            for on, off in ((TRACED, "fetchlat"), (RELAYED_TRACED, RELAYED)):
+                if on in med and off in med:
+                    print(f"  {'':5s}   traces on / off ({off}) {med[on] / med[off]:.2f}")
     return 0
 
 

@@ -28,6 +28,7 @@ pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(native.core() is None, reason=f"native core not loaded: {native.reason()}")]
 
 TIMEOUTS = "partial_frame_timeout_s: 1\nidle_timeout_s: 2\nmax_frame_bytes: 1048576\n"
+BIG_RECORDS = 4000  # one-record batches: a fetch of them all is a few hundred KB
 # what the differential compares: counters and histogram counts, whatever the timings were
 COMPARED = ("fetchlat_requests_total", "fetchlat_fetches_total", "fetchlat_bytes_total",
             "fetchlat_fetch_seconds_count", "fetchlat_record_latency_seconds_count",
@@ -74,9 +75,12 @@ def delta(after: dict[Any, float], before: dict[Any, float]) -> dict[Any, float]
     return {k: v - before.get(k, 0.0) for k, v in after.items() if v - before.get(k, 0.0)}
 
 
-def script(port: int, topic: str, topic_id: uuid.UUID, check_relayed: ProxyProc | None) -> None:
+def script(port: int, topic: str, topic_id: uuid.UUID, check_relayed: ProxyProc | None,
+           big: tuple[str, uuid.UUID] | None = None) -> None:
     """One scripted connection: ApiVersions (answered by the event loop), then what the core
-    carries: Metadata, consumer fetches with and without records, follower fetches."""
+    carries: Metadata, consumer fetches with and without records, follower fetches; and a
+    fetch of ``big``'s thousands of records from its start, an answer of hundreds of KB that
+    the core reads in many pieces (and, carrying the connection, digests: ``digest.rs``)."""
     c = Client(port)
     try:
         c.call(apis.API_VERSIONS, 3, {"ClientSoftwareName": "relay-test", "ClientSoftwareVersion": "1"})
@@ -89,6 +93,8 @@ def script(port: int, topic: str, topic_id: uuid.UUID, check_relayed: ProxyProc 
             c.call(apis.API_VERSIONS, 3, {"ClientSoftwareName": "relay-test", "ClientSoftwareVersion": "1"})
         follower_fetch(c, 12, 2, topic, topic_id, 0)
         follower_fetch(c, 15, 3, topic, topic_id, 20)
+        if big is not None:
+            consumer_fetch(c, big[0], big[1], 0)
     finally:
         c.close()
 
@@ -123,20 +129,25 @@ def test_the_core_carries_real_clients_and_counts_what_the_event_loop_counts(sid
     assert n.health()["connections"] == 0, "real clients' connections outlived them"
     assert samples(n, "fetchlat_connections_relayed")[()] == 0
 
+    big = f"relay-big-{uuid.uuid4().hex[:6]}"
+    assert len(roundtrip(n.bootstrap, big, n=BIG_RECORDS)) == BIG_RECORDS
+
     # the same scripted conversation through both sidecars: the same counts and trace rows
-    for proxy in (n, o):  # the same connection for the topic's id through each
+    for proxy in (n, o):  # the same connection for the topics' ids through each
         md = Client(proxy.listen_port)
-        answer = md.call(apis.METADATA, 12, {"Topics": [{"Name": topic, "TopicId": uuid.UUID(int=0)}]})
-        topic_id = answer["Topics"][0]["TopicId"]
+        named = [{"Name": t, "TopicId": uuid.UUID(int=0)} for t in (topic, big)]
+        answer = md.call(apis.METADATA, 12, {"Topics": named})
+        ids = {t["Name"]: t["TopicId"] for t in answer["Topics"]}
+        topic_id = ids[topic]
         md.close()
     time.sleep(1.5)  # the core's byte counts come back every half second
     before = {"native": counted(n), "loop": counted(o)}
     stamped = samples(n, "fetchlat_stamps_total")
-    script(n.listen_port, topic, topic_id, check_relayed=n)
+    script(n.listen_port, topic, topic_id, check_relayed=n, big=(big, ids[big]))
     kernel = (("source", "kernel"),)
     # the core's reads of the broker are stamped by the kernel, and counted as the event loop's are
     assert samples(n, "fetchlat_stamps_total")[kernel] >= stamped.get(kernel, 0) + 7
-    script(o.listen_port, topic, topic_id, check_relayed=None)
+    script(o.listen_port, topic, topic_id, check_relayed=None, big=(big, ids[big]))
     assert samples(o, "fetchlat_relay_handovers_total")[()] == 0  # the event loop's alone
     time.sleep(1.5)
     native_delta, loop_delta = delta(counted(n), before["native"]), delta(counted(o), before["loop"])
