@@ -25,7 +25,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any, Final
 
-from . import apis, digest, fetch, fetch_now, produce, produce_now, share, share_now
+from . import apis, digested, fetch, fetch_now, produce, produce_now, share, share_now
 from .errors import DecodeError, FramingError, ProtocolError
 from .events import (
     BrokersLearned,
@@ -313,18 +313,18 @@ class ResponseDecoder:
     def digested(self, skeleton: bytes, stats: bytes, t_ns: int) -> list[Event]:
         """The body of the Fetch answer under way, which ended at ``t_ns``, read by the native core
         (its size and correlation id came through ``forward``, nothing of its body): its digest
-        (``digest.py``) parsed and its records' figures put back; the answer's events."""
+        (``digested.py``) parsed and its records' figures put back; the answer's events."""
         cur = self._current
         if cur is None or self._left != self._size - 4 or self._mode is not ResponseMode.DEFER \
                 or not isinstance(cur.info, fetch.FetchRequestInfo):
             raise FramingError("the native core's digest of a Fetch answer came where no Fetch answer had begun")
         info: Any = None
         if not skeleton:  # the core could not follow the answer's layout (digest.rs)
-            error: str | None = digest.NOT_FOLLOWED
+            error: str | None = digested.NOT_FOLLOWED
         else:
             info, error = run_direct(_response_twin(cur, self.wait_time_tag).direct, memoryview(skeleton))
             if info is not None:
-                error = digest.restore(info, stats)
+                error = digested.restore(info, stats)
                 if error is not None:
                     info = None
         self._current = None

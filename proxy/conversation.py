@@ -338,7 +338,7 @@ class Conversation:
         ``t_written_ns``; ``counts``: the bytes read from each side so far; ``handed``: the
         ``(read, written)`` stamps of the earlier reads whose bytes it gathers (``routed.HANDED``
         pairs), or None; ``digest``: the core's digest of the body of the Fetch answer under way,
-        which ended in this read, before its bytes (``protocol/digest.py``), or None."""
+        which ended in this read, before its bytes (``protocol/digested.py``), or None."""
         self.relayed_counts(counts)
         codec = self.codec
         try:

@@ -13,7 +13,7 @@ SaslHandshake v0) and the records of the exchanges it settled alone, each with i
 and the time its bytes were written on. An answer's body that arrives in many reads (a Fetch's
 records) is gathered by the core and queued once, when it ends, with the earlier reads' stamps
 beside it: a Fetch answer of up to 16 MiB as the core's digest of it (its fields, and its
-records' figures rather than their bytes: ``protocol/digest.py``), any other in pieces of a MiB.
+records' figures rather than their bytes: ``protocol/digested.py``), any other in pieces of a MiB.
 
 This module takes that queue on the event loop in batches (``BATCH_S`` after the first item of a
 batch: the per-read road has no Python on it), and gives each item to its connection's

@@ -821,7 +821,7 @@ impl PyRelay {
     /// `handed`: for an item that gathers an answer's body over several reads (`Gather`), the
     /// earlier reads' `(read, written)` stamps as native-endian i64 pairs; None for the rest.
     /// `digest`: `(skeleton, stats)` of the Fetch answer under way that ended in this read, which
-    /// Python takes before the item's bytes (`digest.rs`; `protocol/digest.py`), or None.
+    /// Python takes before the item's bytes (`digest.rs`; `protocol/digested.py`), or None.
     #[allow(clippy::type_complexity)]
     fn drain<'py>(&self, py: Python<'py>) -> Vec<(u64, i64, i64, i64, Bound<'py, PyBytes>, Option<Bound<'py, PyBytes>>,
                                                   Vec<Bound<'py, PyBytes>>, String, Option<(i16, i16)>, (u64, u64),

@@ -23,7 +23,7 @@ import struct
 from collections.abc import Iterator
 
 from fetchlat.metrics.model import LatencyModel
-from fetchlat.protocol import digest, fetch_now
+from fetchlat.protocol import digested, fetch_now
 from fetchlat.protocol.connection import KafkaConnection
 from fetchlat.protocol.errors import DecodeError, ProtocolError
 from fetchlat.protocol.events import FetchExchanged, ProduceExchanged
@@ -97,7 +97,7 @@ def digests_agree(payload: bytes, cut: int) -> None:
                 raise AssertionError(f"the core could not follow a Fetch v{v} answer the codec reads")
             continue
         info = _codec_reads(got[0], v)
-        if info is not DecodeError and digest.restore(info, got[1]) is not None:  # type: ignore[arg-type]
+        if info is not DecodeError and digested.restore(info, got[1]) is not None:  # type: ignore[arg-type]
             raise AssertionError(f"the core's digest of a Fetch v{v} answer does not pair up")
         if info != want:
             raise AssertionError(f"the core's digest of a Fetch v{v} answer reads otherwise than its bytes")

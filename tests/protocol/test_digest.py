@@ -1,4 +1,4 @@
-"""The native core's digest of a Fetch answer (``native/src/digest.rs``; ``protocol/digest.py``):
+"""The native core's digest of a Fetch answer (``native/src/digest.rs``; ``protocol/digested.py``):
 its skeleton parsed by the codec, with the core's figures of each records field put back, reads
 what the codec reads of the whole answer, for every version, generated answers, the captured
 ones, and garbage (where the core gives no digest, the codec reads the bytes itself)."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 from fetchlat import native
-from fetchlat.protocol import apis, digest, fetch_now
+from fetchlat.protocol import apis, digested, fetch_now
 from fetchlat.protocol.encoder import encode
 from fetchlat.protocol.errors import DecodeError
 from fetchlat.protocol.headers import response_body_start
@@ -44,11 +44,11 @@ def _through_digest(body: bytes, version: int, cuts: list[int] | None = None) ->
     if got is None:
         return None
     skeleton, stats = got
-    assert len(stats) % digest.STATS.size == 0
+    assert len(stats) % digested.STATS.size == 0
     info = _read(skeleton, version)
     if info is DecodeError:
         return DecodeError
-    assert digest.restore(info, stats) is None  # type: ignore[arg-type]
+    assert digested.restore(info, stats) is None  # type: ignore[arg-type]
     return info
 
 
@@ -118,6 +118,6 @@ def test_figures_that_do_not_pair_up_are_the_answers_decode_failure() -> None:
         "Topic": "t", "Partitions": [{"PartitionIndex": 0, "HighWatermark": 1, "LastStableOffset": 1,
                                       "Records": b""}]}]}), 12)
     info = fetch_now.parse_response_now(body, 12, after_correlation_id=True)
-    assert digest.restore(info, b"") is not None  # a records field without its figures
+    assert digested.restore(info, b"") is not None  # a records field without its figures
     info = fetch_now.parse_response_now(body, 12, after_correlation_id=True)
-    assert digest.restore(info, digest.STATS.pack(0, *[0] * 10) * 2) is not None  # figures for none
+    assert digested.restore(info, digested.STATS.pack(0, *[0] * 10) * 2) is not None  # figures for none
