@@ -21,7 +21,7 @@ from fetchlat.protocol import apis
 from fetchlat.protocol.connection import KafkaConnection
 from fetchlat.protocol.encoder import encode
 from fetchlat.protocol.errors import DecodeError
-from fetchlat.protocol.events import FetchExchanged, ProduceExchanged, RequestSeen, ResponseSeen
+from fetchlat.protocol.events import DecodeFailed, FetchExchanged, ProduceExchanged, RequestSeen, ResponseSeen
 from fetchlat.protocol.framing import request_frame, response_frame
 from fetchlat.protocol.rewrite import ResponseRewriter
 from fetchlat.protocol.routed import (
@@ -542,3 +542,39 @@ def test_an_answer_read_in_pieces_is_handed_to_python_gathered_and_tells_the_sam
         assert isinstance(exchanged, FetchExchanged) and exchanged.response.partitions[0].batches is not None
         assert exchanged.response.partitions[0].batches.batches == size
     assert (seen.t_first_ns, seen.t_last_ns) == (items[0][2], items[-1][2])
+
+
+def test_a_fetch_answer_the_core_cannot_follow_is_reported_not_decoded_as_the_bytes_are(rig: Rig) -> None:
+    """A Fetch answer read in pieces whose layout lies (its topics array longer than any real
+    message) reaches Python as an empty skeleton, which the Python road reports as the answer not
+    decoded, as it does the bytes fed whole."""
+    from_broker = rig.kinds[1]
+    req = fetch_request(9)
+    rig.client.sendall(req)
+    assert _recv_exactly(rig.broker, len(req)) == req
+    # v12: the header's tags, ThrottleTimeMs, ErrorCode, SessionId, then a compact array of 2**30 topics
+    body = struct.pack(">i", 9) + b"\x00" + struct.pack(">ihi", 0, 0, 0) + b"\x81\x80\x80\x80\x04" + b"\x00" * 200_000
+    answer = struct.pack(">i", len(body)) + body
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(_recv_exactly(rig.client, len(answer))))
+    reader.start()
+    for at in range(0, len(answer), 32 << 10):  # bounded: 7 sends
+        rig.broker.sendall(answer[at:at + (32 << 10)])
+        time.sleep(0.002)
+    reader.join(DEADLINE_S)
+    assert got == [answer]  # every byte went on to the client as it came
+    rig.drain_until(lambda: any(it[1] == from_broker and it[11] is not None for it in rig.items), "the digest")
+    items = [it for it in rig.items if it[1] == from_broker]
+    assert [it[11] for it in items[1:]] == [(b"", b"")]
+    def failed(conn: KafkaConnection, chunks: list[tuple[bytes | None, tuple[bytes, bytes] | None]]) -> list[object]:
+        conn.receive_from_client(req, 1)
+        events: list[object] = []
+        for data, digest in chunks:
+            if digest is not None:
+                events += conn.digested_from_broker(*digest, 2)
+            if data:
+                events += conn.receive_from_broker(data, 2)[1]
+        return [e for e in events if isinstance(e, DecodeFailed | FetchExchanged)]
+    through = failed(KafkaConnection(max_frame_bytes=MAX_FRAME), [(it[4], it[11]) for it in items])
+    whole = failed(KafkaConnection(max_frame_bytes=MAX_FRAME), [(answer, None)])
+    assert [type(e) for e in through] == [type(e) for e in whole] == [DecodeFailed]
