@@ -289,9 +289,8 @@ impl Digester {
                     if version >= 7 {
                         c.skip(2 + 4)?; // ErrorCode, SessionId
                     }
-                    let n = c.array_len(flex)?.max(0);
-                    Some((n, 0))
-                })().map(|(n, _)| {
+                    Some(c.array_len(flex)?.max(0))
+                })().map(|n| {
                     self.topics_left = n;
                     if n > 0 { Stage::Topic } else { Stage::Rest }
                 }),
@@ -350,11 +349,11 @@ impl Digester {
                     self.skeleton.extend_from_slice(&tail[k..]);
                     continue;
                 }
-                Stage::PartitionTags => (|| if flex { c.tags() } else { Some(()) })().map(|_| {
+                Stage::PartitionTags => (if flex { c.tags() } else { Some(()) }).map(|_| {
                     self.partitions_left -= 1;
                     if self.partitions_left > 0 { Stage::Partition } else { Stage::TopicTags }
                 }),
-                Stage::TopicTags => (|| if flex { c.tags() } else { Some(()) })().map(|_| {
+                Stage::TopicTags => (if flex { c.tags() } else { Some(()) }).map(|_| {
                     self.topics_left -= 1;
                     if self.topics_left > 0 { Stage::Topic } else { Stage::Rest }
                 }),

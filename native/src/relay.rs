@@ -102,6 +102,73 @@ struct Gather {
 pub const GATHER_BYTES: usize = 1 << 20;
 const FETCH: i16 = 1;
 
+/// The buffers of drained items, emptied on Python's thread and handed back for the relay's
+/// thread to fill again: the per-read buffers are made and freed by one thread, not made by
+/// one and freed by the other (which leaves each thread's allocator holding the other's pages).
+#[derive(Default)]
+struct Spare {
+    bytes: Vec<Vec<u8>>,
+    words: Vec<Vec<i64>>,
+    ids: Vec<Vec<Arc<[u8]>>>,
+}
+
+/// How many of each kind are kept, and the largest kept (bigger ones are freed).
+const SPARE_KEPT: usize = 256;
+const SPARE_MAX_BYTES: usize = 256 << 10;
+
+impl Spare {
+    /// Keeps what is worth keeping of the buffers given (emptied).
+    fn keep(&mut self, bytes: Vec<Vec<u8>>, words: Vec<Vec<i64>>, ids: Vec<Vec<Arc<[u8]>>>) {
+        for mut b in bytes {
+            if self.bytes.len() < SPARE_KEPT && b.capacity() > 0 && b.capacity() <= SPARE_MAX_BYTES {
+                b.clear();
+                self.bytes.push(b);
+            }
+        }
+        for mut w in words {
+            if self.words.len() < SPARE_KEPT && w.capacity() > 0 && w.capacity() <= SPARE_MAX_BYTES / 8 {
+                w.clear();
+                self.words.push(w);
+            }
+        }
+        for mut i in ids {
+            if self.ids.len() < SPARE_KEPT && i.capacity() > 0 && i.capacity() <= 1024 {
+                i.clear();
+                self.ids.push(i);
+            }
+        }
+    }
+}
+
+/// The relay thread's own stock of spare buffers, refilled from `Shared::spare` when it runs out.
+#[derive(Default)]
+struct Stock {
+    spare: Spare,
+}
+
+impl Stock {
+    fn refill(&mut self, shared: &Shared) {
+        let mut s = shared.spare.lock().unwrap();
+        std::mem::swap(&mut self.spare.bytes, &mut s.bytes);
+        std::mem::swap(&mut self.spare.words, &mut s.words);
+        std::mem::swap(&mut self.spare.ids, &mut s.ids);
+    }
+
+    fn bytes(&mut self, shared: &Shared) -> Vec<u8> {
+        if self.spare.bytes.is_empty() {
+            self.refill(shared);
+        }
+        self.spare.bytes.pop().unwrap_or_default()
+    }
+
+    fn records(&mut self, shared: &Shared) -> (Vec<i64>, Vec<Arc<[u8]>>) {
+        if self.spare.words.is_empty() || self.spare.ids.is_empty() {
+            self.refill(shared);
+        }
+        (self.spare.words.pop().unwrap_or_default(), self.spare.ids.pop().unwrap_or_default())
+    }
+}
+
 /// What Python's timers and counters read of a pair, written by the relay's thread alone.
 #[derive(Default)]
 struct Stats {
@@ -243,6 +310,10 @@ struct Pair {
 
 struct Shared {
     queue: Mutex<Vec<Item>>,
+    /// the queue's buffer from the drain before the last, emptied, for the next drain to swap in
+    queue_spare: Mutex<Vec<Item>>,
+    /// buffers of drained items, for the relay's thread to fill again (`Spare`)
+    spare: Mutex<Spare>,
     added: Mutex<Vec<(u64, RawFd, RawFd)>>,
     answers: Mutex<Vec<(u64, Vec<u8>)>>,
     /// pairs Python ends (`end`)
@@ -368,6 +439,7 @@ struct Looper {
     observed: Ranges,
     whole: Vec<(i16, i16, i16)>,
     memo: Memo,
+    stock: Stock,
 }
 
 impl Looper {
@@ -565,7 +637,12 @@ impl Looper {
                 p.stats.rtt_ns.store(rtt, Ordering::Relaxed);
             }
         }
-        let records = p.wire.drain_native();
+        let records = if p.wire.has_native_records() {
+            let (fresh_records, fresh_ids) = self.stock.records(&self.shared);
+            p.wire.drain_native_into(fresh_records, fresh_ids)
+        } else {
+            p.wire.drain_native()
+        };
         let kind = if side == CLIENT { FROM_CLIENT } else { FROM_BROKER };
         let open = if side == BROKER && out.rest.is_none() { out.open_from } else { None };
         if let (Some(g), Some(0)) = (p.gather.as_mut(), open) {
@@ -603,6 +680,9 @@ impl Looper {
             }
             None => Vec::new(),
         };
+        if before.is_empty() && !out.is_empty() {
+            before = self.stock.bytes(&self.shared); // a spare buffer, filled by routed_bytes
+        }
         let python = if out.is_empty() { before } else { routed_bytes(before, data, &out, open.unwrap_or(n)) };
         if let Some(q) = open {
             // an answer the Python road parses begins its body here: a Fetch answer's digested
@@ -734,7 +814,8 @@ impl PyRelay {
         if ep < 0 {
             return Err(PyOSError::new_err(std::io::Error::last_os_error().to_string()));
         }
-        let shared = Arc::new(Shared { queue: Mutex::new(Vec::new()), added: Mutex::new(Vec::new()),
+        let shared = Arc::new(Shared { queue: Mutex::new(Vec::new()), queue_spare: Mutex::new(Vec::new()),
+                                       spare: Mutex::new(Spare::default()), added: Mutex::new(Vec::new()),
                                        answers: Mutex::new(Vec::new()), ends: Mutex::new(Vec::new()),
                                        stats: Mutex::new(HashMap::new()), kernel_reads: AtomicU64::new(0),
                                        clock_reads: AtomicU64::new(0), memo_rewrites: Mutex::new(HashMap::new()),
@@ -743,7 +824,8 @@ impl PyRelay {
         epoll_set(ep, libc::EPOLL_CTL_ADD, shared.wake_fd, libc::EPOLLIN as u32, WAKE);
         let mut looper = Looper { shared: shared.clone(), ep, pairs: HashMap::new(), buf: vec![0; READ_BYTES],
                                   max_frame: max_frame_bytes, flexible: Ranges::new(&flexible),
-                                  observed: Ranges::new(&observed), whole, memo: Memo { entries: VecDeque::new() } };
+                                  observed: Ranges::new(&observed), whole, memo: Memo { entries: VecDeque::new() },
+                                  stock: Stock::default() };
         let thread = std::thread::Builder::new().name("fetchlat-relay".into()).spawn(move || looper.run())
             .map_err(|e| PyOSError::new_err(e.to_string()))?;
         Ok(PyRelay { shared, thread: Some(thread), next_id: 1, ep })
@@ -827,17 +909,29 @@ impl PyRelay {
                                                   Vec<Bound<'py, PyBytes>>, String, Option<(i16, i16)>, (u64, u64),
                                                   Option<Bound<'py, PyBytes>>,
                                                   Option<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)>)> {
-        let items = std::mem::take(&mut *self.shared.queue.lock().unwrap());
-        items.into_iter().map(|it| {
+        let mut items = std::mem::take(&mut *self.shared.queue_spare.lock().unwrap());
+        std::mem::swap(&mut items, &mut *self.shared.queue.lock().unwrap());
+        let (mut bytes, mut words, mut idss) = (Vec::new(), Vec::new(), Vec::new());
+        let out = items.drain(..).map(|it| {
             let (records, ids) = match it.records {
-                Some((r, ids)) => (Some(i64_bytes(py, &r)), ids.iter().map(|i| PyBytes::new(py, i)).collect()),
+                Some((r, ids)) => {
+                    let got = (Some(i64_bytes(py, &r)), ids.iter().map(|i| PyBytes::new(py, i)).collect());
+                    words.push(r);
+                    idss.push(ids);
+                    got
+                }
                 None => (None, Vec::new()),
             };
             let handed = if it.handed.is_empty() { None } else { Some(i64_bytes(py, &it.handed)) };
             let digest = it.digest.map(|d| (PyBytes::new(py, &d.skeleton), i64_bytes(py, &d.stats)));
-            (it.conn, it.kind, it.t_ns, it.t_written_ns, PyBytes::new(py, &it.python), records, ids, it.reason, it.api,
-             it.counts, handed, digest)
-        }).collect()
+            let python = PyBytes::new(py, &it.python);
+            bytes.push(it.python);
+            (it.conn, it.kind, it.t_ns, it.t_written_ns, python, records, ids, it.reason, it.api, it.counts, handed,
+             digest)
+        }).collect();
+        *self.shared.queue_spare.lock().unwrap() = items;
+        self.shared.spare.lock().unwrap().keep(bytes, words, idss);
+        out
     }
 
     /// Stops the thread and closes every pair (idempotent).

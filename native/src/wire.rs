@@ -294,6 +294,9 @@ fn frame_size(raw: [u8; 4], max: i64, side: &str) -> Result<usize, Framing> {
     Ok(size as usize)
 }
 
+/// What a drain gives: the records, and the client ids they index.
+pub type Drained = (Vec<i64>, Vec<Arc<[u8]>>);
+
 /// One connection, both directions.
 pub struct Wire {
     max_frame: i64,
@@ -666,13 +669,25 @@ impl Wire {
 
     /// `drain`, or None when every record since the last one is `ROUTED` (the Python road's
     /// events say all they would): those are dropped, there being nothing to order them among.
-    pub fn drain_native(&mut self) -> Option<(Vec<i64>, Vec<Arc<[u8]>>)> {
+    pub fn drain_native(&mut self) -> Option<Drained> {
+        self.drain_native_into(Vec::new(), Vec::new())
+    }
+
+    /// A record since the last drain is not `ROUTED` (`drain_native` has some to give).
+    pub fn has_native_records(&self) -> bool {
+        self.native_records > 0
+    }
+
+    /// `drain_native`, the records gathered from here on into `records` and `ids` (empty buffers
+    /// the caller recycles: `relay.rs`, `Spare`) where the ones drained go.
+    pub fn drain_native_into(&mut self, records: Vec<i64>, ids: Vec<Arc<[u8]>>) -> Option<Drained> {
         if self.native_records == 0 {
             self.records.clear();
             self.ids.clear();
             return None;
         }
-        Some(self.drain())
+        self.native_records = 0;
+        Some((std::mem::replace(&mut self.records, records), std::mem::replace(&mut self.ids, ids)))
     }
 }
 
