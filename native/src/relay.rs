@@ -103,8 +103,10 @@ pub const GATHER_BYTES: usize = 1 << 20;
 const FETCH: i16 = 1;
 
 /// The buffers of drained items, emptied on Python's thread and handed back for the relay's
-/// thread to fill again: the per-read buffers are made and freed by one thread, not made by
-/// one and freed by the other (which leaves each thread's allocator holding the other's pages).
+/// thread to fill again: a connection's per-read buffers are reused, rather than made on the
+/// relay's thread and freed on Python's each time (which leaves each thread's allocator holding
+/// chunks of the other's arena: the fifteenth soak's free memory rose on this road,
+/// `docs/reliability.md`). Beyond `SPARE_KEPT` of a kind, or `SPARE_MAX_BYTES`, they are freed.
 #[derive(Default)]
 struct Spare {
     bytes: Vec<Vec<u8>>,
