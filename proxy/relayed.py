@@ -12,8 +12,9 @@ queues what Python must see: the frames the Python road parses (Fetch, Produce, 
 SaslHandshake v0) and the records of the exchanges it settled alone, each with its read's stamp
 and the time its bytes were written on. An answer's body that arrives in many reads (a Fetch's
 records) is gathered by the core and queued once, when it ends, with the earlier reads' stamps
-beside it: a Fetch answer of up to 16 MiB as the core's digest of it (its fields, and its
-records' figures rather than their bytes: ``protocol/digested.py``), any other in pieces of a MiB.
+beside it: a Fetch answer as the core's digest of it (its fields, and its records' figures
+rather than their bytes: ``protocol/digested.py``), any other in pieces of a MiB; so is a
+request the Python road parses (a big Produce), dated by its last read as ever.
 
 This module takes that queue on the event loop in batches (``BATCH_S`` after the first item of a
 batch: the per-read road has no Python on it), and gives each item to its connection's

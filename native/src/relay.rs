@@ -308,6 +308,8 @@ struct Pair {
     shut: bool,
     /// the body so far of the broker's answer under way that the Python road parses
     gather: Option<Gather>,
+    /// the bytes so far of the client's request under way that the Python road parses
+    gather_rq: Option<Gather>,
 }
 
 struct Shared {
@@ -470,6 +472,13 @@ impl Looper {
                     libc::close(fd);
                 }
             }
+            if let Some(g) = p.gather_rq {
+                // what the Python road would have been fed of the request cut short
+                let t = mono_ns();
+                self.push(Item { conn: id, kind: FROM_CLIENT, t_ns: t, t_written_ns: t, python: g.bytes, records: None,
+                                 reason: String::new(), api: None, counts: p.stats.counts(), handed: Vec::new(),
+                                 digest: None });
+            }
             if let Some(g) = p.gather {
                 // what the Python road would have been fed of the answer cut short
                 if let Some(item) = gathered(id, g, p.stats.counts()) {
@@ -509,7 +518,7 @@ impl Looper {
             self.pairs.insert(id, Pair { client: Side { fd: cfd, queue: VecDeque::new() },
                                          broker: Side { fd: bfd, queue: VecDeque::new() }, whole: Vec::new(),
                                          armed: [libc::EPOLLIN as u32; 2], wire, stats, client_eof: false,
-                                         shut: false, gather: None });
+                                         shut: false, gather: None, gather_rq: None });
         }
     }
 
@@ -646,7 +655,44 @@ impl Looper {
             p.wire.drain_native()
         };
         let kind = if side == CLIENT { FROM_CLIENT } else { FROM_BROKER };
-        let open = if side == BROKER && out.rest.is_none() { out.open_from } else { None };
+        if side == CLIENT {
+            // a request the Python road parses that goes on past this read is gathered (whole, up
+            // to GATHER_BYTES): the Python road dates a request by its last byte, and parses it whole
+            let open = if out.rest.is_none() { out.open_from } else { None };
+            let gathered_before = p.gather_rq.take();
+            if open == Some(0) {
+                // the request gathered (or one begun in an earlier read) goes on through the whole read
+                let bytes = gathered_before.map_or_else(|| self.stock.bytes(&self.shared), |g| g.bytes);
+                let bytes = routed_bytes(bytes, data, &out, n);
+                if bytes.len() >= GATHER_BYTES {
+                    items.push(Item { conn: id, kind, t_ns, t_written_ns: t_ns, python: bytes, records, reason: String::new(),
+                                      api: None, counts: p.stats.counts(), handed: Vec::new(), digest: None });
+                } else {
+                    p.gather_rq = Some(Gather { bytes, handed: Vec::new(), digester: None });
+                    if records.is_some() {
+                        items.push(Item { conn: id, kind, t_ns, t_written_ns: t_ns, python: Vec::new(), records,
+                                          reason: String::new(), api: None, counts: p.stats.counts(),
+                                          handed: Vec::new(), digest: None });
+                    }
+                }
+                return Ok(());
+            }
+            let before = gathered_before.map_or_else(Vec::new, |g| g.bytes);
+            let before = if before.is_empty() && !out.is_empty() { self.stock.bytes(&self.shared) } else { before };
+            let python = if out.is_empty() { before } else { routed_bytes(before, data, &out, open.unwrap_or(n)) };
+            if let Some(q) = open {
+                let mut bytes = self.stock.bytes(&self.shared);
+                bytes.extend_from_slice(&data[q..]);
+                p.gather_rq = Some(Gather { bytes, handed: Vec::new(), digester: None });
+            }
+            if python.is_empty() && records.is_none() {
+                return Ok(());
+            }
+            items.push(Item { conn: id, kind, t_ns, t_written_ns, python, records, reason: String::new(), api: None,
+                              counts: p.stats.counts(), handed: Vec::new(), digest: None });
+            return Ok(());
+        }
+        let open = if out.rest.is_none() { out.open_from } else { None };
         if let (Some(g), Some(0)) = (p.gather.as_mut(), open) {
             // the answer gathered goes on through the whole read
             g.handed.extend_from_slice(&[t_ns, t_written_ns]);

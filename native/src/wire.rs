@@ -241,6 +241,8 @@ enum Route {
 ///
 /// `open_from`: the read ended inside an answer routed to the Python road whose size and
 /// correlation id are read; its bytes past them begin at this offset of the chunk (0: before it).
+/// For requests: the read ended inside a request routed to the Python road, which begins at this
+/// offset of the chunk (0: before it; `held` then holds its bytes from earlier chunks).
 /// A caller that gathers such an answer's body into one piece for the Python road
 /// (`relay.rs`, `Gather`) hands on at once only the routed bytes before it. `ended_at`: the
 /// offset of the chunk where the answer routed to the Python road that was under way before
@@ -474,6 +476,9 @@ impl Wire {
         // a frame whose route is not known yet: its bytes so far, for the chunk that decides it
         if self.rq_route == Route::Undecided && (self.rq_left > 0 || !self.rq_size_buf.is_empty()) {
             self.rq_carry.extend_from_slice(&data[fstart..n]);
+        }
+        if self.rq_route == Route::Python && self.rq_left > 0 {
+            out.open_from = Some(fstart); // a routed request goes on past this chunk
         }
         Ok(())
     }

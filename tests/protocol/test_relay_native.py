@@ -21,7 +21,14 @@ from fetchlat.protocol import apis
 from fetchlat.protocol.connection import KafkaConnection
 from fetchlat.protocol.encoder import encode
 from fetchlat.protocol.errors import DecodeError
-from fetchlat.protocol.events import DecodeFailed, FetchExchanged, ProduceExchanged, RequestSeen, ResponseSeen
+from fetchlat.protocol.events import (
+    DecodeFailed,
+    FetchExchanged,
+    ProduceExchanged,
+    ProduceSent,
+    RequestSeen,
+    ResponseSeen,
+)
 from fetchlat.protocol.framing import request_frame, response_frame
 from fetchlat.protocol.rewrite import ResponseRewriter
 from fetchlat.protocol.routed import (
@@ -578,3 +585,39 @@ def test_a_fetch_answer_the_core_cannot_follow_is_reported_not_decoded_as_the_by
     through = failed(KafkaConnection(max_frame_bytes=MAX_FRAME), [(it[4], it[11]) for it in items])
     whole = failed(KafkaConnection(max_frame_bytes=MAX_FRAME), [(answer, None)])
     assert [type(e) for e in through] == [type(e) for e in whole] == [DecodeFailed]
+
+
+@pytest.mark.parametrize("batches", [3_000, 15_000])  # about 0.5 MiB: gathered whole; 2.5: in pieces
+def test_a_request_read_in_pieces_is_handed_to_python_gathered_and_tells_the_same(rig: Rig, batches: int) -> None:
+    """A Produce request the client writes in pieces, read by the core in many reads, reaches
+    Python whole in one item (or in pieces of at least ``RELAY_GATHER_BYTES`` but the last),
+    dated by its last read: fed to the Python road, the same request as the frame fed whole."""
+    core = native.core()
+    assert core is not None
+    from_client = rig.kinds[0]
+    body = encode(load("ProduceRequest"), 9, {"TransactionalId": None, "Acks": 1, "TimeoutMs": 1000, "TopicData": [
+        {"Name": "t", "PartitionData": [{"Index": 0, "Records": record_batch() * batches}]}]})
+    req = request_frame(apis.PRODUCE, 9, 11, "producer-1", body)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(_recv_exactly(rig.broker, len(req))))
+    reader.start()
+    for at in range(0, len(req), 32 << 10):  # bounded: at most 80 sends
+        rig.client.sendall(req[at:at + (32 << 10)])
+        time.sleep(0.001)
+    reader.join(DEADLINE_S)
+    assert got == [req]
+    rig.drain_until(lambda: sum(len(it[4]) for it in rig.items if it[1] == from_client) >= len(req),
+                    "the whole request handed to Python")
+    items = [it for it in rig.items if it[1] == from_client]
+    assert b"".join(it[4] for it in items) == req
+    if len(req) <= core.RELAY_GATHER_BYTES:
+        assert len(items) == 1
+    else:
+        assert len(items) >= 2 and all(len(it[4]) >= core.RELAY_GATHER_BYTES for it in items[:-1])
+    def sent(chunks: list[tuple[bytes, int]]) -> list[object]:
+        conn = KafkaConnection(max_frame_bytes=MAX_FRAME)
+        return [e for data, t in chunks for e in conn.receive_from_client(data, t)]
+    through, whole = sent([(it[4], it[2]) for it in items]), sent([(req, items[-1][2])])
+    assert [type(e) for e in through] == [type(e) for e in whole] and len(whole) == 2  # ProduceSent, RequestSeen
+    assert [(e.request, e.t_request_ns) for e in through if isinstance(e, ProduceSent)] == \
+        [(e.request, e.t_request_ns) for e in whole if isinstance(e, ProduceSent)]
