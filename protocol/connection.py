@@ -59,6 +59,11 @@ class KafkaConnection:
     def receive_from_client(self, data: bytes, t_ns: int) -> list[Event]:
         return self.requests.receive(data, t_ns)
 
+    def digested_from_client(self, head: bytes, skeleton: bytes, stats: bytes, t_ns: int) -> list[Event]:
+        """A Produce request read by the native core, ended at ``t_ns``: its first bytes and its
+        body's digest (``digested.py``); its events."""
+        return self.requests.digested(head, skeleton, stats, t_ns)
+
     def forward_from_broker(self, data: bytes, t_ns: int) -> tuple[list[Segment], list[Event]]:
         """The segments to write to the client and the events to act on *before* writing them."""
         return self.responses.forward(data, t_ns)

@@ -1,5 +1,7 @@
-"""A Fetch answer read by the native core (``native/src/digest.rs``): what the relay road hands
-Python of a big Fetch answer instead of its bytes, so that no record crosses into Python.
+"""A Fetch answer (or a Produce request) read by the native core (``native/src/digest.rs``): what
+the relay road hands Python of a big one instead of its bytes, so that no record crosses into
+Python. A Produce request's digest is its body after the header, its first bytes beside it
+(``requests.py``, ``RequestDecoder.digested``).
 
 A digest is the answer's body (after the correlation id) with the bytes of every partition's
 records taken out, each records field left as an empty one, and the figures the core's walk
@@ -18,6 +20,7 @@ import struct
 from typing import Final
 
 from .fetch import FetchResponseInfo
+from .produce import ProduceRequestInfo
 from .stream import BatchStats
 
 # the core's figures of one records field (``digest.rs``'s ``STATS_WIDTH`` native-endian i64s):
@@ -30,10 +33,10 @@ NOT_FOLLOWED: Final = ("the native core could not follow the answer's layout (a 
                        "malformed field)")
 
 
-def restore(info: FetchResponseInfo, stats: bytes) -> str | None:
+def restore(info: FetchResponseInfo | ProduceRequestInfo, stats: bytes) -> str | None:
     """Each partition of ``info`` (parsed from a skeleton) given the figures of its records, in
     order; what disagrees, if the skeleton and the figures do not pair up (a defect, reported
-    as the answer's decode failure)."""
+    as the message's decode failure)."""
     figures = STATS.iter_unpack(stats)
     for p in info.partitions:
         if p.batches is None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from . import apis, fetch, fetch_now, produce, produce_now, share, share_now
+from . import apis, digested, fetch, fetch_now, produce, produce_now, share, share_now
 from .errors import DecodeError, FramingError
 from .events import DecodeFailed, Event, ProduceExchanged, ProduceSent, RequestSeen
 from .framing import frame_size
@@ -143,6 +143,35 @@ class RequestDecoder:
             twin = _request_twin(header.api_key, header.api_version)
             info, error = run_direct(twin.direct, memoryview(data)[start + header.body_start : start + size])
         self._done(peek, header, parsed, info, error, t_ns, events)
+
+    def digested(self, head: bytes, skeleton: bytes, stats: bytes, t_ns: int) -> list[Event]:
+        """A Produce request whose last byte came at ``t_ns``, read by the native core, none of its
+        bytes fed here: ``head``, its size prefix and first bytes (``REQUEST_PEEK_BYTES`` of them,
+        or all), and its body's digest (``digested.py``; an empty skeleton where the core could not
+        follow it). Its events, as the request fed whole gives."""
+        if self.mid_frame or len(head) < 12:
+            raise FramingError("the native core's digest of a Produce request came in the middle of a request")
+        size, _ = read_fixed(I32, head, 0)
+        peek = head[4:4 + min(size, REQUEST_PEEK_BYTES)]
+        self._size = size
+        events: list[Event] = []
+        header = None
+        if self.shared.sasl_raw_rounds == 0:
+            try:
+                header = parse_request_header(peek)
+            except DecodeError:
+                header = None
+        if header is None or header.api_key != apis.PRODUCE or not observed(header.api_key, header.api_version):
+            raise FramingError("the native core's digest names a request that is not a Produce the codec reads")
+        info: produce.ProduceRequestInfo | None = None
+        error: str | None = digested.NOT_FOLLOWED
+        if skeleton:
+            got, error = run_direct(_request_twin(header.api_key, header.api_version).direct, memoryview(skeleton))
+            if got is not None:
+                error = digested.restore(got, stats)
+                info = got if error is None else None
+        self._done(peek, header, True, info, error, t_ns, events)
+        return events
 
     def _peek_complete(self) -> None:
         """The first bytes of a request are in: read its header, start its body parser."""

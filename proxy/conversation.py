@@ -332,13 +332,14 @@ class Conversation:
 
     def relayed(self, from_broker: bool, data: bytes, t_ns: int, t_written_ns: int, records: Records | None,
                 counts: tuple[int, int], handed: bytes | None = None,
-                digest: tuple[bytes, bytes] | None = None) -> tuple[Action, ...]:
+                digest: tuple[bytes, bytes, bytes] | None = None) -> tuple[Action, ...]:
         """A read the core carried: the bytes of it the Python road parses (b"" for none) and the
         core's records of the exchanges it settled alone, read at ``t_ns`` and written on at
         ``t_written_ns``; ``counts``: the bytes read from each side so far; ``handed``: the
         ``(read, written)`` stamps of the earlier reads whose bytes it gathers (``routed.HANDED``
-        pairs), or None; ``digest``: the core's digest of the body of the Fetch answer under way,
-        which ended in this read, before its bytes (``protocol/digested.py``), or None."""
+        pairs), or None; ``digest``: ``(head, skeleton, stats)``, the core's digest of the Fetch
+        answer under way (``head`` b"") or of the Produce request (its first bytes) that ended in
+        this read, before its bytes (``protocol/digested.py``), or None."""
         self.relayed_counts(counts)
         codec = self.codec
         try:
@@ -347,11 +348,13 @@ class Conversation:
                     for t_read, t_wrote in HANDED.iter_unpack(handed):
                         self.observer.handed_on(t_read, t_wrote)
                 self.observer.handed_on(t_ns, t_written_ns)
-                events = codec.digested_from_broker(digest[0], digest[1], t_ns) if digest is not None else []
+                events = codec.digested_from_broker(digest[1], digest[2], t_ns) if digest is not None else []
                 if data:
                     events += codec.receive_from_broker(data, t_ns)[1]
             else:
-                events = codec.receive_from_client(data, t_ns) if data else []
+                events = codec.digested_from_client(*digest, t_ns) if digest is not None else []
+                if data:
+                    events += codec.receive_from_client(data, t_ns)
                 t_written_ns = t_ns
         except FramingError as exc:  # the core framed these bytes: a disagreement, not the peer's
             return (self._framing_lost("response" if from_broker else "request", exc),)

@@ -14,7 +14,8 @@ and the time its bytes were written on. An answer's body that arrives in many re
 records) is gathered by the core and queued once, when it ends, with the earlier reads' stamps
 beside it: a Fetch answer as the core's digest of it (its fields, and its records' figures
 rather than their bytes: ``protocol/digested.py``), any other in pieces of a MiB; so is a
-request the Python road parses (a big Produce), dated by its last read as ever.
+request the Python road parses, dated by its last read as ever (a big Produce as its first bytes
+and the digest of its body).
 
 This module takes that queue on the event loop in batches (``BATCH_S`` after the first item of a
 batch: the per-read road has no Python on it), and gives each item to its connection's
@@ -56,7 +57,8 @@ class Carried(Protocol):
     this module's type, so this one names what it calls instead of importing it)."""
 
     def relayed(self, from_broker: bool, data: bytes, t_ns: int, t_written_ns: int, records: Records | None,
-                counts: tuple[int, int], handed: bytes | None, digest: tuple[bytes, bytes] | None) -> None: ...
+                counts: tuple[int, int], handed: bytes | None,
+                digest: tuple[bytes, bytes, bytes] | None) -> None: ...
 
     def relayed_timers(self, now_ns: int, counts: tuple[int, int], client_read_ns: int, partial_since_ns: int,
                        stalled_since_ns: int, rtt_ns: int) -> None: ...

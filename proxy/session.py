@@ -314,7 +314,7 @@ class ClientSide:  # an asyncio protocol (duck-typed: a native class when compil
 
     def relayed(self, from_broker: bool, data: bytes, t_ns: int, t_written_ns: int, records: Records | None,
                 counts: tuple[int, int], handed: bytes | None = None,
-                digest: tuple[bytes, bytes] | None = None) -> None:
+                digest: tuple[bytes, bytes, bytes] | None = None) -> None:
         actions = self.conv.relayed(from_broker, data, t_ns, t_written_ns, records, counts, handed, digest)
         if actions:
             self.apply(actions)

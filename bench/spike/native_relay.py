@@ -142,9 +142,11 @@ class Spike:
                     continue
                 conn, cobs = state
                 if kind == self.from_client:
-                    events = conn.receive_from_client(data, t_ns) if data else []
+                    events = conn.digested_from_client(*digest, t_ns) if digest is not None else []
+                    if data:
+                        events += conn.receive_from_client(data, t_ns)
                 else:
-                    events = conn.digested_from_broker(*digest, t_ns) if digest is not None else []
+                    events = conn.digested_from_broker(*digest[1:], t_ns) if digest is not None else []
                     if data:
                         events += conn.receive_from_broker(data, t_ns)[1]
                 if kind == self.from_broker:

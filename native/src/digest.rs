@@ -23,6 +23,8 @@ pub const STATS_WIDTH: usize = 11;
 const MAX_ARRAY: i64 = 1 << 24;
 
 pub struct Digest {
+    /// a Produce request's size prefix and first bytes (`wire::PEEK_BYTES`), for its header; empty for an answer
+    pub head: Vec<u8>,
     pub skeleton: Vec<u8>,
     pub stats: Vec<i64>,
 }
@@ -209,12 +211,14 @@ impl Walk {
     }
 }
 
-/// A Fetch answer's digest made as its body arrives, piece by piece (`feed`): the relay's road
-/// for a Fetch answer read in many pieces, whose records are walked where they were read and
-/// never copied. The skeleton so far is read as far as it goes after each piece; a records
+/// A Fetch answer's digest (or a Produce request's) made as its body arrives, piece by piece
+/// (`feed`): the relay's road for one read in many pieces, whose records are walked where they
+/// were read and never copied. The skeleton so far is read as far as it goes after each piece; a records
 /// field's bytes go to its `Walk` instead. A body it cannot follow leaves the rest of the bytes
 /// in the skeleton, and `finish` says so (None).
 pub struct Digester {
+    /// a Produce request's body (after its header), not a Fetch answer's
+    produce: bool,
     version: i16,
     flex: bool,
     skeleton: Vec<u8>,
@@ -229,13 +233,21 @@ pub struct Digester {
 }
 
 impl Digester {
-    /// None for a version the codec does not read.
+    /// A Fetch answer's (after its correlation id); None for a version the codec does not read.
     pub fn new(version: i16) -> Option<Self> {
-        if !(4..=18).contains(&version) {
-            return None;
-        }
-        Some(Digester { version, flex: version >= 12, skeleton: Vec::with_capacity(256), pos: 0, stage: Stage::Head,
-                        topics_left: 0, partitions_left: 0, walk: None, stats: Vec::new(), followed: true })
+        (4..=18).contains(&version).then(|| Self::made(false, version, version >= 12))
+    }
+
+    /// A Produce request's body (after its header: `ProduceRequest.json`, versions 3 to 13,
+    /// flexible from 9, topics by id from 13, as `protocol/produce.py`'s `parse_request` reads
+    /// it); None for a version the codec does not read.
+    pub fn produce(version: i16) -> Option<Self> {
+        (3..=13).contains(&version).then(|| Self::made(true, version, version >= 9))
+    }
+
+    fn made(produce: bool, version: i16, flex: bool) -> Self {
+        Digester { produce, version, flex, skeleton: Vec::with_capacity(256), pos: 0, stage: Stage::Head,
+                   topics_left: 0, partitions_left: 0, walk: None, stats: Vec::new(), followed: true }
     }
 
     /// The next bytes of the body.
@@ -260,7 +272,7 @@ impl Digester {
     pub fn finish(mut self) -> Option<Digest> {
         self.read_on(); // a records field that ended the last piece leaves the rest unread
         (self.followed && self.walk.is_none() && self.stage == Stage::Rest)
-            .then_some(Digest { skeleton: self.skeleton, stats: self.stats })
+            .then_some(Digest { head: Vec::new(), skeleton: self.skeleton, stats: self.stats })
     }
 
     fn field_walked(&mut self) {
@@ -276,18 +288,23 @@ impl Digester {
     /// Reads the skeleton on from `pos` as far as its bytes go; the bytes of a records field met
     /// are taken out of it for the field's `Walk` (and what follows the field put back).
     fn read_on(&mut self) {
-        let (flex, version) = (self.flex, self.version);
+        let (flex, version, produce) = (self.flex, self.version, self.produce);
         loop {
             let mut c = Cursor { b: &self.skeleton, p: self.pos };
             let stage = self.stage;
             let next = match stage {
                 Stage::Head => (|| {
-                    if flex {
-                        c.tags()?; // the response header's
-                    }
-                    c.skip(4)?; // ThrottleTimeMs
-                    if version >= 7 {
-                        c.skip(2 + 4)?; // ErrorCode, SessionId
+                    if produce {
+                        c.string(flex)?; // TransactionalId
+                        c.skip(2 + 4)?; // Acks, TimeoutMs
+                    } else {
+                        if flex {
+                            c.tags()?; // the response header's
+                        }
+                        c.skip(4)?; // ThrottleTimeMs
+                        if version >= 7 {
+                            c.skip(2 + 4)?; // ErrorCode, SessionId
+                        }
                     }
                     Some(c.array_len(flex)?.max(0))
                 })().map(|n| {
@@ -307,6 +324,11 @@ impl Digester {
                 }),
                 Stage::Partition => {
                     let Some((at, n)) = (|| {
+                        if produce {
+                            c.skip(4)?; // Index
+                            let at = c.p;
+                            return Some((at, c.length(flex, true)?));
+                        }
                         c.skip(4 + 2 + 8 + 8)?; // PartitionIndex, ErrorCode, HighWatermark, LastStableOffset
                         if version >= 5 {
                             c.skip(8)?; // LogStartOffset

@@ -336,14 +336,15 @@ fn walk_batches(buf: &Bound<'_, PyAny>, start: usize, n: usize) -> PyResult<Batc
 /// `digest.rs`'s digest of `body` (a Fetch answer of `version` after its correlation id), fed in
 /// the pieces `cuts` (offsets into it, ascending) cut it into, as `(skeleton, stats)` (`stats`:
 /// native-endian i64s, `DIGEST_STATS_WIDTH` per records field), or None where the codec must
-/// read the bytes itself: what the relay hands Python of a Fetch answer read in pieces.
+/// read the bytes itself: what the relay hands Python of a Fetch answer read in pieces (with
+/// `produce`, of a Produce request's body after its header).
 #[pyfunction]
-#[pyo3(signature = (body, version, cuts=Vec::new()))]
-fn digest_fetch<'py>(py: Python<'py>, body: &Bound<'_, PyAny>, version: i16, cuts: Vec<usize>)
+#[pyo3(signature = (body, version, cuts=Vec::new(), produce=false))]
+fn digest_fetch<'py>(py: Python<'py>, body: &Bound<'_, PyAny>, version: i16, cuts: Vec<usize>, produce: bool)
                      -> PyResult<Option<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)>> {
     let n = PyBuffer::<u8>::get(body)?.len_bytes();
     let got = with_range(body, 0, n, |b| {
-        let mut d = digest::Digester::new(version)?;
+        let mut d = if produce { digest::Digester::produce(version)? } else { digest::Digester::new(version)? };
         let mut at = 0;
         for cut in cuts.iter().copied().chain([b.len()]) {
             let cut = cut.clamp(at, b.len());

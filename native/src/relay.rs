@@ -41,7 +41,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use crate::digest::{Digest, Digester};
-use crate::wire::{Framing, Ranges, Routed, Wire};
+use crate::wire::{Framing, Ranges, Routed, Wire, PEEK_BYTES};
 use crate::{recv_stamped, Read, READ_BYTES};
 
 const CLIENT: u64 = 0;
@@ -94,13 +94,46 @@ struct Gather {
     bytes: Vec<u8>,
     /// `(read, written)` of each read gathered
     handed: Vec<i64>,
-    /// the digest under way of the Fetch answer (None: its bytes are gathered)
+    /// the digest under way of the Fetch answer, or the Produce request (None: its bytes are
+    /// gathered; a Produce's are until its first bytes are in, and then only those are kept)
     digester: Option<Digester>,
+    /// a request's first bytes were read for a digest (whether one came of it or not)
+    tried: bool,
+}
+
+impl Gather {
+    fn new(bytes: Vec<u8>) -> Self {
+        Gather { bytes, handed: Vec::new(), digester: None, tried: false }
+    }
+}
+
+/// A request gathered from its size prefix: once its first bytes are in, a Produce the codec
+/// reads that is bigger than them goes on as a digest (`Digester::produce`) of its body, and
+/// only its size prefix and first bytes stay gathered (for its header, Python's to read).
+fn digest_request(g: &mut Gather, wire: &Wire) {
+    if g.tried || g.bytes.len() < 4 {
+        return;
+    }
+    let size = u32::from_be_bytes([g.bytes[0], g.bytes[1], g.bytes[2], g.bytes[3]]) as usize;
+    let want = size.min(PEEK_BYTES);
+    if g.bytes.len() < 4 + want {
+        return;
+    }
+    g.tried = true;
+    let Some(h) = wire.header(&g.bytes[4..4 + want]) else { return };
+    if h.api_key != PRODUCE || size <= PEEK_BYTES {
+        return;
+    }
+    let Some(mut d) = Digester::produce(h.api_version) else { return };
+    d.feed(&g.bytes[4 + h.body_start..]);
+    g.bytes.truncate(4 + want);
+    g.digester = Some(d);
 }
 
 /// The most of an answer's body gathered before it is handed to Python (the memory a pair holds for it).
 pub const GATHER_BYTES: usize = 1 << 20;
 const FETCH: i16 = 1;
+const PRODUCE: i16 = 0;
 
 /// The buffers of drained items, emptied on Python's thread and handed back for the relay's
 /// thread to fill again: a connection's per-read buffers are reused, rather than made on the
@@ -657,39 +690,62 @@ impl Looper {
         let kind = if side == CLIENT { FROM_CLIENT } else { FROM_BROKER };
         if side == CLIENT {
             // a request the Python road parses that goes on past this read is gathered (whole, up
-            // to GATHER_BYTES): the Python road dates a request by its last byte, and parses it whole
+            // to GATHER_BYTES), a big Produce digested: the Python road dates a request by its
+            // last byte, and parses it whole
             let open = if out.rest.is_none() { out.open_from } else { None };
             let gathered_before = p.gather_rq.take();
             if open == Some(0) {
                 // the request gathered (or one begun in an earlier read) goes on through the whole read
-                let bytes = gathered_before.map_or_else(|| self.stock.bytes(&self.shared), |g| g.bytes);
-                let bytes = routed_bytes(bytes, data, &out, n);
-                if bytes.len() >= GATHER_BYTES {
-                    items.push(Item { conn: id, kind, t_ns, t_written_ns: t_ns, python: bytes, records, reason: String::new(),
-                                      api: None, counts: p.stats.counts(), handed: Vec::new(), digest: None });
-                } else {
-                    p.gather_rq = Some(Gather { bytes, handed: Vec::new(), digester: None });
-                    if records.is_some() {
-                        items.push(Item { conn: id, kind, t_ns, t_written_ns: t_ns, python: Vec::new(), records,
-                                          reason: String::new(), api: None, counts: p.stats.counts(),
-                                          handed: Vec::new(), digest: None });
+                let mut g = gathered_before.unwrap_or_else(|| Gather::new(self.stock.bytes(&self.shared)));
+                match g.digester.as_mut() {
+                    Some(d) => d.feed(data), // its route was known before: nothing `held`
+                    None => {
+                        g.bytes = routed_bytes(std::mem::take(&mut g.bytes), data, &out, n);
+                        digest_request(&mut g, &p.wire);
                     }
+                }
+                let counts = p.stats.counts();
+                if g.digester.is_none() && g.bytes.len() >= GATHER_BYTES {
+                    items.push(Item { conn: id, kind, t_ns, t_written_ns: t_ns, python: g.bytes, records,
+                                      reason: String::new(), api: None, counts, handed: Vec::new(), digest: None });
+                    return Ok(());
+                }
+                p.gather_rq = Some(g);
+                if records.is_some() {
+                    items.push(Item { conn: id, kind, t_ns, t_written_ns: t_ns, python: Vec::new(), records,
+                                      reason: String::new(), api: None, counts, handed: Vec::new(), digest: None });
                 }
                 return Ok(());
             }
-            let before = gathered_before.map_or_else(Vec::new, |g| g.bytes);
+            // the request gathered ended in this read: it (or its digest) first, then the rest routed
+            let mut digested = None;
+            let before = match gathered_before {
+                Some(Gather { bytes, digester: Some(mut d), .. }) => {
+                    let end = out.ended_at.unwrap_or(0).min(n);
+                    d.feed(&data[..end]);
+                    let mut got = d.finish()
+                        .unwrap_or(Digest { head: Vec::new(), skeleton: Vec::new(), stats: Vec::new() });
+                    got.head = bytes;
+                    digested = Some(got);
+                    out.spans.retain_mut(|span| { span.0 = span.0.max(end); span.0 < span.1 });
+                    Vec::new()
+                }
+                Some(g) => g.bytes,
+                None => Vec::new(),
+            };
             let before = if before.is_empty() && !out.is_empty() { self.stock.bytes(&self.shared) } else { before };
             let python = if out.is_empty() { before } else { routed_bytes(before, data, &out, open.unwrap_or(n)) };
             if let Some(q) = open {
-                let mut bytes = self.stock.bytes(&self.shared);
-                bytes.extend_from_slice(&data[q..]);
-                p.gather_rq = Some(Gather { bytes, handed: Vec::new(), digester: None });
+                let mut g = Gather::new(self.stock.bytes(&self.shared));
+                g.bytes.extend_from_slice(&data[q..]);
+                digest_request(&mut g, &p.wire);
+                p.gather_rq = Some(g);
             }
-            if python.is_empty() && records.is_none() {
+            if python.is_empty() && records.is_none() && digested.is_none() {
                 return Ok(());
             }
             items.push(Item { conn: id, kind, t_ns, t_written_ns, python, records, reason: String::new(), api: None,
-                              counts: p.stats.counts(), handed: Vec::new(), digest: None });
+                              counts: p.stats.counts(), handed: Vec::new(), digest: digested });
             return Ok(());
         }
         let open = if out.rest.is_none() { out.open_from } else { None };
@@ -701,7 +757,7 @@ impl Looper {
                 None => {
                     g.bytes = routed_bytes(std::mem::take(&mut g.bytes), data, &out, n);
                     if g.bytes.len() >= GATHER_BYTES {
-                        let g = std::mem::replace(g, Gather { bytes: Vec::new(), handed: Vec::new(), digester: None });
+                        let g = std::mem::replace(g, Gather::new(Vec::new()));
                         items.extend(gathered(id, g, p.stats.counts()));
                     }
                 }
@@ -719,7 +775,7 @@ impl Looper {
                         let end = out.ended_at.unwrap_or(0).min(n);
                         d.feed(&data[..end]); // the answer's last bytes: the read's first
                         // one the core could not follow: an empty skeleton, which the Python road reports
-                        digested = Some(d.finish().unwrap_or(Digest { skeleton: Vec::new(), stats: Vec::new() }));
+                        digested = Some(d.finish().unwrap_or(Digest { head: Vec::new(), skeleton: Vec::new(), stats: Vec::new() }));
                         out.spans.retain_mut(|span| { span.0 = span.0.max(end); span.0 < span.1 });
                     }
                     None => before = g.bytes,
@@ -740,12 +796,12 @@ impl Looper {
             match digester {
                 Some(mut d) => {
                     d.feed(&data[q..]);
-                    p.gather = Some(Gather { bytes, handed: Vec::new(), digester: Some(d) });
+                    p.gather = Some(Gather { digester: Some(d), ..Gather::new(bytes) });
                 }
                 None => {
                     bytes.reserve(p.wire.answer_left().saturating_add(n - q).min(GATHER_BYTES));
                     bytes.extend_from_slice(&data[q..]);
-                    p.gather = Some(Gather { bytes, handed: Vec::new(), digester: None });
+                    p.gather = Some(Gather::new(bytes));
                 }
             }
         }
@@ -950,13 +1006,14 @@ impl PyRelay {
     /// `counts`: the bytes read from the client and from the broker so far (a REWRITE's: 0, 0).
     /// `handed`: for an item that gathers an answer's body over several reads (`Gather`), the
     /// earlier reads' `(read, written)` stamps as native-endian i64 pairs; None for the rest.
-    /// `digest`: `(skeleton, stats)` of the Fetch answer under way that ended in this read, which
-    /// Python takes before the item's bytes (`digest.rs`; `protocol/digested.py`), or None.
+    /// `digest`: `(head, skeleton, stats)` of the Fetch answer under way (`head` b"") or the
+    /// Produce request (its size prefix and first bytes) that ended in this read, which Python
+    /// takes before the item's bytes (`digest.rs`; `protocol/digested.py`), or None.
     #[allow(clippy::type_complexity)]
     fn drain<'py>(&self, py: Python<'py>) -> Vec<(u64, i64, i64, i64, Bound<'py, PyBytes>, Option<Bound<'py, PyBytes>>,
                                                   Vec<Bound<'py, PyBytes>>, String, Option<(i16, i16)>, (u64, u64),
                                                   Option<Bound<'py, PyBytes>>,
-                                                  Option<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)>)> {
+                                                  Option<(Bound<'py, PyBytes>, Bound<'py, PyBytes>, Bound<'py, PyBytes>)>)> {
         let mut items = std::mem::take(&mut *self.shared.queue_spare.lock().unwrap());
         std::mem::swap(&mut items, &mut *self.shared.queue.lock().unwrap());
         let (mut bytes, mut words, mut idss) = (Vec::new(), Vec::new(), Vec::new());
@@ -971,7 +1028,8 @@ impl PyRelay {
                 None => (None, Vec::new()),
             };
             let handed = if it.handed.is_empty() { None } else { Some(i64_bytes(py, &it.handed)) };
-            let digest = it.digest.map(|d| (PyBytes::new(py, &d.skeleton), i64_bytes(py, &d.stats)));
+            let digest = it.digest.map(|d| (PyBytes::new(py, &d.head), PyBytes::new(py, &d.skeleton),
+                                            i64_bytes(py, &d.stats)));
             let python = PyBytes::new(py, &it.python);
             bytes.push(it.python);
             (it.conn, it.kind, it.t_ns, it.t_written_ns, python, records, ids, it.reason, it.api, it.counts, handed,

@@ -246,7 +246,8 @@ enum Route {
 /// A caller that gathers such an answer's body into one piece for the Python road
 /// (`relay.rs`, `Gather`) hands on at once only the routed bytes before it. `ended_at`: the
 /// offset of the chunk where the answer routed to the Python road that was under way before
-/// the chunk (its body begun) ended, if it did.
+/// the chunk (its body begun) ended, if it did; for requests, the request routed to the Python
+/// road that was under way before the chunk.
 #[derive(Default, Debug, PartialEq, Eq)]
 pub struct Routed {
     pub held: Vec<u8>,
@@ -387,6 +388,7 @@ impl Wire {
         let mut pos = 0;
         // where the current frame's bytes begin in this chunk (0: it began in an earlier one)
         let mut fstart = 0;
+        let was_open = self.rq_route == Route::Python && self.rq_left > 0;
         while pos < n {
             let at = pos;
             if self.rq_left == 0 && self.rq_size_buf.is_empty() && n - pos >= 4 {
@@ -461,6 +463,9 @@ impl Wire {
                 Route::Undecided => {}
             }
             if self.rq_left == 0 {
+                if was_open && out.ended_at.is_none() {
+                    out.ended_at = Some(pos);
+                }
                 self.rq_route = Route::Undecided;
                 self.rq_carry.clear();
                 let peek = std::mem::take(&mut self.rq_peek);

@@ -7,10 +7,11 @@ records of (direction byte, 2-byte length, bytes). Requests go through
 every broker, and decoded fetches and produces go through the latency model. The only
 exception allowed out is ``ProtocolError`` -- on a real connection it closes that connection.
 Where the native core is loaded, every response's bytes are also walked as records by the core
-and by the Python road (``walk_batches`` against ``walk``), digested as a Fetch answer of several
-versions by the core in the input's reads against the codec's reading (``digests_agree``: the
-skeleton and its figures read as the bytes are, and no digest only where the codec cannot read
-them either), and the conversation is framed by the
+and by the Python road (``walk_batches`` against ``walk``), every message's is digested as a Fetch
+answer (a request's: a Produce request) of several versions by the core in the input's reads
+against the codec's reading (``digests_agree``: the skeleton and its figures read as the bytes
+are, and no digest only where the codec cannot read them either), and the conversation is
+framed by the
 core's ``Wire`` and by the Python road without a rewriter (``testkit/wire_roads.py``: the same
 requests seen and responses matched, the same framing error), and the routed road (the core
 first, the frames the Python road parses routed to it, with a rewriter) must forward and observe
@@ -23,7 +24,7 @@ import struct
 from collections.abc import Iterator
 
 from fetchlat.metrics.model import LatencyModel
-from fetchlat.protocol import digested, fetch_now
+from fetchlat.protocol import digested, fetch_now, produce_now
 from fetchlat.protocol.connection import KafkaConnection
 from fetchlat.protocol.errors import DecodeError, ProtocolError
 from fetchlat.protocol.events import FetchExchanged, ProduceExchanged
@@ -72,35 +73,41 @@ def walks_agree(blob: bytes) -> None:
 
 
 DIGEST_VERSIONS = (4, 7, 11, 12, 13, 16, 18)  # each layout change of the Fetch answer
+PRODUCE_DIGEST_VERSIONS = (3, 9, 13)  # and of the Produce request
 
 
-def _codec_reads(body: bytes, version: int) -> object:
+def _codec_reads(body: bytes, version: int, produce: bool = False) -> object:
     try:
+        if produce:
+            return produce_now.parse_request_now(body, version)
         return fetch_now.parse_response_now(body, version, after_correlation_id=True)
     except DecodeError:
         return DecodeError
 
 
-def digests_agree(payload: bytes, cut: int) -> None:
-    """The core's digest of ``payload`` past its size and correlation id, as a Fetch answer of
-    each of ``DIGEST_VERSIONS`` fed in the input's reads, reads as the bytes do."""
+def digests_agree(payload: bytes, cut: int, produce: bool = False) -> None:
+    """The core's digest of ``payload`` past its first 8 bytes (an answer's size and correlation
+    id; a request's size and key, version: its body is garbage or not), as a Fetch answer of each
+    of ``DIGEST_VERSIONS`` (with ``produce``, a Produce request of ``PRODUCE_DIGEST_VERSIONS``) fed
+    in the input's reads, reads as the bytes do."""
     if CORE is None:
         return
     body = payload[8:]
     step = cut + 1
     cuts = [] if cut == 255 else list(range(step, len(body), step))
-    for v in DIGEST_VERSIONS:
-        got = CORE.digest_fetch(body, v, cuts)
-        want = _codec_reads(body, v)
+    what = "Produce request" if produce else "Fetch answer"
+    for v in PRODUCE_DIGEST_VERSIONS if produce else DIGEST_VERSIONS:
+        got = CORE.digest_fetch(body, v, cuts, produce)
+        want = _codec_reads(body, v, produce)
         if got is None:
             if want is not DecodeError:
-                raise AssertionError(f"the core could not follow a Fetch v{v} answer the codec reads")
+                raise AssertionError(f"the core could not follow a {what} v{v} the codec reads")
             continue
-        info = _codec_reads(got[0], v)
+        info = _codec_reads(got[0], v, produce)
         if info is not DecodeError and digested.restore(info, got[1]) is not None:  # type: ignore[arg-type]
-            raise AssertionError(f"the core's digest of a Fetch v{v} answer does not pair up")
+            raise AssertionError(f"the core's digest of a {what} v{v} does not pair up")
         if info != want:
-            raise AssertionError(f"the core's digest of a Fetch v{v} answer reads otherwise than its bytes")
+            raise AssertionError(f"the core's digest of a {what} v{v} reads otherwise than its bytes")
 
 
 def wires_agree(data: bytes, cut: int) -> None:
@@ -128,7 +135,7 @@ def one_input(data: bytes) -> None:
         for is_request, payload in records(data):
             if not is_request:
                 walks_agree(payload)
-                digests_agree(payload, cut)
+            digests_agree(payload, cut, produce=is_request)
             for piece in chunks(payload, cut):
                 t += 1_000
                 if is_request:

@@ -1,16 +1,18 @@
-"""The native core's digest of a Fetch answer (``native/src/digest.rs``; ``protocol/digested.py``):
-its skeleton parsed by the codec, with the core's figures of each records field put back, reads
-what the codec reads of the whole answer, for every version, generated answers, the captured
-ones, and garbage (where the core gives no digest, the codec reads the bytes itself)."""
+"""The native core's digest of a Fetch answer and of a Produce request's body
+(``native/src/digest.rs``; ``protocol/digested.py``): its skeleton parsed by the codec, with the
+core's figures of each records field put back, reads what the codec reads of the whole message,
+for every version: generated messages (whole, in random pieces, a byte at a time), the captured
+ones, garbage and answers cut short (where the core gives no digest, the codec cannot read the
+bytes either)."""
 
 from __future__ import annotations
 
 import pytest
 from fetchlat import native
-from fetchlat.protocol import apis, digested, fetch_now
+from fetchlat.protocol import apis, digested, fetch_now, produce_now
 from fetchlat.protocol.encoder import encode
 from fetchlat.protocol.errors import DecodeError
-from fetchlat.protocol.headers import response_body_start
+from fetchlat.protocol.headers import parse_request_header, response_body_start
 from fetchlat.protocol.schema import load
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -121,3 +123,59 @@ def test_figures_that_do_not_pair_up_are_the_answers_decode_failure() -> None:
     assert digested.restore(info, b"") is not None  # a records field without its figures
     info = fetch_now.parse_response_now(body, 12, after_correlation_id=True)
     assert digested.restore(info, digested.STATS.pack(0, *[0] * 10) * 2) is not None  # figures for none
+
+
+def _request_read(body: bytes, version: int) -> object:
+    try:
+        return produce_now.parse_request_now(body, version)
+    except DecodeError:
+        return DecodeError
+
+
+def _request_through_digest(body: bytes, version: int, cuts: list[int] | None = None) -> object:
+    assert CORE is not None
+    got = CORE.digest_fetch(body, version, cuts or [], True)
+    if got is None:
+        return None
+    info = _request_read(got[0], version)
+    if info is DecodeError:
+        return DecodeError
+    assert digested.restore(info, got[1]) is None  # type: ignore[arg-type]
+    return info
+
+
+@pytest.mark.parametrize("version", range(3, 14))
+@SETTINGS
+@given(data=st.data())
+def test_a_generated_produce_request_reads_the_same_through_the_digest(version: int, data: st.DataObject) -> None:
+    spec = load("ProduceRequest")
+    body = encode(spec, version, with_records(data.draw(struct_strategy(spec.fields, version)), data))
+    whole = _request_read(body, version)
+    assert whole is not DecodeError
+    assert _request_through_digest(body, version) == whole
+    assert _request_through_digest(body, version, cuts_for(data, len(body))) == whole
+    assert _request_through_digest(body, version, list(range(1, len(body)))) == whole
+
+
+def test_every_captured_produce_request_reads_the_same_through_the_digest() -> None:
+    n = 0
+    for f in (f for run in RUNS for f in frames(run)):
+        if f.api_key != apis.PRODUCE or f.direction != "req":
+            continue
+        body = bytes(f.body[parse_request_header(f.body).body_start:])
+        whole = _request_read(body, f.api_version)
+        assert whole is not DecodeError
+        assert _request_through_digest(body, f.api_version) == whole
+        assert _request_through_digest(body, f.api_version, list(range(5, len(body), 5))) == whole
+        n += 1
+    assert n >= 4
+
+
+@settings(max_examples=300, deadline=None)
+@given(body=st.binary(max_size=300), version=st.integers(3, 13))
+def test_a_garbage_request_gets_no_digest_or_one_that_reads_as_the_bytes_do(body: bytes, version: int) -> None:
+    got = _request_through_digest(body, version)
+    if got is None:
+        assert _request_read(body, version) is DecodeError
+    else:
+        assert got == _request_read(body, version)

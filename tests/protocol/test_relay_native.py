@@ -148,7 +148,8 @@ def _through(r: Rig, frames: list[Frame]) -> list[tuple[str, int, int, str | Non
     for _cid, kind, t_ns, t_written, data, records, ids, _reason, _api, _counts, _handed, digest in r.items:
         assert kind in (from_client, from_broker)
         assert t_ns <= t_written
-        events = [] if digest is None else conn.digested_from_broker(*digest, t_ns)
+        events = [] if digest is None else conn.digested_from_client(*digest, t_ns) if kind == from_client \
+            else conn.digested_from_broker(*digest[1:], t_ns)
         if data:
             events += conn.receive_from_client(data, t_ns) if kind == from_client else \
                 conn.receive_from_broker(data, t_ns)[1]
@@ -480,7 +481,7 @@ def _exchange(conn: KafkaConnection, items: list[tuple[object, ...]]) -> tuple[o
     for it in items:
         data, t, digest = it[4], it[2], it[11]
         if digest is not None:
-            events += conn.digested_from_broker(*digest, t)  # type: ignore[misc]
+            events += conn.digested_from_broker(*digest[1:], t)  # type: ignore[index]
         if data:
             events += conn.receive_from_broker(data, t)[1]  # type: ignore[arg-type]
     exchanged = [e for e in events if isinstance(e, FetchExchanged | ProduceExchanged)]
@@ -529,7 +530,8 @@ def test_an_answer_read_in_pieces_is_handed_to_python_gathered_and_tells_the_sam
     assert items[0][4] == answer[:8] and items[0][11] is None
     if digested:
         assert len(items) == 2 and items[1][4] == b"" and items[1][11] is not None
-        skeleton, stats = items[1][11]
+        head, skeleton, stats = items[1][11]
+        assert head == b""
         assert len(skeleton) < 200 and len(stats) == 8 * core.DIGEST_STATS_WIDTH  # no record crossed over
     else:
         assert all(it[11] is None for it in items)
@@ -572,13 +574,14 @@ def test_a_fetch_answer_the_core_cannot_follow_is_reported_not_decoded_as_the_by
     assert got == [answer]  # every byte went on to the client as it came
     rig.drain_until(lambda: any(it[1] == from_broker and it[11] is not None for it in rig.items), "the digest")
     items = [it for it in rig.items if it[1] == from_broker]
-    assert [it[11] for it in items[1:]] == [(b"", b"")]
-    def failed(conn: KafkaConnection, chunks: list[tuple[bytes | None, tuple[bytes, bytes] | None]]) -> list[object]:
+    assert [it[11] for it in items[1:]] == [(b"", b"", b"")]
+    def failed(conn: KafkaConnection,
+               chunks: list[tuple[bytes | None, tuple[bytes, bytes, bytes] | None]]) -> list[object]:
         conn.receive_from_client(req, 1)
         events: list[object] = []
         for data, digest in chunks:
             if digest is not None:
-                events += conn.digested_from_broker(*digest, 2)
+                events += conn.digested_from_broker(*digest[1:], 2)
             if data:
                 events += conn.receive_from_broker(data, 2)[1]
         return [e for e in events if isinstance(e, DecodeFailed | FetchExchanged)]
@@ -587,11 +590,13 @@ def test_a_fetch_answer_the_core_cannot_follow_is_reported_not_decoded_as_the_by
     assert [type(e) for e in through] == [type(e) for e in whole] == [DecodeFailed]
 
 
-@pytest.mark.parametrize("batches", [3_000, 15_000])  # about 0.5 MiB: gathered whole; 2.5: in pieces
+# one batch: a request shorter than its first bytes, gathered whole; about 0.5 and 2.5 MiB: digested
+@pytest.mark.parametrize("batches", [1, 3_000, 15_000])
 def test_a_request_read_in_pieces_is_handed_to_python_gathered_and_tells_the_same(rig: Rig, batches: int) -> None:
     """A Produce request the client writes in pieces, read by the core in many reads, reaches
-    Python whole in one item (or in pieces of at least ``RELAY_GATHER_BYTES`` but the last),
-    dated by its last read: fed to the Python road, the same request as the frame fed whole."""
+    Python in one item dated by its last read: whole, or (bigger than its first bytes) as its
+    size prefix and first bytes beside the core's digest of its body, no record crossing over.
+    Fed to the Python road, the same request as the frame fed whole."""
     core = native.core()
     assert core is not None
     from_client = rig.kinds[0]
@@ -601,23 +606,33 @@ def test_a_request_read_in_pieces_is_handed_to_python_gathered_and_tells_the_sam
     got: list[bytes] = []
     reader = threading.Thread(target=lambda: got.append(_recv_exactly(rig.broker, len(req))))
     reader.start()
-    for at in range(0, len(req), 32 << 10):  # bounded: at most 80 sends
-        rig.client.sendall(req[at:at + (32 << 10)])
-        time.sleep(0.001)
+    piece = 50 if len(req) < 1000 else 32 << 10
+    for at in range(0, len(req), piece):  # bounded: at most 80 sends
+        rig.client.sendall(req[at:at + piece])
+        time.sleep(0.002)
     reader.join(DEADLINE_S)
     assert got == [req]
-    rig.drain_until(lambda: sum(len(it[4]) for it in rig.items if it[1] == from_client) >= len(req),
-                    "the whole request handed to Python")
+    rig.drain_until(lambda: any(it[1] == from_client for it in rig.items), "the request handed to Python")
     items = [it for it in rig.items if it[1] == from_client]
-    assert b"".join(it[4] for it in items) == req
-    if len(req) <= core.RELAY_GATHER_BYTES:
-        assert len(items) == 1
+    assert len(items) == 1
+    if batches == 1:
+        assert items[0][4] == req and items[0][11] is None
     else:
-        assert len(items) >= 2 and all(len(it[4]) >= core.RELAY_GATHER_BYTES for it in items[:-1])
-    def sent(chunks: list[tuple[bytes, int]]) -> list[object]:
+        assert items[0][4] == b"" and items[0][11] is not None
+        head, skeleton, stats = items[0][11]
+        assert head == req[:4 + 512] and len(skeleton) < 100 and len(stats) == 8 * core.DIGEST_STATS_WIDTH
+
+    def sent(fed: list[tuple[bytes, tuple[bytes, bytes, bytes] | None, int]]) -> list[object]:
         conn = KafkaConnection(max_frame_bytes=MAX_FRAME)
-        return [e for data, t in chunks for e in conn.receive_from_client(data, t)]
-    through, whole = sent([(it[4], it[2]) for it in items]), sent([(req, items[-1][2])])
+        events: list[object] = []
+        for data, digest, t in fed:
+            if digest is not None:
+                events += conn.digested_from_client(*digest, t)
+            if data:
+                events += conn.receive_from_client(data, t)
+        return events
+    through, whole = sent([(it[4], it[11], it[2]) for it in items]), sent([(req, None, items[-1][2])])
     assert [type(e) for e in through] == [type(e) for e in whole] and len(whole) == 2  # ProduceSent, RequestSeen
     assert [(e.request, e.t_request_ns) for e in through if isinstance(e, ProduceSent)] == \
         [(e.request, e.t_request_ns) for e in whole if isinstance(e, ProduceSent)]
+    assert [e.size_bytes for e in through if isinstance(e, RequestSeen)] == [len(req) - 4]
