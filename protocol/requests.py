@@ -129,12 +129,7 @@ class RequestDecoder:
         body parsed by the direct twin (no copy of the first bytes, no Feeder)."""
         self._size = size
         peek = data[start : start + min(size, REQUEST_PEEK_BYTES)]
-        header = None
-        if self.shared.sasl_raw_rounds == 0:
-            try:
-                header = parse_request_header(peek)
-            except DecodeError:
-                header = None
+        header = self._header_of(peek)
         parsed = False
         info = None
         error = None
@@ -155,12 +150,7 @@ class RequestDecoder:
         peek = head[4:4 + min(size, REQUEST_PEEK_BYTES)]
         self._size = size
         events: list[Event] = []
-        header = None
-        if self.shared.sasl_raw_rounds == 0:
-            try:
-                header = parse_request_header(peek)
-            except DecodeError:
-                header = None
+        header = self._header_of(peek)
         if header is None or header.api_key != apis.PRODUCE or not observed(header.api_key, header.api_version):
             raise FramingError("the native core's digest names a request that is not a Produce the codec reads")
         info: produce.ProduceRequestInfo | None = None
@@ -172,6 +162,16 @@ class RequestDecoder:
                 info = got if error is None else None
         self._done(peek, header, True, info, error, t_ns, events)
         return events
+
+    def _header_of(self, peek: Buf) -> RequestHeader | None:
+        """The header a request's first bytes hold: None when unreadable, or when raw SASL
+        tokens are due (they have none)."""
+        if self.shared.sasl_raw_rounds > 0:
+            return None
+        try:
+            return parse_request_header(peek)
+        except DecodeError:
+            return None
 
     def _peek_complete(self) -> None:
         """The first bytes of a request are in: read its header, start its body parser."""

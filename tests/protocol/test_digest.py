@@ -31,23 +31,27 @@ def _after_correlation_id(body: bytes, version: int) -> bytes:
     return (b"\x00" if version >= 12 else b"") + body
 
 
-def _read(body: bytes, version: int) -> object:
+def _read(body: bytes, version: int, produce: bool = False) -> object:
+    """What the codec reads of a Fetch answer's body after its correlation id (a Produce
+    request's body, with ``produce``), or DecodeError."""
     try:
+        if produce:
+            return produce_now.parse_request_now(body, version)
         return fetch_now.parse_response_now(body, version, after_correlation_id=True)
     except DecodeError:
         return DecodeError
 
 
-def _through_digest(body: bytes, version: int, cuts: list[int] | None = None) -> object:
-    """The codec's reading of the core's digest of ``body`` (fed in the pieces ``cuts`` makes);
-    None where the core could not follow it."""
+def _through_digest(body: bytes, version: int, cuts: list[int] | None = None, produce: bool = False) -> object:
+    """The codec's reading of the core's digest of ``body`` (fed in the pieces ``cuts`` makes; a
+    Produce request's body with ``produce``); None where the core could not follow it."""
     assert CORE is not None
-    got = CORE.digest_fetch(body, version, cuts or [])
+    got = CORE.digest_fetch(body, version, cuts or [], produce)
     if got is None:
         return None
     skeleton, stats = got
     assert len(stats) % digested.STATS.size == 0
-    info = _read(skeleton, version)
+    info = _read(skeleton, version, produce)
     if info is DecodeError:
         return DecodeError
     assert digested.restore(info, stats) is None  # type: ignore[arg-type]
@@ -125,36 +129,17 @@ def test_figures_that_do_not_pair_up_are_the_answers_decode_failure() -> None:
     assert digested.restore(info, digested.STATS.pack(0, *[0] * 10) * 2) is not None  # figures for none
 
 
-def _request_read(body: bytes, version: int) -> object:
-    try:
-        return produce_now.parse_request_now(body, version)
-    except DecodeError:
-        return DecodeError
-
-
-def _request_through_digest(body: bytes, version: int, cuts: list[int] | None = None) -> object:
-    assert CORE is not None
-    got = CORE.digest_fetch(body, version, cuts or [], True)
-    if got is None:
-        return None
-    info = _request_read(got[0], version)
-    if info is DecodeError:
-        return DecodeError
-    assert digested.restore(info, got[1]) is None  # type: ignore[arg-type]
-    return info
-
-
 @pytest.mark.parametrize("version", range(3, 14))
 @SETTINGS
 @given(data=st.data())
 def test_a_generated_produce_request_reads_the_same_through_the_digest(version: int, data: st.DataObject) -> None:
     spec = load("ProduceRequest")
     body = encode(spec, version, with_records(data.draw(struct_strategy(spec.fields, version)), data))
-    whole = _request_read(body, version)
+    whole = _read(body, version, produce=True)
     assert whole is not DecodeError
-    assert _request_through_digest(body, version) == whole
-    assert _request_through_digest(body, version, cuts_for(data, len(body))) == whole
-    assert _request_through_digest(body, version, list(range(1, len(body)))) == whole
+    assert _through_digest(body, version, produce=True) == whole
+    assert _through_digest(body, version, cuts_for(data, len(body)), produce=True) == whole
+    assert _through_digest(body, version, list(range(1, len(body))), produce=True) == whole
 
 
 def test_every_captured_produce_request_reads_the_same_through_the_digest() -> None:
@@ -163,10 +148,10 @@ def test_every_captured_produce_request_reads_the_same_through_the_digest() -> N
         if f.api_key != apis.PRODUCE or f.direction != "req":
             continue
         body = bytes(f.body[parse_request_header(f.body).body_start:])
-        whole = _request_read(body, f.api_version)
+        whole = _read(body, f.api_version, produce=True)
         assert whole is not DecodeError
-        assert _request_through_digest(body, f.api_version) == whole
-        assert _request_through_digest(body, f.api_version, list(range(5, len(body), 5))) == whole
+        assert _through_digest(body, f.api_version, produce=True) == whole
+        assert _through_digest(body, f.api_version, list(range(5, len(body), 5)), produce=True) == whole
         n += 1
     assert n >= 4
 
@@ -174,8 +159,8 @@ def test_every_captured_produce_request_reads_the_same_through_the_digest() -> N
 @settings(max_examples=300, deadline=None)
 @given(body=st.binary(max_size=300), version=st.integers(3, 13))
 def test_a_garbage_request_gets_no_digest_or_one_that_reads_as_the_bytes_do(body: bytes, version: int) -> None:
-    got = _request_through_digest(body, version)
+    got = _through_digest(body, version, produce=True)
     if got is None:
-        assert _request_read(body, version) is DecodeError
+        assert _read(body, version, produce=True) is DecodeError
     else:
-        assert got == _request_read(body, version)
+        assert got == _read(body, version, produce=True)
