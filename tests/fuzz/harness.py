@@ -24,7 +24,7 @@ import struct
 from collections.abc import Iterator
 
 from fetchlat.metrics.model import LatencyModel
-from fetchlat.protocol import digested, fetch_now, produce_now
+from fetchlat.protocol import digested
 from fetchlat.protocol.connection import KafkaConnection
 from fetchlat.protocol.errors import DecodeError, ProtocolError
 from fetchlat.protocol.events import FetchExchanged, ProduceExchanged
@@ -32,6 +32,7 @@ from fetchlat.protocol.rewrite import ResponseRewriter
 from fetchlat.protocol.stream import WALK, Reader, walk_native
 from fetchlat.protocol.stream_now import walk_now
 
+from testkit.digests import codec_reads
 from testkit.wire_roads import CORE, disagreement, routed_disagreement
 
 MAX_RECORDS = 64
@@ -76,15 +77,6 @@ DIGEST_VERSIONS = (4, 7, 11, 12, 13, 16, 18)  # each layout change of the Fetch 
 PRODUCE_DIGEST_VERSIONS = (3, 9, 13)  # and of the Produce request
 
 
-def _codec_reads(body: bytes, version: int, produce: bool = False) -> object:
-    try:
-        if produce:
-            return produce_now.parse_request_now(body, version)
-        return fetch_now.parse_response_now(body, version, after_correlation_id=True)
-    except DecodeError:
-        return DecodeError
-
-
 def digests_agree(payload: bytes, cut: int, produce: bool = False) -> None:
     """The core's digest of ``payload`` past its first 8 bytes (an answer's size and correlation
     id; a request's size and key, version: its body is garbage or not), as a Fetch answer of each
@@ -98,12 +90,12 @@ def digests_agree(payload: bytes, cut: int, produce: bool = False) -> None:
     what = "Produce request" if produce else "Fetch answer"
     for v in PRODUCE_DIGEST_VERSIONS if produce else DIGEST_VERSIONS:
         got = CORE.digest_fetch(body, v, cuts, produce)
-        want = _codec_reads(body, v, produce)
+        want = codec_reads(body, v, produce)
         if got is None:
             if want is not DecodeError:
                 raise AssertionError(f"the core could not follow a {what} v{v} the codec reads")
             continue
-        info = _codec_reads(got[0], v, produce)
+        info = codec_reads(got[0], v, produce)
         if info is not DecodeError and digested.restore(info, got[1]) is not None:  # type: ignore[arg-type]
             raise AssertionError(f"the core's digest of a {what} v{v} does not pair up")
         if info != want:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 from fetchlat import native
-from fetchlat.protocol import apis, digested, fetch_now, produce_now
+from fetchlat.protocol import apis, digested, fetch_now
 from fetchlat.protocol.encoder import encode
 from fetchlat.protocol.errors import DecodeError
 from fetchlat.protocol.headers import parse_request_header, response_body_start
@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from testkit.captures import RUNS, frames
+from testkit.digests import codec_reads
 
 from .specgen import struct_strategy
 from .test_fetch_produce import SETTINGS, cuts_for, with_records
@@ -31,17 +32,6 @@ def _after_correlation_id(body: bytes, version: int) -> bytes:
     return (b"\x00" if version >= 12 else b"") + body
 
 
-def _read(body: bytes, version: int, produce: bool = False) -> object:
-    """What the codec reads of a Fetch answer's body after its correlation id (a Produce
-    request's body, with ``produce``), or DecodeError."""
-    try:
-        if produce:
-            return produce_now.parse_request_now(body, version)
-        return fetch_now.parse_response_now(body, version, after_correlation_id=True)
-    except DecodeError:
-        return DecodeError
-
-
 def _through_digest(body: bytes, version: int, cuts: list[int] | None = None, produce: bool = False) -> object:
     """The codec's reading of the core's digest of ``body`` (fed in the pieces ``cuts`` makes; a
     Produce request's body with ``produce``); None where the core could not follow it."""
@@ -51,7 +41,7 @@ def _through_digest(body: bytes, version: int, cuts: list[int] | None = None, pr
         return None
     skeleton, stats = got
     assert len(stats) % digested.STATS.size == 0
-    info = _read(skeleton, version, produce)
+    info = codec_reads(skeleton, version, produce)
     if info is DecodeError:
         return DecodeError
     assert digested.restore(info, stats) is None  # type: ignore[arg-type]
@@ -65,7 +55,7 @@ def test_a_generated_answer_reads_the_same_through_the_digest(version: int, data
     spec = load("FetchResponse")
     body = _after_correlation_id(encode(spec, version, with_records(data.draw(struct_strategy(spec.fields, version)),
                                                                     data)), version)
-    whole = _read(body, version)
+    whole = codec_reads(body, version)
     assert whole is not DecodeError
     assert _through_digest(body, version) == whole
     assert _through_digest(body, version, cuts_for(data, len(body))) == whole  # as the reads cut it
@@ -80,7 +70,7 @@ def test_every_captured_fetch_answer_reads_the_same_through_the_digest() -> None
         start = response_body_start(f.api_key, f.api_version, f.body)
         body = bytes(f.body[4:])  # after the correlation id: the header's tags, if any, are the digest's
         assert start >= 4
-        whole = _read(body, f.api_version)
+        whole = codec_reads(body, f.api_version)
         assert whole is not DecodeError
         assert _through_digest(body, f.api_version) == whole
         assert _through_digest(body, f.api_version, list(range(7, len(body), 7))) == whole
@@ -93,9 +83,9 @@ def test_every_captured_fetch_answer_reads_the_same_through_the_digest() -> None
 def test_garbage_gets_no_digest_or_one_that_reads_as_the_bytes_do(body: bytes, version: int) -> None:
     got = _through_digest(body, version)
     if got is None:  # the core could not follow it: nor can the codec read it
-        assert _read(body, version) is DecodeError
+        assert codec_reads(body, version) is DecodeError
     else:  # the core followed it: the codec reads the skeleton as it reads the bytes
-        assert got == _read(body, version)
+        assert got == codec_reads(body, version)
 
 
 @settings(max_examples=100, deadline=None)
@@ -108,9 +98,9 @@ def test_a_cut_answer_gets_no_digest_or_one_that_fails_as_the_bytes_do(data: st.
     short = body[:max(0, len(body) - cut)]
     got = _through_digest(short, version, cuts_for(data, len(short)))
     if got is None:
-        assert _read(short, version) is DecodeError
+        assert codec_reads(short, version) is DecodeError
     else:
-        assert got == _read(short, version)
+        assert got == codec_reads(short, version)
 
 
 def test_versions_the_codec_does_not_read_get_no_digest() -> None:
@@ -135,7 +125,7 @@ def test_figures_that_do_not_pair_up_are_the_answers_decode_failure() -> None:
 def test_a_generated_produce_request_reads_the_same_through_the_digest(version: int, data: st.DataObject) -> None:
     spec = load("ProduceRequest")
     body = encode(spec, version, with_records(data.draw(struct_strategy(spec.fields, version)), data))
-    whole = _read(body, version, produce=True)
+    whole = codec_reads(body, version, produce=True)
     assert whole is not DecodeError
     assert _through_digest(body, version, produce=True) == whole
     assert _through_digest(body, version, cuts_for(data, len(body)), produce=True) == whole
@@ -148,7 +138,7 @@ def test_every_captured_produce_request_reads_the_same_through_the_digest() -> N
         if f.api_key != apis.PRODUCE or f.direction != "req":
             continue
         body = bytes(f.body[parse_request_header(f.body).body_start:])
-        whole = _read(body, f.api_version, produce=True)
+        whole = codec_reads(body, f.api_version, produce=True)
         assert whole is not DecodeError
         assert _through_digest(body, f.api_version, produce=True) == whole
         assert _through_digest(body, f.api_version, list(range(5, len(body), 5)), produce=True) == whole
@@ -161,6 +151,6 @@ def test_every_captured_produce_request_reads_the_same_through_the_digest() -> N
 def test_a_garbage_request_gets_no_digest_or_one_that_reads_as_the_bytes_do(body: bytes, version: int) -> None:
     got = _through_digest(body, version, produce=True)
     if got is None:
-        assert _read(body, version, produce=True) is DecodeError
+        assert codec_reads(body, version, produce=True) is DecodeError
     else:
-        assert got == _read(body, version, produce=True)
+        assert got == codec_reads(body, version, produce=True)
