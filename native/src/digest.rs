@@ -22,6 +22,7 @@ pub const STATS_WIDTH: usize = 11;
 /// `stream.MAX_ARRAY`: an array longer than this is corrupt.
 const MAX_ARRAY: i64 = 1 << 24;
 
+#[derive(Default)]
 pub struct Digest {
     /// a Produce request's size prefix and first bytes (`wire::PEEK_BYTES`), for its header; empty for an answer
     pub head: Vec<u8>,

@@ -353,11 +353,14 @@ fn digest_fetch<'py>(py: Python<'py>, body: &Bound<'_, PyAny>, version: i16, cut
         }
         d.finish()
     })?;
-    Ok(got.map(|d| {
-        // SAFETY: an i64 is 8 plain bytes with no padding; the slice lives while `d.stats` does
-        let raw: &[u8] = unsafe { std::slice::from_raw_parts(d.stats.as_ptr() as *const u8, d.stats.len() * 8) };
-        (PyBytes::new(py, &d.skeleton), PyBytes::new(py, raw))
-    }))
+    Ok(got.map(|d| (PyBytes::new(py, &d.skeleton), i64_bytes(py, &d.stats))))
+}
+
+/// `values` as a `bytes` of native-endian i64s (the records and figures the core hands Python).
+pub(crate) fn i64_bytes<'py>(py: Python<'py>, values: &[i64]) -> Bound<'py, PyBytes> {
+    // SAFETY: an i64 is 8 plain bytes with no padding; the slice lives while `values` does
+    let raw: &[u8] = unsafe { std::slice::from_raw_parts(values.as_ptr() as *const u8, values.len() * 8) };
+    PyBytes::new(py, raw)
 }
 
 #[pymodule]

@@ -42,7 +42,7 @@ use pyo3::types::PyBytes;
 
 use crate::digest::{Digest, Digester};
 use crate::wire::{Framing, Ranges, Routed, Wire, PEEK_BYTES};
-use crate::{recv_stamped, Read, READ_BYTES};
+use crate::{i64_bytes, recv_stamped, Read, READ_BYTES};
 
 const CLIENT: u64 = 0;
 const BROKER: u64 = 1;
@@ -454,6 +454,16 @@ fn routed_bytes(mut v: Vec<u8>, data: &[u8], out: &Routed, upto: usize) -> Vec<u
     v
 }
 
+/// The digest of the message under way that ended in this read (`Routed::ended_at`): its last
+/// bytes, the read's first, fed and taken out of what is routed. One the core could not follow
+/// is an empty skeleton, which the Python road reports as not decoded.
+fn digest_ended(mut d: Digester, data: &[u8], out: &mut Routed) -> Digest {
+    let end = out.ended_at.unwrap_or(0).min(data.len());
+    d.feed(&data[..end]);
+    out.spans.retain_mut(|span| { span.0 = span.0.max(end); span.0 < span.1 });
+    d.finish().unwrap_or_default()
+}
+
 /// The item that hands Python an answer's body gathered so far: dated by its last read, with the
 /// stamps of the reads before it; None when nothing was gathered (or it is digested).
 fn gathered(conn: u64, mut g: Gather, counts: (u64, u64)) -> Option<Item> {
@@ -720,14 +730,8 @@ impl Looper {
             // the request gathered ended in this read: it (or its digest) first, then the rest routed
             let mut digested = None;
             let before = match gathered_before {
-                Some(Gather { bytes, digester: Some(mut d), .. }) => {
-                    let end = out.ended_at.unwrap_or(0).min(n);
-                    d.feed(&data[..end]);
-                    let mut got = d.finish()
-                        .unwrap_or(Digest { head: Vec::new(), skeleton: Vec::new(), stats: Vec::new() });
-                    got.head = bytes;
-                    digested = Some(got);
-                    out.spans.retain_mut(|span| { span.0 = span.0.max(end); span.0 < span.1 });
+                Some(Gather { bytes, digester: Some(d), .. }) => {
+                    digested = Some(Digest { head: bytes, ..digest_ended(d, data, &mut out) });
                     Vec::new()
                 }
                 Some(g) => g.bytes,
@@ -771,13 +775,7 @@ impl Looper {
         let handed = match p.gather.take() {
             Some(g) => {
                 match g.digester {
-                    Some(mut d) => {
-                        let end = out.ended_at.unwrap_or(0).min(n);
-                        d.feed(&data[..end]); // the answer's last bytes: the read's first
-                        // one the core could not follow: an empty skeleton, which the Python road reports
-                        digested = Some(d.finish().unwrap_or(Digest { head: Vec::new(), skeleton: Vec::new(), stats: Vec::new() }));
-                        out.spans.retain_mut(|span| { span.0 = span.0.max(end); span.0 < span.1 });
-                    }
+                    Some(d) => digested = Some(digest_ended(d, data, &mut out)),
                     None => before = g.bytes,
                 }
                 g.handed
@@ -890,13 +888,6 @@ pub struct PyRelay {
     thread: Option<JoinHandle<()>>,
     next_id: u64,
     ep: RawFd,
-}
-
-/// `values` as a `bytes` of native-endian i64s.
-fn i64_bytes<'py>(py: Python<'py>, values: &[i64]) -> Bound<'py, PyBytes> {
-    // SAFETY: an i64 is 8 plain bytes with no padding; the slice lives while `values` does
-    let raw: &[u8] = unsafe { std::slice::from_raw_parts(values.as_ptr() as *const u8, values.len() * 8) };
-    PyBytes::new(py, raw)
 }
 
 fn eventfd() -> PyResult<RawFd> {

@@ -736,9 +736,7 @@ type Records<'py> = Option<(Bound<'py, PyBytes>, Vec<Bound<'py, PyBytes>>)>;
 type RoutedTuple<'py> = Option<(Bound<'py, PyBytes>, Vec<(usize, usize)>, i64, usize, Records<'py>)>;
 
 fn records_bytes<'py>(py: Python<'py>, records: Vec<i64>, ids: Vec<Arc<[u8]>>) -> (Bound<'py, PyBytes>, Vec<Bound<'py, PyBytes>>) {
-    // SAFETY: an i64 is 8 plain bytes with no padding; the slice lives while `records` does
-    let raw: &[u8] = unsafe { std::slice::from_raw_parts(records.as_ptr() as *const u8, records.len() * 8) };
-    (PyBytes::new(py, raw), ids.iter().map(|i| PyBytes::new(py, i)).collect())
+    (crate::i64_bytes(py, &records), ids.iter().map(|i| PyBytes::new(py, i)).collect())
 }
 
 impl PyWire {
