@@ -79,5 +79,5 @@ class KafkaConnection:
 
     def digested_from_broker(self, skeleton: bytes, stats: bytes, t_ns: int) -> list[Event]:
         """The body of the Fetch answer under way, ended at ``t_ns``, as the native core's digest
-        of it (``digest.py``): the answer's events."""
+        of it (``digested.py``): the answer's events."""
         return self.responses.digested(skeleton, stats, t_ns)

@@ -17,11 +17,13 @@ Must never: read the records (there are none here), do I/O.
 from __future__ import annotations
 
 import struct
-from typing import Final
+from collections.abc import Callable
+from typing import Any, Final
 
 from .fetch import FetchResponseInfo
+from .primitives import Buf
 from .produce import ProduceRequestInfo
-from .stream import BatchStats
+from .stream import BatchStats, run_direct
 
 # the core's figures of one records field (``digest.rs``'s ``STATS_WIDTH`` native-endian i64s):
 # size, batches, records, first offset, first timestamp, next offset, max timestamp, log-append
@@ -43,12 +45,25 @@ def restore(info: FetchResponseInfo | ProduceRequestInfo, stats: bytes) -> str |
             continue  # null records: none taken out
         got = next(figures, None)
         if got is None or p.batches.size_bytes != 0:
-            return "the native core's digest of the answer does not pair up with its records"
+            return "the native core's digest of the message does not pair up with its records"
         size, batches, records, first, first_ts, next_offset, max_ts, log_append, control, partial, legacy = got
         p.batches = BatchStats(size_bytes=size, batches=batches, records=records, first_offset=first,
                                first_timestamp_ms=first_ts, next_offset=next_offset, max_timestamp_ms=max_ts,
                                log_append_time=bool(log_append), control_batches=control, partial_bytes=partial,
                                legacy=bool(legacy))
     if next(figures, None) is not None:
-        return "the native core's digest of the answer has figures for more records than it names"
+        return "the native core's digest of the message has figures for more records than it names"
     return None
+
+
+def read(direct: Callable[[Buf], Any], skeleton: bytes, stats: bytes) -> tuple[Any, str | None]:
+    """The message a digest stands for: its skeleton parsed by the codec's direct twin
+    (``direct``) and its records' figures put back, or (None, why it cannot be read): an empty
+    skeleton (``NOT_FOLLOWED``), a skeleton the codec cannot parse, figures that do not pair up."""
+    if not skeleton:
+        return None, NOT_FOLLOWED
+    info, error = run_direct(direct, memoryview(skeleton))
+    if info is None:
+        return None, error
+    error = restore(info, stats)
+    return (None, error) if error is not None else (info, None)

@@ -153,13 +153,7 @@ class RequestDecoder:
         header = self._header_of(peek)
         if header is None or header.api_key != apis.PRODUCE or not observed(header.api_key, header.api_version):
             raise FramingError("the native core's digest names a request that is not a Produce the codec reads")
-        info: produce.ProduceRequestInfo | None = None
-        error: str | None = digested.NOT_FOLLOWED
-        if skeleton:
-            got, error = run_direct(_request_twin(header.api_key, header.api_version).direct, memoryview(skeleton))
-            if got is not None:
-                error = digested.restore(got, stats)
-                info = got if error is None else None
+        info, error = digested.read(_request_twin(header.api_key, header.api_version).direct, skeleton, stats)
         self._done(peek, header, True, info, error, t_ns, events)
         return events
 

@@ -318,15 +318,7 @@ class ResponseDecoder:
         if cur is None or self._left != self._size - 4 or self._mode is not ResponseMode.DEFER \
                 or not isinstance(cur.info, fetch.FetchRequestInfo):
             raise FramingError("the native core's digest of a Fetch answer came where no Fetch answer had begun")
-        info: Any = None
-        if not skeleton:  # the core could not follow the answer's layout (digest.rs)
-            error: str | None = digested.NOT_FOLLOWED
-        else:
-            info, error = run_direct(_response_twin(cur, self.wait_time_tag).direct, memoryview(skeleton))
-            if info is not None:
-                error = digested.restore(info, stats)
-                if error is not None:
-                    info = None
+        info, error = digested.read(_response_twin(cur, self.wait_time_tag).direct, skeleton, stats)
         self._current = None
         self._feeder = None
         self._left = 0

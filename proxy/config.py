@@ -17,7 +17,7 @@ from ..protocol.framing import DEFAULT_MAX_FRAME_BYTES
 
 RELAY_CHOICES = ("auto", "native", "off")
 DEFAULT_RELAY = "off"  # who carries a sidecar's connections after their first answer (proxy/relayed.py);
-# off by default: consuming costs the relay road ~1.8x the event loop's CPU per GB (docs/performance.md)
+# off by default until a soak on the relay road holds memory flat (docs/performance.md, docs/reliability.md)
 
 DEFAULT_METRICS_LISTEN = "127.0.0.1:9464"
 
