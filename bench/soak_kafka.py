@@ -280,7 +280,7 @@ async def reconnect_storm(ports: list[int], n: int = 500) -> int:
 # ----------------------------------------------------------------------------- sampling
 def scrape(text: str) -> dict[str, Any]:
     out: dict[str, Any] = {"lag": [], "written": 0.0, "dropped": 0.0, "tasks": 0.0, "held": {}, "gc": {},
-                           "heap": {}}
+                           "heap": {}, "relay_handovers": 0.0}
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
             if s.name == "fetchlat_event_loop_lag_seconds_bucket":
@@ -289,6 +289,8 @@ def scrape(text: str) -> dict[str, Any]:
                 out["written"] = s.value
             elif s.name == "fetchlat_trace_rows_dropped_total":
                 out["dropped"] = s.value
+            elif s.name == "fetchlat_relay_handovers_total":  # that the relay road carried connections
+                out["relay_handovers"] = s.value
             elif s.name == "fetchlat_event_loop_tasks":
                 out["tasks"] = s.value
             elif s.name == "fetchlat_held_entries":  # what the bounded structures hold: which one RSS follows
@@ -330,6 +332,7 @@ class Watch:
                "lag_buckets": lag,
                "rows_written": int(self.written_before + m["written"]),
                "rows_dropped": int(self.dropped_before + m["dropped"]),
+               "relay_handovers": int(m["relay_handovers"]),  # this process's: what the relay road carried
                "held": m["held"], "gc_collections": m["gc"], "heap": m["heap"], "rss_by_mapping_mb": mappings}
         self.prev, self.cpu, self.last = m, cpu, m
         return row
@@ -529,6 +532,8 @@ async def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     if args.tracemalloc:  # the sidecars (started from here on) inherit it; this process is not traced
         os.environ["PYTHONTRACEMALLOC"] = str(args.tracemalloc)
+    if args.relay:  # the sidecars (started from here on) take the road it names (proxy/config.py FETCHLAT_RELAY)
+        os.environ["FETCHLAT_RELAY"] = args.relay
     if args.pure:  # the sidecars run their sources: tracemalloc then sees the hot path's own lines
         os.environ["FETCHLAT_PURE_PYTHON"] = "1"
     home = Path(tempfile.mkdtemp(prefix="fetchlat-soak-kafka-"))
@@ -667,7 +672,7 @@ async def run(args: argparse.Namespace) -> int:
     summary = {
         "hours": round((samples[-1]["t_s"] if samples else 0) / 3600, 2), "samples": len(samples),
         "sidecar_nice": args.sidecar_nice, "rate": args.rate, "tracemalloc_frames": args.tracemalloc,
-        "pure_python": args.pure,
+        "pure_python": args.pure, "relay": args.relay or "default",
         "faults": faults, "acked": len(led.acked), "committed": len(led.committed),
         "failed_deliveries": len(led.failed), "first_failed": led.failed[:5],
         "acked_lost": len(led.acked - in_log), "committed_lost": len(led.committed - in_log),
@@ -716,6 +721,8 @@ def main() -> int:
     ap.add_argument("--pure", action="store_true",
                     help="run the sidecars' pure-Python build (FETCHLAT_PURE_PYTHON=1): with --tracemalloc, the "
                          "compiled hot path's allocations are charged to its own lines, not to the event loop's")
+    ap.add_argument("--relay", choices=("auto", "native", "off"), default=None,
+                    help="the sidecars' relay road (FETCHLAT_RELAY; unset: the proxy's default)")
     return asyncio.run(run(ap.parse_args()))
 
 
