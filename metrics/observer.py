@@ -187,7 +187,7 @@ class ConnectionObserver:
                 notable = True
         return notable
 
-    def observe_records(self, raw: bytes, ids: list[bytes], events: list[Event], t_read_ns: int,
+    def observe_records(self, raw: bytes, ids: list[str], events: list[Event], t_read_ns: int,
                         t_written_ns: int, notes: list[Event]) -> bool:
         """The routed road's read (``protocol/routed.py``): the core's records of the exchanges it
         settled alone, each with the samples and row its ``RequestSeen`` or ``ResponseSeen``
@@ -197,7 +197,6 @@ class ConnectionObserver:
         events for it, appended to ``notes`` for the log. True when one is worth a log line."""
         notable = False
         at, n = 0, len(events)
-        names: list[str | None] | None = None
         for off in range(0, len(raw) - RECORD_BYTES + 1, RECORD_BYTES):
             kind, corr, key, ver, cid, size, flags, t_req, _first, t_last = record_at(raw, off)
             if flags & ROUTED:
@@ -219,9 +218,7 @@ class ConnectionObserver:
                 else:
                     (self._children.get(key) or self._api(key))[0].inc()
             else:
-                if names is None:
-                    names = [i.decode() for i in ids]
-                self._answered(corr, key, ver, names[cid] if cid >= 0 else None, size, t_req, t_last,
+                self._answered(corr, key, ver, ids[cid] if cid >= 0 else None, size, t_req, t_last,
                                traced=self.obs.traces is not None)
         if at < n and self.observe(events[at:], t_read_ns, t_written_ns):
             notable = True

@@ -37,6 +37,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from librt.strings import read_i64_le
+from mypy_extensions import i64
 
 from .. import native
 from . import apis
@@ -61,7 +62,8 @@ def enabled() -> bool:
 RECORD_WIDTH: Final = 10
 RECORD_FORMAT: Final = f"={RECORD_WIDTH}q"
 RECORD: Final = struct.Struct(RECORD_FORMAT)
-RECORD_BYTES: Final = RECORD.size
+RECORD_BYTES: Final = 80  # RECORD.size, a literal: the compiled build's loops over records step by a constant
+assert RECORD.size == RECORD_BYTES
 # the compiled build on a little-endian machine reads the fields in place (librt's reader: plain
 # loads, no tuple of boxed ints per record); elsewhere the struct unpacks them
 IN_PLACE: Final = NATIVE and sys.byteorder == "little"
@@ -83,18 +85,22 @@ TOP_VERSION: Final = 0x7FFF
 BOTTOM_VERSION: Final = -0x8000
 NO_EVENTS: Final[list[Event]] = []
 NO_SPANS: Final[list[tuple[int, int]]] = []
-Records = tuple[bytes, list[bytes]]  # the core's records (RECORD_FORMAT each) and the client ids they index
+Records = tuple[bytes, list[str]]  # the core's records (RECORD_FORMAT each) and the client ids they index
 
 
-def record_at(raw: bytes, at: int) -> tuple[int, int, int, int, int, int, int, int, int, int]:
+I10 = tuple[i64, i64, i64, i64, i64, i64, i64, i64, i64, i64]
+
+
+def record_at(raw: bytes, at: i64) -> I10:
     """The record at byte ``at`` of ``raw`` (the core's records: RECORD_FORMAT each) as its ten
-    fields; the compiled build returns them as a C struct of machine integers."""
+    fields; the compiled build returns them as a C struct of machine integers (i64: no tagging,
+    no overflow check per field)."""
     if IN_PLACE:
         return (read_i64_le(raw, at), read_i64_le(raw, at + 8), read_i64_le(raw, at + 16),
                 read_i64_le(raw, at + 24), read_i64_le(raw, at + 32), read_i64_le(raw, at + 40),
                 read_i64_le(raw, at + 48), read_i64_le(raw, at + 56), read_i64_le(raw, at + 64),
                 read_i64_le(raw, at + 72))
-    got: tuple[int, int, int, int, int, int, int, int, int, int] = RECORD.unpack_from(raw, at)
+    got: I10 = RECORD.unpack_from(raw, at)
     return got
 
 

@@ -331,16 +331,16 @@ class Conversation:
         self.codec.responses.rewriter = None
 
     def relayed(self, from_broker: bool, data: bytes, t_ns: int, t_written_ns: int, records: Records | None,
-                counts: tuple[int, int], handed: bytes | None = None,
+                client_bytes: int, broker_bytes: int, handed: bytes | None = None,
                 digest: tuple[bytes, bytes, bytes] | None = None) -> tuple[Action, ...]:
         """A read the core carried: the bytes of it the Python road parses (b"" for none) and the
         core's records of the exchanges it settled alone, read at ``t_ns`` and written on at
-        ``t_written_ns``; ``counts``: the bytes read from each side so far; ``handed``: the
+        ``t_written_ns``; ``client_bytes``, ``broker_bytes``: the bytes read from each side so far; ``handed``: the
         ``(read, written)`` stamps of the earlier reads whose bytes it gathers (``routed.HANDED``
         pairs), or None; ``digest``: ``(head, skeleton, stats)``, the core's digest of the Fetch
         answer under way (``head`` b"") or of the Produce request (its first bytes) that ended in
         this read, before its bytes (``protocol/digested.py``), or None."""
-        self.relayed_counts(counts)
+        self.relayed_counts(client_bytes, broker_bytes)
         codec = self.codec
         try:
             if from_broker:
@@ -360,9 +360,8 @@ class Conversation:
             return (self._framing_lost("response" if from_broker else "request", exc),)
         return self._observe(records, events, t_ns, t_written_ns)
 
-    def relayed_counts(self, counts: tuple[int, int]) -> None:
-        """The bytes the core read from the client and from the broker so far, into the counters."""
-        c, b = counts
+    def relayed_counts(self, c: int, b: int) -> None:
+        """The bytes the core read from the client (``c``) and from the broker (``b``) so far, into the counters."""
         if c > self._relayed_in:
             self._bytes_in.inc(c - self._relayed_in)
             self._relayed_in = c
@@ -373,7 +372,7 @@ class Conversation:
     def relayed_timers(self, now_ns: int, counts: tuple[int, int], client_read_ns: int, partial_since_ns: int,
                        stalled_since_ns: int, rtt_ns: int) -> None:
         """The core's timers of the connection, for the policy (``expire`` decides as ever)."""
-        self.relayed_counts(counts)
+        self.relayed_counts(*counts)
         policy = self.policy
         policy.last_active_ns = max(policy.last_active_ns, client_read_ns)
         policy.partial_since_ns = partial_since_ns
@@ -384,7 +383,7 @@ class Conversation:
     def relayed_end(self, reason: str, counts: tuple[int, int]) -> tuple[bool, Close | None]:
         """The core ended the connection for ``reason``: whether the broker went first, and the
         close to log where a frame was refused."""
-        self.relayed_counts(counts)
+        self.relayed_counts(*counts)
         for side in ("request", "response"):
             if reason.startswith(side + " "):
                 return False, self._framing_lost(side, FramingError(reason))

@@ -40,30 +40,70 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final
 
 from ..metrics.prom import ProxyMetrics
 from ..protocol import apis
 from ..protocol.apis import api_name
 from ..protocol.errors import DecodeError
 from ..protocol.rewrite import ResponseRewriter, RewriteResult
-from ..protocol.routed import Records, flexible_ranges, route_ranges, whole_ranges
+from ..protocol.routed import (
+    RECORD_BYTES,
+    RECORD_WIDTH,
+    Records,
+    flexible_ranges,
+    record_at,
+    route_ranges,
+    whole_ranges,
+)
+
+if TYPE_CHECKING:  # session imports this module; the compiled build calls its class directly (no boxed args)
+    from .session import ClientSide
 
 BATCH_S: Final = 0.005  # how long a batch gathers after its first item (an answer to rewrite: at once)
+# a drain is flat (``relay.rs``, ``PyRelay::drain``): each item's fixed fields in ``heads`` (the
+# records' width, read as they are), its variable parts in ``parts``, those its ``present`` names
+ITEM_WIDTH: Final = 10  # RECORD_WIDTH, RECORD_BYTES: literals, so the compiled loops step by a constant
+ITEM_BYTES: Final = 80
+assert (ITEM_WIDTH, ITEM_BYTES) == (RECORD_WIDTH, RECORD_BYTES)  # read by record_at
+FROM_CLIENT: Final = 0  # an item's kinds: a read from the client, from the broker, a pair's end, an answer
+FROM_BROKER: Final = 1  # held whole for the rewriter
+CLOSED: Final = 2
+REWRITE: Final = 3
+KINDS: Final = (FROM_CLIENT, FROM_BROKER, CLOSED, REWRITE)
+HAS_DATA: Final = 1
+HAS_RECORDS: Final = 2
+HAS_HANDED: Final = 4
+HAS_DIGEST: Final = 8
+HAS_REASON: Final = 16
+PRESENT: Final = (HAS_DATA, HAS_RECORDS, HAS_HANDED, HAS_DIGEST, HAS_REASON)
+
+Item = tuple[int, int, int, int, bytes, bytes | None, list[str], str, tuple[int, int] | None, tuple[int, int],
+             bytes | None, tuple[bytes, bytes, bytes] | None]
 
 
-class Carried(Protocol):
-    """What the road needs of a connection it carries (``session.ClientSide``; session imports
-    this module's type, so this one names what it calls instead of importing it)."""
+def items(heads: bytes, parts: list[Any]) -> list[Item]:
+    """A drain's items one by one, each as ``(conn, kind, t_ns, t_written_ns, data, records,
+    ids, reason, api, counts, handed, digest)`` (for the tests and the spike: ``RelayRoad.drain``
+    reads the flat form in place the same way)."""
+    out: list[Item] = []
+    p = 0
+    for off in range(0, len(heads), ITEM_BYTES):
+        conn, kind, t_ns, t_written_ns, c_in, c_out, api, present, n_ids, _ = record_at(heads, off)
+        data, p = (parts[p], p + 1) if present & HAS_DATA else (b"", p)
+        records, ids, p = (parts[p], parts[p + 1:p + 1 + n_ids], p + 1 + n_ids) if present & HAS_RECORDS \
+            else (None, [], p)
+        handed, p = (parts[p], p + 1) if present & HAS_HANDED else (None, p)
+        digest, p = ((parts[p], parts[p + 1], parts[p + 2]), p + 3) if present & HAS_DIGEST else (None, p)
+        reason, p = (parts[p], p + 1) if present & HAS_REASON else ("", p)
+        out.append((conn, kind, t_ns, t_written_ns, data, records, ids, reason, None if api < 0 else api_of(api),
+                    (c_in, c_out), handed, digest))
+    return out
 
-    def relayed(self, from_broker: bool, data: bytes, t_ns: int, t_written_ns: int, records: Records | None,
-                counts: tuple[int, int], handed: bytes | None,
-                digest: tuple[bytes, bytes, bytes] | None) -> None: ...
 
-    def relayed_timers(self, now_ns: int, counts: tuple[int, int], client_read_ns: int, partial_since_ns: int,
-                       stalled_since_ns: int, rtt_ns: int) -> None: ...
-
-    def relayed_closed(self, reason: str, counts: tuple[int, int]) -> None: ...
+def api_of(api: int) -> tuple[int, int]:
+    """An item's ``api`` field (``key << 16 | version``) as (api key, api version)."""
+    return api >> 16, (api & 0xFFFF) - ((api & 0x8000) << 1)
 
 
 def held_answer(rewriter: ResponseRewriter, frame: bytes, api: tuple[int, int]) -> tuple[bytes, RewriteResult | None]:
@@ -94,8 +134,9 @@ class RelayRoad:
         # the Python road parses what the model reads (route_ranges without a rewriter); an
         # ApiVersions answer is held whole for the cap, its exchange settled by the core alone
         self.relay = core.Relay(max_frame_bytes, flexible_ranges(), route_ranges(None), whole_ranges(wants))
-        self.from_client, self.from_broker, self.closed, self.rewrite = core.RELAY_KINDS
-        self.conns: dict[int, Carried] = {}
+        if (tuple(core.RELAY_KINDS), core.RELAY_ITEM_WIDTH, tuple(core.RELAY_PRESENT)) != (KINDS, ITEM_WIDTH, PRESENT):
+            raise RuntimeError("the native core's drain is not this build's (rebuild it: make .venv/.compiled)")
+        self.conns: dict[int, ClientSide] = {}
         # Any: the compiled build checks what a call returns against its declared type, and
         # uvloop's loop gives its own handles (not asyncio's) and None from remove_reader
         self._loop: Any = None
@@ -118,7 +159,7 @@ class RelayRoad:
         self.relay.close()
         self.drain()
 
-    def add(self, client: Carried, client_fd: int, broker_fd: int) -> int:
+    def add(self, client: ClientSide, client_fd: int, broker_fd: int) -> int:
         """Hands the two descriptors to the core (it owns and closes them from here): the id."""
         conn = int(self.relay.add(client_fd, broker_fd))
         self.conns[conn] = client
@@ -146,19 +187,41 @@ class RelayRoad:
             self._due.cancel()
             self._due = None
         conns = self.conns
-        for item in self.relay.drain():
-            conn, kind, t_ns, t_written_ns, data, records, ids, reason, api, counts, handed, digest = item
+        heads, parts = self.relay.drain()
+        parts_: list[Any] = parts
+        p = 0
+        for off in range(0, len(heads), ITEM_BYTES):
+            conn, kind, t_ns, t_written_ns, c_in, c_out, api, present, n_ids, _ = record_at(heads, off)
+            data: bytes = b""
+            if present & HAS_DATA:
+                data = parts_[p]
+                p += 1
+            records: Records | None = None
+            if present & HAS_RECORDS:
+                records = (parts_[p], parts_[p + 1:p + 1 + n_ids])
+                p += 1 + n_ids
+            handed: bytes | None = None
+            if present & HAS_HANDED:
+                handed = parts_[p]
+                p += 1
+            digest: tuple[bytes, bytes, bytes] | None = None
+            if present & HAS_DIGEST:
+                digest = (parts_[p], parts_[p + 1], parts_[p + 2])
+                p += 3
+            reason: str = ""
+            if present & HAS_REASON:
+                reason = parts_[p]
+                p += 1
             client = conns.get(conn)
             if client is None:
                 continue
-            if kind == self.closed:
+            if kind == CLOSED:
                 del conns[conn]
-                client.relayed_closed(reason, counts)
-            elif kind == self.rewrite:
-                self._answer(conn, data, api)
+                client.relayed_closed(reason, (c_in, c_out))
+            elif kind == REWRITE:
+                self._answer(conn, data, api_of(api))
             else:
-                client.relayed(kind == self.from_broker, data, t_ns, t_written_ns,
-                               None if records is None else (records, ids), counts, handed, digest)
+                client.relayed(kind == FROM_BROKER, data, t_ns, t_written_ns, records, c_in, c_out, handed, digest)
 
     def _answer(self, conn: int, frame: bytes, api: tuple[int, int]) -> None:
         answer, res = held_answer(self.rewriter, frame, api)

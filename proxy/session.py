@@ -17,7 +17,7 @@ import ssl
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final, cast
+from typing import TYPE_CHECKING, Final, Protocol, cast
 
 from ..protocol.events import BrokerAddress
 from . import clock
@@ -37,7 +37,15 @@ from .tls import TlsServerSide
 
 if TYPE_CHECKING:
     from ..protocol.routed import Records
-    from .relayed import RelayRoad
+
+
+class Road(Protocol):
+    """What a connection asks of the road that carries it once handed over (``relayed.RelayRoad``,
+    which imports this module: named here by what it does, not imported)."""
+
+    def add(self, client: ClientSide, client_fd: int, broker_fd: int) -> int: ...
+
+    def end(self, conn: int) -> None: ...
 
 log = logging.getLogger("fetchlat.proxy")
 
@@ -83,7 +91,7 @@ class ConnContext:
     connect_timeout_s: float = 10.0
     kernel_stamps: bool = False  # read broker sockets here, for the kernel's receive stamps (stamps.py)
     stamp_counts: StampCounts = field(default_factory=StampCounts)
-    relay: RelayRoad | None = None  # the native core carries plaintext connections after their first answer
+    relay: Road | None = None  # the native core carries plaintext connections after their first answer
 
 
 class ClientSide:  # an asyncio protocol (duck-typed: a native class when compiled)
@@ -287,7 +295,7 @@ class ClientSide:  # an asyncio protocol (duck-typed: a native class when compil
         return (not self.transport.get_write_buffer_size() and not broker.transport.get_write_buffer_size()
                 and self.conv.can_hand_over)
 
-    def hand_over(self, road: RelayRoad) -> None:
+    def hand_over(self, road: Road) -> None:
         """Give both sockets to the core: reading stops, each descriptor is duplicated for it,
         and the transports are dropped (the duplicates keep the connections open)."""
         broker = self.broker
@@ -313,9 +321,10 @@ class ClientSide:  # an asyncio protocol (duck-typed: a native class when compil
             relay.end(self.relay_id)
 
     def relayed(self, from_broker: bool, data: bytes, t_ns: int, t_written_ns: int, records: Records | None,
-                counts: tuple[int, int], handed: bytes | None = None,
+                client_bytes: int, broker_bytes: int, handed: bytes | None = None,
                 digest: tuple[bytes, bytes, bytes] | None = None) -> None:
-        actions = self.conv.relayed(from_broker, data, t_ns, t_written_ns, records, counts, handed, digest)
+        actions = self.conv.relayed(from_broker, data, t_ns, t_written_ns, records, client_bytes, broker_bytes,
+                                    handed, digest)
         if actions:
             self.apply(actions)
 

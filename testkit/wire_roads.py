@@ -115,7 +115,7 @@ def native_road(chunks: Iterable[Chunk]) -> tuple[list[Step], int | None]:
             out.append(str(exc))
             return out, None
         raw, ids = w.drain()
-        names = [i.decode("utf-8") for i in ids]
+        names = ids
         requests, responses = [], []
         for kind, corr, key, ver, cid, size, flags, t_req, t_first, t_last in struct.iter_unpack(
                 f"={CORE.WIRE_RECORD_WIDTH}q", raw):

@@ -48,6 +48,7 @@ from fetchlat.protocol.rewrite import ResponseRewriter
 from fetchlat.protocol.routed import flexible_ranges, route_ranges, whole_ranges
 from fetchlat.proxy import clock
 from fetchlat.proxy.relayed import held_answer
+from fetchlat.proxy.relayed import items as drained
 
 
 def hostport(s: str) -> tuple[str, int]:
@@ -123,7 +124,7 @@ class Spike:
                 next_tick = now + 0.1
 
     def drain(self) -> None:
-        items = self.relay.drain()
+        items = drained(*self.relay.drain())
         if not items:
             return
         self.batches += 1

@@ -38,10 +38,10 @@ use std::thread::JoinHandle;
 
 use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBytes, PyList, PyString};
 
 use crate::digest::{Digest, Digester};
-use crate::wire::{Framing, Ranges, Routed, Wire, PEEK_BYTES};
+use crate::wire::{client_id, Framing, Ranges, Routed, Wire, PEEK_BYTES};
 use crate::{i64_bytes, recv_stamped, Read, READ_BYTES};
 
 const CLIENT: u64 = 0;
@@ -54,6 +54,14 @@ pub const FROM_CLIENT: i64 = 0;
 pub const FROM_BROKER: i64 = 1;
 pub const CLOSED: i64 = 2;
 pub const REWRITE: i64 = 3;
+/// How many i64s an item's fixed fields take in a drain's `heads` (`PyRelay::drain`).
+pub const ITEM_WIDTH: usize = 10;
+/// Which of an item's variable parts follow in a drain's `parts` (its `present` field).
+pub const HAS_DATA: i64 = 1;
+pub const HAS_RECORDS: i64 = 2;
+pub const HAS_HANDED: i64 = 4;
+pub const HAS_DIGEST: i64 = 8;
+pub const HAS_REASON: i64 = 16;
 
 /// A read's records (`Wire`'s layout) and the client ids they index.
 type Records = (Vec<i64>, Vec<Arc<[u8]>>);
@@ -988,47 +996,69 @@ impl PyRelay {
         bump(self.shared.wake_fd);
     }
 
-    /// What was queued since the last drain, in order: `(conn, kind, t_ns, t_written_ns,
-    /// python_bytes, records, ids, reason, api, counts, handed, digest)` -- `kind` FROM_CLIENT or FROM_BROKER,
-    /// read at `t_ns` and written on at `t_written_ns`, with the bytes the Python road parses (b""
-    /// when none) and the records of the exchanges the core settled alone (`Wire`'s layout, or None)
-    /// with the client ids they index; REWRITE with an answer held whole (size prefix included)
-    /// and `api`, its request's `(api_key, api_version)`, for `answer`; CLOSED with the reason.
-    /// `counts`: the bytes read from the client and from the broker so far (a REWRITE's: 0, 0).
-    /// `handed`: for an item that gathers an answer's body over several reads (`Gather`), the
-    /// earlier reads' `(read, written)` stamps as native-endian i64 pairs; None for the rest.
-    /// `digest`: `(head, skeleton, stats)` of the Fetch answer under way (`head` b"") or the
-    /// Produce request (its size prefix and first bytes) that ended in this read, which Python
-    /// takes before the item's bytes (`digest.rs`; `protocol/digested.py`), or None.
-    #[allow(clippy::type_complexity)]
-    fn drain<'py>(&self, py: Python<'py>) -> Vec<(u64, i64, i64, i64, Bound<'py, PyBytes>, Option<Bound<'py, PyBytes>>,
-                                                  Vec<Bound<'py, PyBytes>>, String, Option<(i16, i16)>, (u64, u64),
-                                                  Option<Bound<'py, PyBytes>>,
-                                                  Option<(Bound<'py, PyBytes>, Bound<'py, PyBytes>, Bound<'py, PyBytes>)>)> {
+    /// What was queued since the last drain, in order, flat: `(heads, parts)`. `heads` holds an
+    /// item's fixed fields, `ITEM_WIDTH` native-endian i64s each (the records' width, so Python
+    /// reads both the same way): `conn, kind, t_ns, t_written_ns, client bytes, broker bytes, api,
+    /// present, ids, 0`; `parts`, each item's variable parts after the last's, those its
+    /// `present` bits name, in this order: the bytes the Python road parses (`HAS_DATA`), the
+    /// records of the exchanges the core settled alone (`HAS_RECORDS`: `Wire`'s layout) and then
+    /// the `ids` client ids (str) they index, the earlier reads' `(read, written)` stamps
+    /// (`HAS_HANDED`: for an item that gathers an answer's body over several reads, `Gather`;
+    /// native-endian i64 pairs), the digest's head, skeleton and figures (`HAS_DIGEST`: the Fetch
+    /// answer under way, head b"", or the Produce request, its size prefix and first bytes, that
+    /// ended in this read, which Python takes before the item's bytes; `digest.rs`,
+    /// `protocol/digested.py`), the reason (`HAS_REASON`, str).
+    ///
+    /// `kind` FROM_CLIENT or FROM_BROKER: read at `t_ns` and written on at `t_written_ns`;
+    /// REWRITE: an answer held whole (size prefix included, as its data) and `api`, its request's
+    /// `key << 16 | version` (-1 for none), for `answer`; CLOSED with the reason. The two byte
+    /// counts: read from the client and from the broker so far (a REWRITE's: 0, 0). One list and
+    /// one bytes a drain, where an item was a tuple of twelve.
+    fn drain<'py>(&self, py: Python<'py>) -> (Bound<'py, PyBytes>, Bound<'py, PyList>) {
         let mut items = std::mem::take(&mut *self.shared.queue_spare.lock().unwrap());
         std::mem::swap(&mut items, &mut *self.shared.queue.lock().unwrap());
         let (mut bytes, mut words, mut idss) = (Vec::new(), Vec::new(), Vec::new());
-        let out = items.drain(..).map(|it| {
-            let (records, ids) = match it.records {
-                Some((r, ids)) => {
-                    let got = (Some(i64_bytes(py, &r)), ids.iter().map(|i| PyBytes::new(py, i)).collect());
-                    words.push(r);
-                    idss.push(ids);
-                    got
-                }
-                None => (None, Vec::new()),
-            };
-            let handed = if it.handed.is_empty() { None } else { Some(i64_bytes(py, &it.handed)) };
-            let digest = it.digest.map(|d| (PyBytes::new(py, &d.head), PyBytes::new(py, &d.skeleton),
-                                            i64_bytes(py, &d.stats)));
-            let python = PyBytes::new(py, &it.python);
+        let mut heads: Vec<i64> = Vec::with_capacity(items.len() * ITEM_WIDTH);
+        let parts = PyList::empty(py);
+        for it in items.drain(..) {
+            let mut present = 0;
+            let mut n_ids = 0;
+            if !it.python.is_empty() {
+                present |= HAS_DATA;
+                let _ = parts.append(PyBytes::new(py, &it.python));
+            }
             bytes.push(it.python);
-            (it.conn, it.kind, it.t_ns, it.t_written_ns, python, records, ids, it.reason, it.api, it.counts, handed,
-             digest)
-        }).collect();
+            if let Some((r, ids)) = it.records {
+                present |= HAS_RECORDS;
+                n_ids = ids.len() as i64;
+                let _ = parts.append(i64_bytes(py, &r));
+                for i in &ids {
+                    let _ = parts.append(client_id(py, i));
+                }
+                words.push(r);
+                idss.push(ids);
+            }
+            if !it.handed.is_empty() {
+                present |= HAS_HANDED;
+                let _ = parts.append(i64_bytes(py, &it.handed));
+            }
+            if let Some(d) = it.digest {
+                present |= HAS_DIGEST;
+                let _ = parts.append(PyBytes::new(py, &d.head));
+                let _ = parts.append(PyBytes::new(py, &d.skeleton));
+                let _ = parts.append(i64_bytes(py, &d.stats));
+            }
+            if !it.reason.is_empty() {
+                present |= HAS_REASON;
+                let _ = parts.append(PyString::new(py, &it.reason));
+            }
+            let api = it.api.map_or(-1, |(k, v)| (i64::from(k) << 16) | i64::from(v as u16));
+            heads.extend_from_slice(&[it.conn as i64, it.kind, it.t_ns, it.t_written_ns, it.counts.0 as i64,
+                                      it.counts.1 as i64, api, present, n_ids, 0]);
+        }
         *self.shared.queue_spare.lock().unwrap() = items;
         self.shared.spare.lock().unwrap().keep(bytes, words, idss);
-        out
+        (i64_bytes(py, &heads), parts)
     }
 
     /// Stops the thread and closes every pair (idempotent).

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyBytes};
+use pyo3::types::{PyBool, PyBytes, PyString};
 
 /// The first bytes of a request read for its header and a Produce's acks (`REQUEST_PEEK_BYTES`).
 pub const PEEK_BYTES: usize = 512;
@@ -732,11 +732,16 @@ fn with_bytes<T>(buf: &Bound<'_, PyAny>, f: impl FnOnce(&[u8]) -> T) -> PyResult
 ///
 /// The commonest routed read, one frame of the Python road's that is the whole read and nothing
 /// else (no records, nothing held or pending), is answered `True` instead: nothing to allocate.
-type Records<'py> = Option<(Bound<'py, PyBytes>, Vec<Bound<'py, PyBytes>>)>;
+type Records<'py> = Option<(Bound<'py, PyBytes>, Vec<Bound<'py, PyString>>)>;
 type RoutedTuple<'py> = Option<(Bound<'py, PyBytes>, Vec<(usize, usize)>, i64, usize, Records<'py>)>;
 
-fn records_bytes<'py>(py: Python<'py>, records: Vec<i64>, ids: Vec<Arc<[u8]>>) -> (Bound<'py, PyBytes>, Vec<Bound<'py, PyBytes>>) {
-    (crate::i64_bytes(py, &records), ids.iter().map(|i| PyBytes::new(py, i)).collect())
+fn records_bytes<'py>(py: Python<'py>, records: Vec<i64>, ids: Vec<Arc<[u8]>>) -> (Bound<'py, PyBytes>, Vec<Bound<'py, PyString>>) {
+    (crate::i64_bytes(py, &records), ids.iter().map(|i| client_id(py, i)).collect())
+}
+
+/// A client id, which the core read only where it is UTF-8 (as the Python road reads it), as a str.
+pub(crate) fn client_id<'py>(py: Python<'py>, id: &[u8]) -> Bound<'py, PyString> {
+    PyString::new(py, std::str::from_utf8(id).unwrap_or(""))
 }
 
 impl PyWire {
@@ -790,8 +795,8 @@ impl PyWire {
 
     /// `(records, client_ids)`: the records since the last drain as native-endian i64s,
     /// `RECORD_WIDTH` per record (kind, correlation id, api key, api version, client id index or
-    /// -1, size, flags, t_request, t_first, t_last), and the client ids (bytes) they index.
-    fn drain<'py>(&mut self, py: Python<'py>) -> (Bound<'py, PyBytes>, Vec<Bound<'py, PyBytes>>) {
+    /// -1, size, flags, t_request, t_first, t_last), and the client ids (str) they index.
+    fn drain<'py>(&mut self, py: Python<'py>) -> (Bound<'py, PyBytes>, Vec<Bound<'py, PyString>>) {
         let (records, ids) = self.wire.drain();
         records_bytes(py, records, ids)
     }

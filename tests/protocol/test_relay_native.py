@@ -41,6 +41,7 @@ from fetchlat.protocol.routed import (
     whole_ranges,
 )
 from fetchlat.protocol.schema import load
+from fetchlat.proxy.relayed import items
 
 from testkit.captures import RUNS, Frame, conversations
 from testkit.frames import fetch_request, record_batch
@@ -81,7 +82,7 @@ class Rig:
     def drain_until(self, done: object, what: str) -> None:
         deadline = time.monotonic() + DEADLINE_S
         while True:
-            self.items += self.relay.drain()
+            self.items += items(*self.relay.drain())
             if done():  # type: ignore[operator]
                 return
             assert time.monotonic() < deadline, f"no {what} within {DEADLINE_S} s: {self.items[-3:]}"
@@ -157,7 +158,7 @@ def _through(r: Rig, frames: list[Frame]) -> list[tuple[str, int, int, str | Non
         if records is None:
             seen += list(python)
             continue
-        names = [i.decode() for i in ids]
+        names = ids
         for rec in struct.iter_unpack(RECORD_FORMAT, records):
             k, corr, key, _ver, cid, _size, flags = rec[:7]
             if flags & ROUTED:
@@ -288,7 +289,7 @@ def _recv_answering(r: Rig, n: int) -> bytes:
     deadline = time.monotonic() + DEADLINE_S
     while len(got) < n:
         assert time.monotonic() < deadline, f"{len(got)} of {n} bytes"
-        for item in r.relay.drain():
+        for item in items(*r.relay.drain()):
             r.items.append(item)
             if item[1] == REWRITE_KIND:
                 frame, (key, version) = item[4], item[8]
@@ -377,7 +378,7 @@ def test_a_pair_python_ends_closes_both_sides_and_says_so(rig: Rig) -> None:
     assert rig.relay.timers() == []
     rig.relay.end(rig.id)  # a pair already gone: nothing
     time.sleep(0.05)
-    assert not [it for it in rig.relay.drain() if it[1] == rig.kinds[2]]
+    assert not [it for it in items(*rig.relay.drain()) if it[1] == rig.kinds[2]]
 
 
 def test_bytes_waiting_for_a_client_that_does_not_read_mark_it_stalled(rig: Rig) -> None:
@@ -415,7 +416,7 @@ def test_a_repeat_of_an_answer_python_gave_is_answered_by_the_core_alone() -> No
             assert body is not None and body != answer
             want = len(body).to_bytes(4, "big") + body
             assert _recv_answering(r, len(want)) == want
-            got_items += r.relay.drain()
+            got_items += items(*r.relay.drain())
         r.drain_until(lambda: r.relay.memo_rewrites() == {18: 2}, "the core's count of its own answers")
         assert r.relay.memo_rewrites() == {18: 2}  # the second and third: the core's, the first Python's
     finally:

@@ -83,13 +83,13 @@ def test_a_frame_the_core_settles_alone_is_forwarded_as_the_very_object_read() -
     api = request_frame(apis.API_VERSIONS, 3, 1, "c", b"\x00\x00\x00")
     assert road.receive_from_client(api, 1) == []  # no Python event: the record is all
     assert road.client_records() == (struct.pack(routed.RECORD_FORMAT, routed.KIND_REQUEST, 1, apis.API_VERSIONS, 3,
-                                                 0, len(api) - 4, routed.EXPECTS_RESPONSE, 1, 0, 0), [b"c"])
+                                                 0, len(api) - 4, routed.EXPECTS_RESPONSE, 1, 0, 0), ["c"])
     answer = response_frame(apis.API_VERSIONS, 3, 1, b"\x00" * 9)
     segments, before = road.forward_from_broker(answer, 2)
     assert segments == [answer] and segments[0] is answer and before == [] and road.after_write() == []
     assert len(road.python.in_flight) == 0 and road.in_flight == 0
     assert road.broker_records() == (struct.pack(routed.RECORD_FORMAT, routed.KIND_RESPONSE, 1, apis.API_VERSIONS,
-                                                 3, 0, len(answer) - 4, 0, 1, 2, 2), [b"c"])
+                                                 3, 0, len(answer) - 4, 0, 1, 2, 2), ["c"])
     assert road.client_records() is None and road.broker_records() is None  # each read's, taken once
 
 

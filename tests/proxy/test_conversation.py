@@ -299,8 +299,8 @@ def test_a_connection_the_core_carries_is_counted_and_timed_by_what_the_core_say
     before_out = pb.value("fetchlat_bytes_total", direction="broker_to_client", listener="bootstrap")
     # a fetch the core carried: its bytes routed to the Python road, read at 5 ms and written on at 5.1
     req, answer = fetch_request(2, max_wait_ms=0), empty_fetch_response(2)
-    assert pb.conv.relayed(False, req, T0 + 4 * MS, T0 + 4 * MS, None, (len(req), 0)) == ()
-    assert pb.conv.relayed(True, answer, T0 + 5 * MS, T0 + 5 * MS + 100_000, None, (len(req), len(answer))) == ()
+    assert pb.conv.relayed(False, req, T0 + 4 * MS, T0 + 4 * MS, None, len(req), 0) == ()
+    assert pb.conv.relayed(True, answer, T0 + 5 * MS, T0 + 5 * MS + 100_000, None, len(req), len(answer)) == ()
     assert pb.value("fetchlat_fetch_total_seconds_sum", broker="bootstrap", kind="consumer") == pytest.approx(0.001)
     # the counters move by what the core read since the hand-over, once, whichever report says it first
     pb.conv.relayed_timers(T0 + 6 * MS, (len(req), len(answer)), T0 + 4 * MS, 0, 0, 0)
