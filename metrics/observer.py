@@ -37,7 +37,7 @@ from ..protocol.events import (
 )
 from ..protocol.inflight import observed
 from ..protocol.requests import UNREADABLE_HEADER
-from ..protocol.routed import HEADER_UNREADABLE, KIND_REQUEST, RECORD_BYTES, ROUTED, record_at
+from ..protocol.routed import ASKED, HEADER_UNREADABLE, KIND_REQUEST, RECORD_BYTES, ROUTED, record_at
 from .fast import CounterChild, HistogramChild
 from .model import DEFAULT_EXPIRY_OVERSHOOT_NS, LatencyModel
 from .prom import FetchMetrics, ProxyMetrics
@@ -218,6 +218,8 @@ class ConnectionObserver:
                 else:
                     (self._children.get(key) or self._api(key))[0].inc()
             else:
+                if flags & ASKED:  # its request made no record: counted here
+                    (self._children.get(key) or self._api(key))[0].inc()
                 self._answered(corr, key, ver, ids[cid] if cid >= 0 else None, size, t_req, t_last,
                                traced=self.obs.traces is not None)
         if at < n and self.observe(events[at:], t_read_ns, t_written_ns):

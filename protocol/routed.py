@@ -78,6 +78,7 @@ HEADER_UNREADABLE: Final = 4
 SASL_V0: Final = 8
 ACKS_UNREADABLE: Final = 16
 ROUTED: Final = 32  # the Python road made this exchange's events: the record only marks their place
+ASKED: Final = 64  # an answer's record that stands for its request too (the relay's, ``ask_at_answer``)
 
 # The versions a request header can name: every rule is constant below 0 and past a key's last
 # version in the specs, and must be out to these (``route_ranges`` checks it)

@@ -133,7 +133,8 @@ class RelayRoad:
 
         # the Python road parses what the model reads (route_ranges without a rewriter); an
         # ApiVersions answer is held whole for the cap, its exchange settled by the core alone
-        self.relay = core.Relay(max_frame_bytes, flexible_ranges(), route_ranges(None), whole_ranges(wants))
+        self.relay = core.Relay(max_frame_bytes, flexible_ranges(), route_ranges(None), whole_ranges(wants),
+                                ask_at_answer=True)  # an exchange it settles alone: one record, its answer's
         if (tuple(core.RELAY_KINDS), core.RELAY_ITEM_WIDTH, tuple(core.RELAY_PRESENT)) != (KINDS, ITEM_WIDTH, PRESENT):
             raise RuntimeError("the native core's drain is not this build's (rebuild it: make .venv/.compiled)")
         self.conns: dict[int, ClientSide] = {}

@@ -381,6 +381,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("WIRE_FLAGS", (wire::EXPECTS_RESPONSE, wire::OBSERVED, wire::HEADER_UNREADABLE, wire::SASL_V0,
                          wire::ACKS_UNREADABLE))?;
     m.add("WIRE_ROUTED", wire::ROUTED)?;
+    m.add("WIRE_ASKED", wire::ASKED)?;
     m.add_function(wrap_pyfunction!(walk_batches, m)?)?;
     m.add_function(wrap_pyfunction!(walk_whole, m)?)?;
     Ok(())

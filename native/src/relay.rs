@@ -495,6 +495,8 @@ struct Looper {
     whole: Vec<(i16, i16, i16)>,
     memo: Memo,
     stock: Stock,
+    /// each pair's `Wire::ask_at_answer`: an exchange the core settles alone queues one record
+    ask_at_answer: bool,
 }
 
 impl Looper {
@@ -514,7 +516,7 @@ impl Looper {
     }
 
     fn close(&mut self, id: u64, reason: String) {
-        if let Some(p) = self.pairs.remove(&id) {
+        if let Some(mut p) = self.pairs.remove(&id) {
             self.shared.stats.lock().unwrap().remove(&id);
             for fd in [p.client.fd, p.broker.fd] {
                 // SAFETY: the pair owned these fds; removing it from the map gives them up once
@@ -535,6 +537,14 @@ impl Looper {
                 if let Some(item) = gathered(id, g, p.stats.counts()) {
                     self.push(item);
                 }
+            }
+            // the requests no answer will stand for (`Wire::ask_at_answer`), counted as they were
+            p.wire.unanswered();
+            if let Some(records) = p.wire.drain_native() {
+                let t = mono_ns();
+                self.push(Item { conn: id, kind: FROM_CLIENT, t_ns: t, t_written_ns: t, python: Vec::new(),
+                                 records: Some(records), reason: String::new(), api: None, counts: p.stats.counts(),
+                                 handed: Vec::new(), digest: None });
             }
             let t = mono_ns();
             self.push(Item { conn: id, kind: CLOSED, t_ns: t, t_written_ns: t, python: Vec::new(), records: None,
@@ -563,6 +573,9 @@ impl Looper {
             epoll_set(self.ep, libc::EPOLL_CTL_ADD, bfd, libc::EPOLLIN as u32, id << 1 | BROKER);
             let mut wire = Wire::new(self.max_frame, self.flexible.clone(), self.observed.clone());
             wire.hold_whole(&self.whole);
+            if self.ask_at_answer {
+                wire.ask_at_answer();
+            }
             let stats = Arc::new(Stats::default());
             stats.client_read_ns.store(mono_ns(), Ordering::Relaxed);
             self.shared.stats.lock().unwrap().insert(id, stats.clone());
@@ -907,11 +920,13 @@ fn eventfd() -> PyResult<RawFd> {
 #[pymethods]
 impl PyRelay {
     /// `whole`: `(api_key, lo, hi)` of the requests whose answers are held whole for Python to
-    /// answer (a rewriter's); routed too.
+    /// answer (a rewriter's); routed too. `ask_at_answer`: an exchange the core settles alone is
+    /// one record, its answer's (`Wire::ask_at_answer`; a request unanswered at the end is
+    /// recorded then).
     #[new]
-    #[pyo3(signature = (max_frame_bytes, flexible, observed, whole=Vec::new()))]
+    #[pyo3(signature = (max_frame_bytes, flexible, observed, whole=Vec::new(), ask_at_answer=false))]
     fn new(max_frame_bytes: i64, flexible: Vec<(i16, i16, i16)>, observed: Vec<(i16, i16, i16)>,
-           whole: Vec<(i16, i16, i16)>) -> PyResult<Self> {
+           whole: Vec<(i16, i16, i16)>, ask_at_answer: bool) -> PyResult<Self> {
         // SAFETY: no pointers
         let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
         if ep < 0 {
@@ -928,7 +943,7 @@ impl PyRelay {
         let mut looper = Looper { shared: shared.clone(), ep, pairs: HashMap::new(), buf: vec![0; READ_BYTES],
                                   max_frame: max_frame_bytes, flexible: Ranges::new(&flexible),
                                   observed: Ranges::new(&observed), whole, memo: Memo { entries: VecDeque::new() },
-                                  stock: Stock::default() };
+                                  stock: Stock::default(), ask_at_answer };
         let thread = std::thread::Builder::new().name("fetchlat-relay".into()).spawn(move || looper.run())
             .map_err(|e| PyOSError::new_err(e.to_string()))?;
         Ok(PyRelay { shared, thread: Some(thread), next_id: 1, ep })

@@ -43,6 +43,9 @@ pub const ACKS_UNREADABLE: i64 = 16;
 /// A request or response record's flag: the exchange's frames are routed to the Python road too
 /// (`Routed`), which makes its events; the record only marks its place.
 pub const ROUTED: i64 = 32;
+/// A response record's flag: its request made no record of its own (`Wire::ask_at_answer`):
+/// the answer counts it.
+pub const ASKED: i64 = 64;
 
 /// How many of the latest client ids a record's id is looked for among before it is added again.
 const RECENT_IDS: usize = 4;
@@ -209,6 +212,8 @@ struct InFlight {
     hands_over: bool,
     /// its answer is one the caller holds whole before writing it (`Wire::hold_whole`)
     held_whole: bool,
+    /// it made no record (`Wire::ask_at_answer`): its answer's says so (`ASKED`)
+    unrecorded: bool,
 }
 
 /// A frame's route while its first bytes are still coming: the Python road's, or the core's alone.
@@ -334,6 +339,8 @@ pub struct Wire {
     broker_handed_over: bool,
     // records since the last drain that are not `ROUTED` (the Python road made no events for them)
     native_records: usize,
+    /// `ask_at_answer`: requests settled alone are recorded by their answers
+    asked_at_answer: bool,
 }
 
 impl Wire {
@@ -343,7 +350,7 @@ impl Wire {
                rs_prefix: Vec::with_capacity(8), rs_left: 0, rs_size: 0, rs_current: None,
                rs_route: Route::Undecided, rs_whole: false, rs_t_first: 0, in_flight: VecDeque::new(),
                records: Vec::new(), ids: Vec::new(), needs_python: false,
-               broker_handed_over: false, native_records: 0 }
+               broker_handed_over: false, native_records: 0, asked_at_answer: false }
     }
 
     /// The answers to these requests (`(api_key, lo, hi)`) are routed, and their bytes also
@@ -500,7 +507,8 @@ impl Wire {
             let corr = be_i32(peek, 4).unwrap_or(0);
             let routed = self.routes(key, ver);
             self.in_flight.push_back(InFlight { correlation_id: corr, api_key: key, api_version: ver, client_id: None,
-                                                t_request_ns: t_ns, routed, hands_over: false, held_whole: false });
+                                                t_request_ns: t_ns, routed, hands_over: false, held_whole: false,
+                                                unrecorded: false });
             // no body is parsed without a header, so never OBSERVED
             let flags = EXPECTS_RESPONSE | HEADER_UNREADABLE | if routed { ROUTED } else { 0 };
             self.native_records += usize::from(!routed);
@@ -527,13 +535,19 @@ impl Wire {
         if self.routes(h.api_key, h.api_version) {
             flags |= ROUTED;
         }
+        // a request the core settles alone whose answer will come: the answer's record tells it
+        let unrecorded = self.asked_at_answer && expects && flags & (ROUTED | SASL_V0 | ACKS_UNREADABLE) == 0;
         if expects {
             flags |= EXPECTS_RESPONSE;
             self.in_flight.push_back(InFlight { correlation_id: h.correlation_id, api_key: h.api_key,
                                                 api_version: h.api_version, client_id: h.client_id.clone(),
                                                 t_request_ns: t_ns, routed: self.routes(h.api_key, h.api_version),
                                                 hands_over,
-                                                held_whole: self.whole.contains(h.api_key, h.api_version) });
+                                                held_whole: self.whole.contains(h.api_key, h.api_version),
+                                                unrecorded });
+        }
+        if unrecorded {
+            return Ok(());
         }
         self.native_records += usize::from(flags & ROUTED == 0);
         let id = self.id_index(&h.client_id);
@@ -664,11 +678,33 @@ impl Wire {
         let Some(cur) = self.rs_current.take() else { return };
         self.rs_route = Route::Undecided;
         let id = self.id_index(&cur.client_id);
-        let flags = if cur.routed { ROUTED } else { 0 };
+        let flags = if cur.routed { ROUTED } else { 0 } | if cur.unrecorded { ASKED } else { 0 };
         self.native_records += usize::from(!cur.routed);
         self.records.extend_from_slice(&[KIND_RESPONSE, cur.correlation_id as i64, cur.api_key as i64,
                                          cur.api_version as i64, id, self.rs_size as i64, flags, cur.t_request_ns,
                                          self.rs_t_first, t_ns]);
+    }
+
+    /// From here on, a request the core settles alone makes no record of its own where its answer
+    /// is due: the answer's record carries `ASKED` and stands for both (one record an exchange,
+    /// not two; the relay's, `relay.rs`). One whose answer never comes is recorded at the end
+    /// (`unanswered`).
+    pub fn ask_at_answer(&mut self) {
+        self.asked_at_answer = true;
+    }
+
+    /// The requests in flight that made no record (`ask_at_answer`), recorded now (the pair
+    /// ends: no answer will stand for them), as their own records would have been but for their
+    /// size (0).
+    pub fn unanswered(&mut self) {
+        let mut waiting: Vec<InFlight> = self.rs_current.take().into_iter().collect();
+        waiting.extend(self.in_flight.drain(..));
+        for f in waiting.into_iter().filter(|f| f.unrecorded) {
+            let id = self.id_index(&f.client_id);
+            self.native_records += 1;
+            self.records.extend_from_slice(&[KIND_REQUEST, f.correlation_id as i64, f.api_key as i64,
+                                             f.api_version as i64, id, 0, EXPECTS_RESPONSE, f.t_request_ns, 0, 0]);
+        }
     }
 
     /// The records since the last drain, and the client ids their field 4 indexes.

@@ -32,6 +32,7 @@ from fetchlat.protocol.events import (
 from fetchlat.protocol.framing import request_frame, response_frame
 from fetchlat.protocol.rewrite import ResponseRewriter
 from fetchlat.protocol.routed import (
+    ASKED,
     HANDED,
     KIND_REQUEST,
     RECORD_FORMAT,
@@ -65,7 +66,7 @@ class Rig:
     """A relay with one pair: ``client`` and ``broker`` are the test's ends."""
 
     def __init__(self, max_frame: int = MAX_FRAME, rewriter: ResponseRewriter | None = None,
-                 route_held: bool = True) -> None:
+                 route_held: bool = True, ask_at_answer: bool = False) -> None:
         """``route_held``: the answers held whole are the Python road's to parse too (the spike's
         tables); otherwise they are held for the rewriter only (the proxy's, ``proxy/relayed.py``)."""
         core = native.core()
@@ -73,7 +74,7 @@ class Rig:
         self.kinds = core.RELAY_KINDS
         wants = None if rewriter is None else rewriter.wants
         self.relay = core.Relay(max_frame, flexible_ranges(), route_ranges(wants if route_held else None),
-                                [] if wants is None else whole_ranges(wants))
+                                [] if wants is None else whole_ranges(wants), ask_at_answer=ask_at_answer)
         relay_client, self.client = _pair()
         relay_broker, self.broker = _pair()
         self.id = self.relay.add(relay_client.detach(), relay_broker.detach())
@@ -214,6 +215,37 @@ def test_a_side_that_closes_ends_the_pair(rig: Rig) -> None:
     rig.drain_until(lambda: any(it[1] == rig.kinds[2] for it in rig.items), "end of the pair")
     assert [it[7] for it in rig.items if it[1] == rig.kinds[2]] == ["broker closed the connection"]
     assert rig.client.recv(1) == b""
+
+
+@pytest.mark.parametrize("ask_at_answer", [False, True], ids=["request-recorded", "asked-at-answer"])
+def test_an_exchange_settled_alone_is_one_record_when_asked_at_its_answer(ask_at_answer: bool) -> None:
+    """The proxy's relay (``ask_at_answer``): a request the core settles alone makes no record; its
+    answer's, flagged ASKED, stands for both; one the pair ends before its answer is recorded at
+    the end, before the close. Otherwise (the tests' other rigs) each makes its own."""
+    r = Rig(ask_at_answer=ask_at_answer)
+    try:
+        for corr in (7, 8):
+            req = struct.pack(">hhih", 18, 0, corr, -1)
+            r.client.sendall(struct.pack(">i", len(req)) + req)
+            assert _recv_exactly(r.broker, 4 + len(req))[4:] == req
+        answer = struct.pack(">i", 7) + b"\x00\x00" + b"\x00" * 10
+        r.broker.sendall(struct.pack(">i", len(answer)) + answer)
+        assert _recv_exactly(r.client, 4 + len(answer))[4:] == answer
+        r.drain_until(lambda: any(it[1] == r.kinds[1] for it in r.items), "the answer's record")
+        r.relay.end(r.id)  # correlation id 8 is never answered
+        r.drain_until(lambda: any(it[1] == r.kinds[2] for it in r.items), "end of the pair")
+        kinds = [it[1] for it in r.items]
+        recs = [(it[1], rec[0], rec[1], rec[6] & ASKED) for it in r.items if it[5] is not None
+                for rec in struct.iter_unpack(RECORD_FORMAT, it[5])]
+        req_kind, resp_kind = KIND_REQUEST, KIND_REQUEST + 1
+        client, broker = r.kinds[0], r.kinds[1]
+        if ask_at_answer:
+            assert recs == [(broker, resp_kind, 7, ASKED), (client, req_kind, 8, 0)]
+            assert kinds == [broker, client, r.kinds[2]]  # the unanswered request's record before the close
+        else:
+            assert recs == [(client, req_kind, 7, 0), (client, req_kind, 8, 0), (broker, resp_kind, 7, 0)]
+    finally:
+        r.close()
 
 
 def test_a_client_that_does_not_read_holds_the_broker_back_then_gets_every_byte(rig: Rig) -> None:

@@ -48,6 +48,7 @@ def test_the_record_layout_is_the_cores() -> None:
     core = native.core()
     assert core is not None
     assert core.WIRE_RECORD_WIDTH == routed.RECORD_WIDTH and core.WIRE_ROUTED == routed.ROUTED
+    assert core.WIRE_ASKED == routed.ASKED
     assert core.WIRE_FLAGS == (routed.EXPECTS_RESPONSE, routed.OBSERVED, routed.HEADER_UNREADABLE, routed.SASL_V0,
                                routed.ACKS_UNREADABLE)
 
