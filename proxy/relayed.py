@@ -17,8 +17,9 @@ rather than their bytes: ``protocol/digested.py``), any other in pieces of a MiB
 request the Python road parses, dated by its last read as ever (a big Produce as its first bytes
 and the digest of its body).
 
-This module takes that queue on the event loop in batches (``BATCH_S`` after the first item of a
-batch: the per-read road has no Python on it), and gives each item to its connection's
+This module takes that queue on the event loop in batches (the core wakes it ``RELAY_BATCH_NS``
+after a batch's first item, ``relay.rs``, so the loop wakes once a batch; an answer to rewrite
+at once: the per-read road has no Python on it), and gives each item to its connection's
 ``Conversation``, which runs the same codec and observer as the asyncio road: the samples and
 trace rows are the same, made later. An ApiVersions answer is held whole by the core and
 answered from here at once (the sidecar's only rewrite: the cap of the versions it can read;
@@ -60,7 +61,6 @@ from ..protocol.routed import (
 if TYPE_CHECKING:  # session imports this module; the compiled build calls its class directly (no boxed args)
     from .session import ClientSide
 
-BATCH_S: Final = 0.005  # how long a batch gathers after its first item (an answer to rewrite: at once)
 # a drain is flat (``relay.rs``, ``PyRelay::drain``): each item's fixed fields in ``heads`` (the
 # records' width, read as they are), its variable parts in ``parts``, those its ``present`` names
 ITEM_WIDTH: Final = 10  # RECORD_WIDTH, RECORD_BYTES: literals, so the compiled loops step by a constant
@@ -141,7 +141,6 @@ class RelayRoad:
         # Any: the compiled build checks what a call returns against its declared type, and
         # uvloop's loop gives its own handles (not asyncio's) and None from remove_reader
         self._loop: Any = None
-        self._due: Any = None
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -155,8 +154,6 @@ class RelayRoad:
             loop.remove_reader(self.relay.notify_fd)
             loop.remove_reader(self.relay.urgent_fd)
             self._loop = None
-        if self._due is not None:
-            self._due.cancel()
         self.relay.close()
         self.drain()
 
@@ -172,10 +169,10 @@ class RelayRoad:
 
     # ------------------------------------------------------------------ the queue
     def _notified(self) -> None:
+        """A batch is due (the core waited ``RELAY_BATCH_NS`` after its first item)."""
         with contextlib.suppress(BlockingIOError):  # another wake-up read it first
             os.read(self.relay.notify_fd, 8)
-        if self._due is None and self._loop is not None:
-            self._due = self._loop.call_later(BATCH_S, self.drain)
+        self.drain()
 
     def _urgent(self) -> None:
         with contextlib.suppress(BlockingIOError):  # another wake-up read it first
@@ -184,9 +181,6 @@ class RelayRoad:
 
     def drain(self) -> None:
         """Everything queued since the last drain, to its connections, in order."""
-        if self._due is not None:
-            self._due.cancel()
-            self._due = None
         conns = self.conns
         heads, parts = self.relay.drain()
         parts_: list[Any] = parts

@@ -374,6 +374,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("RELAY_KINDS", (relay::FROM_CLIENT, relay::FROM_BROKER, relay::CLOSED, relay::REWRITE))?;
     m.add("RELAY_GATHER_BYTES", relay::GATHER_BYTES)?;
     m.add("RELAY_ITEM_WIDTH", relay::ITEM_WIDTH)?;
+    m.add("RELAY_BATCH_NS", relay::BATCH_NS)?;
     m.add("RELAY_PRESENT", (relay::HAS_DATA, relay::HAS_RECORDS, relay::HAS_HANDED, relay::HAS_DIGEST, relay::HAS_REASON))?;
     m.add("DIGEST_STATS_WIDTH", digest::STATS_WIDTH)?;
     m.add_function(wrap_pyfunction!(digest_fetch, m)?)?;

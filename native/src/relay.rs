@@ -140,6 +140,11 @@ fn digest_request(g: &mut Gather, wire: &Wire) {
 
 /// The most of an answer's body gathered before it is handed to Python (the memory a pair holds for it).
 pub const GATHER_BYTES: usize = 1 << 20;
+/// How long a batch gathers after its first item before Python is woken for it (`notify_fd`; an
+/// answer to rewrite wakes it at once, `urgent_fd`).
+pub const BATCH_NS: i64 = 5_000_000;
+/// How long the relay's thread sleeps with nothing due (it is woken for anything Python asks).
+const IDLE_WAIT_MS: libc::c_int = 200;
 const FETCH: i16 = 1;
 const PRODUCE: i16 = 0;
 
@@ -497,6 +502,8 @@ struct Looper {
     stock: Stock,
     /// each pair's `Wire::ask_at_answer`: an exchange the core settles alone queues one record
     ask_at_answer: bool,
+    /// when Python is to be woken for the batch under way (`push`), if one is
+    notify_at: std::cell::Cell<Option<i64>>,
 }
 
 impl Looper {
@@ -510,8 +517,28 @@ impl Looper {
         if urgent {
             bump(self.shared.urgent_fd);
         }
-        if was_empty {
-            bump(self.shared.notify_fd);
+        if was_empty && self.notify_at.get().is_none() {
+            // Python is woken once a batch, `BATCH_NS` after its first item (`run` keeps the time):
+            // the event loop wakes once for a batch, not once to set a timer and again for it
+            self.notify_at.set(Some(mono_ns() + BATCH_NS));
+        }
+    }
+
+    /// The batch under way is due: Python is woken for it.
+    fn notify_due(&self) {
+        if let Some(at) = self.notify_at.get() {
+            if mono_ns() >= at {
+                self.notify_at.set(None);
+                bump(self.shared.notify_fd);
+            }
+        }
+    }
+
+    /// How long `epoll_wait` may sleep (ms): until the batch under way is due, or `IDLE_WAIT_MS`.
+    fn wait_ms(&self) -> libc::c_int {
+        match self.notify_at.get() {
+            Some(at) => ((at - mono_ns()).max(0) as u64).div_ceil(1_000_000).min(IDLE_WAIT_MS as u64) as libc::c_int,
+            None => IDLE_WAIT_MS,
         }
     }
 
@@ -866,7 +893,7 @@ impl Looper {
         let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; MAX_EVENTS];
         while !self.shared.stop.load(Ordering::Relaxed) {
             // SAFETY: events has MAX_EVENTS entries for the kernel to fill
-            let n = unsafe { libc::epoll_wait(self.ep, events.as_mut_ptr(), MAX_EVENTS as libc::c_int, 200) };
+            let n = unsafe { libc::epoll_wait(self.ep, events.as_mut_ptr(), MAX_EVENTS as libc::c_int, self.wait_ms()) };
             for ev in events.iter().take(n.max(0) as usize) {
                 let (token, flags) = (ev.u64, ev.events);
                 if token == WAKE {
@@ -894,6 +921,7 @@ impl Looper {
                     self.close(id, format!("{who} {what}"));
                 }
             }
+            self.notify_due();
         }
         let ids: Vec<u64> = self.pairs.keys().copied().collect();
         for id in ids {
@@ -943,7 +971,8 @@ impl PyRelay {
         let mut looper = Looper { shared: shared.clone(), ep, pairs: HashMap::new(), buf: vec![0; READ_BYTES],
                                   max_frame: max_frame_bytes, flexible: Ranges::new(&flexible),
                                   observed: Ranges::new(&observed), whole, memo: Memo { entries: VecDeque::new() },
-                                  stock: Stock::default(), ask_at_answer };
+                                  stock: Stock::default(), ask_at_answer,
+                                  notify_at: std::cell::Cell::new(None) };
         let thread = std::thread::Builder::new().name("fetchlat-relay".into()).spawn(move || looper.run())
             .map_err(|e| PyOSError::new_err(e.to_string()))?;
         Ok(PyRelay { shared, thread: Some(thread), next_id: 1, ep })
