@@ -16,8 +16,9 @@ from ..metrics.model import DEFAULT_EXPIRY_OVERSHOOT_NS
 from ..protocol.framing import DEFAULT_MAX_FRAME_BYTES
 
 RELAY_CHOICES = ("auto", "native", "off")
-DEFAULT_RELAY = "off"  # who carries a sidecar's connections after their first answer (proxy/relayed.py);
-# off by default until a soak on the relay road holds memory flat (docs/performance.md, docs/reliability.md)
+DEFAULT_RELAY = "auto"  # who carries a sidecar's connections after their first answer (proxy/relayed.py):
+# the native core where it is built, since the seventeenth soak held the relay road's memory flat
+# (docs/reliability.md) and it costs less than the event loop's road (docs/performance.md)
 
 DEFAULT_METRICS_LISTEN = "127.0.0.1:9464"
 
