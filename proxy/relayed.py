@@ -84,21 +84,45 @@ Item = tuple[int, int, int, int, bytes, bytes | None, list[str], str, tuple[int,
 
 def items(heads: bytes, parts: list[Any]) -> list[Item]:
     """A drain's items one by one, each as ``(conn, kind, t_ns, t_written_ns, data, records,
-    ids, reason, api, counts, handed, digest)`` (for the tests and the spike: ``RelayRoad.drain``
-    reads the flat form in place the same way)."""
+    ids, reason, api, counts, handed, digest)`` (for the tests and the spike; ``RelayRoad.drain``
+    reads the flat form in place, through the same ``item_parts``)."""
     out: list[Item] = []
     p = 0
     for off in range(0, len(heads), ITEM_BYTES):
         conn, kind, t_ns, t_written_ns, c_in, c_out, api, present, n_ids, _ = record_at(heads, off)
-        data, p = (parts[p], p + 1) if present & HAS_DATA else (b"", p)
-        records, ids, p = (parts[p], parts[p + 1:p + 1 + n_ids], p + 1 + n_ids) if present & HAS_RECORDS \
-            else (None, [], p)
-        handed, p = (parts[p], p + 1) if present & HAS_HANDED else (None, p)
-        digest, p = ((parts[p], parts[p + 1], parts[p + 2]), p + 3) if present & HAS_DIGEST else (None, p)
-        reason, p = (parts[p], p + 1) if present & HAS_REASON else ("", p)
-        out.append((conn, kind, t_ns, t_written_ns, data, records, ids, reason, None if api < 0 else api_of(api),
+        data, records, handed, digest, reason, p = item_parts(parts, p, present, n_ids)
+        out.append((conn, kind, t_ns, t_written_ns, data, None if records is None else records[0],
+                    [] if records is None else records[1], reason, None if api < 0 else api_of(api),
                     (c_in, c_out), handed, digest))
     return out
+
+
+def item_parts(parts: list[Any], p: int, present: int, n_ids: int) -> tuple[
+        bytes, Records | None, bytes | None, tuple[bytes, bytes, bytes] | None, str, int]:
+    """The variable parts of the item whose parts begin at ``parts[p]`` (those its ``present``
+    names; ``n_ids`` client ids after its records): its bytes (b"" for none), records with their
+    ids, stamps, digest, reason (""), and where the next item's parts begin."""
+    data: bytes = b""
+    if present & HAS_DATA:
+        data = parts[p]
+        p += 1
+    records: Records | None = None
+    if present & HAS_RECORDS:
+        records = (parts[p], parts[p + 1:p + 1 + n_ids])
+        p += 1 + n_ids
+    handed: bytes | None = None
+    if present & HAS_HANDED:
+        handed = parts[p]
+        p += 1
+    digest: tuple[bytes, bytes, bytes] | None = None
+    if present & HAS_DIGEST:
+        digest = (parts[p], parts[p + 1], parts[p + 2])
+        p += 3
+    reason: str = ""
+    if present & HAS_REASON:
+        reason = parts[p]
+        p += 1
+    return data, records, handed, digest, reason, p
 
 
 def api_of(api: int) -> tuple[int, int]:
@@ -183,30 +207,10 @@ class RelayRoad:
         """Everything queued since the last drain, to its connections, in order."""
         conns = self.conns
         heads, parts = self.relay.drain()
-        parts_: list[Any] = parts
         p = 0
         for off in range(0, len(heads), ITEM_BYTES):
             conn, kind, t_ns, t_written_ns, c_in, c_out, api, present, n_ids, _ = record_at(heads, off)
-            data: bytes = b""
-            if present & HAS_DATA:
-                data = parts_[p]
-                p += 1
-            records: Records | None = None
-            if present & HAS_RECORDS:
-                records = (parts_[p], parts_[p + 1:p + 1 + n_ids])
-                p += 1 + n_ids
-            handed: bytes | None = None
-            if present & HAS_HANDED:
-                handed = parts_[p]
-                p += 1
-            digest: tuple[bytes, bytes, bytes] | None = None
-            if present & HAS_DIGEST:
-                digest = (parts_[p], parts_[p + 1], parts_[p + 2])
-                p += 3
-            reason: str = ""
-            if present & HAS_REASON:
-                reason = parts_[p]
-                p += 1
+            data, records, handed, digest, reason, p = item_parts(parts, p, present, n_ids)
             client = conns.get(conn)
             if client is None:
                 continue
