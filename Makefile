@@ -79,9 +79,12 @@ integration: deps
 # `make test-pure`); tests/test_builds_agree.py compares the two builds output for output. The
 # analysis tests run once: the analysis is Spark's and has no compiled twin (of the compiled
 # modules it reads only the vocabulary's names), so a second run would test the same code again.
+# The tests that start no broker or proxy run on both cores (pytest-xdist); the integration tests one
+# at a time, since many judge a proxy's timing against a broker's clock on the same two cores.
 test: deps lint typecheck
-	$(BIN)/pytest -q -p no:cacheprovider --durations=12 -m "not long"
-	FETCHLAT_PURE_PYTHON=1 $(BIN)/pytest -q -p no:cacheprovider -m "not integration and not long" \
+	$(BIN)/pytest -q -p no:cacheprovider --durations=12 -n 2 -m "not integration and not long"
+	$(BIN)/pytest -q -p no:cacheprovider --durations=12 -m "integration and not long"
+	FETCHLAT_PURE_PYTHON=1 $(BIN)/pytest -q -p no:cacheprovider -n 2 -m "not integration and not long" \
 	  --ignore=tests/analysis
 
 # The long Apache Kafka cases (failover, fetch from follower, two share consumers): ~3.5 min more

@@ -41,7 +41,9 @@ def test_perf_produce_then_consume(proxy: ProxyProc) -> None:
     assert text.returncode == 0 and "records/sec" in text.stdout and "time blocked in send" in text.stdout
 
     c = fetchlat("perf", "consume", "--bootstrap-server", proxy.bootstrap, "--topic", "perf", "--messages", "2200",
-                 "--threads", "3", "--timeout", "15000", "--show-detailed-stats")
+                 "--threads", "3", "--timeout", "15000", "--show-detailed-stats",
+                 # a join takes Tansu about half the session timeout (test_clients.py, JOIN_FAST)
+                 "--consumer-prop", "session.timeout.ms=6000", "--consumer-prop", "heartbeat.interval.ms=500")
     assert c.returncode == 0, c.stderr + c.stdout
     assert "--threads 3 is more than the 2 partitions of perf; using 2" in c.stderr
     lines = c.stdout.strip().splitlines()
