@@ -500,8 +500,8 @@ class Feeder:
             self.done, self.result = True, stop.value
         except DecodeError as exc:
             self.error = str(exc)
-        except (struct.error, ValueError, IndexError) as exc:
-            self.error = f"{type(exc).__name__}: {exc}"
+        except (struct.error, ValueError, IndexError) as err:  # a name of its own: mypyc types one by its first use
+            self.error = f"{type(err).__name__}: {err}"
 
     def finish(self) -> Any:
         """The result, or None (with ``error`` set) when the frame ended early or was bad."""
@@ -539,8 +539,8 @@ def run_direct(direct: Callable[[Buf], Any], whole: Buf) -> tuple[Any, str | Non
         return direct(whole), None
     except DecodeError as exc:
         return None, str(exc)
-    except (struct.error, ValueError, IndexError) as exc:
-        return None, f"{type(exc).__name__}: {exc}"
+    except (struct.error, ValueError, IndexError) as err:  # a name of its own: mypyc types one by its first use
+        return None, f"{type(err).__name__}: {err}"
 
 
 # ---------------------------------------------------------------- direct twins

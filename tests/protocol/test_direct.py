@@ -7,7 +7,7 @@ import ast
 from pathlib import Path
 
 import pytest
-from fetchlat.protocol import gen_direct
+from fetchlat.protocol import compiled, gen_direct
 
 PROTOCOL = Path(gen_direct.__file__).parent
 
@@ -38,3 +38,15 @@ def test_no_codec_module_execs_or_compiles_code() -> None:
         tree = ast.parse(path.read_text())
         called = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
         assert not called & {"exec", "eval", "compile"}, path.name
+
+
+def test_no_compiled_module_binds_two_kinds_of_exception_to_one_name() -> None:
+    """mypyc types an ``except ... as name`` by its first handler: a second handler of another
+    type under the same name raises TypeError in the compiled build where the source runs (a
+    struct.error from a short field, found by ``make fuzz``: tests/data/fuzz-regressions/)."""
+    for module in compiled.HOT:
+        path = compiled.source_path(module)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Try):
+                names = [h.name for h in node.handlers if h.name]
+                assert len(names) == len(set(names)), f"{path.name}:{node.lineno} binds {names}"
