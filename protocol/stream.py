@@ -326,11 +326,16 @@ def records(r: Reader, flexible: bool) -> Parser[BatchStats | None]:
     return (yield from walk(r, n, WALK_WHOLE))
 
 
+WALK_REMAINING_MAX: Final = 1 << 62  # what walk_whole_native hands the core of the records left
+
+
 def walk_whole_native(whole: Callable[..., Any], r: Reader, remaining: int, stats: BatchStats) -> int:
     """The batches whole in ``r.buf`` from ``r.pos`` walked by the native core into ``stats``,
     merged as ``walk`` would have met them one by one; the records left."""
+    # a records length read from a varint can pass what the core's usize holds (2**64); the core
+    # compares it only with batches lying in the chunk, so any figure past the chunk reads alike
     got: tuple[int, int, int, int, int, int, int, bool, int] = whole(
-        r.buf, r.pos, min(len(r.buf) - r.pos, remaining), remaining)
+        r.buf, r.pos, min(len(r.buf) - r.pos, remaining), min(remaining, WALK_REMAINING_MAX))
     passed, batches, recs, first_offset, first_ts, next_offset, max_ts, log_append, control = got
     if batches:
         r.pos += passed
