@@ -7,10 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from .harness import one_input, seeds
+from .harness import CORE, one_input, seeds
 
 REGRESSION_DIR = Path(__file__).parents[1] / "data" / "fuzz-regressions"
 REGRESSIONS = sorted(p for p in REGRESSION_DIR.glob("*") if p.is_file() and p.name != "README.md")
+# inputs found and not fixed yet: each an expected failure with its reason (strict: the day one
+# passes, the run says so, and its entry goes)
+OPEN = {
+    "routed-sasl-v0-header-past-the-peek-window":
+        "the routed road (FETCHLAT_ROUTED=1) and the Python road differ after a SaslHandshake v0 whose "
+        "header is longer than the peek window: the Python road cannot read it and frames on, the core "
+        "takes it as a handshake by its key and version (found by make fuzz, 2026-12-02)",
+}
 
 
 def test_the_regression_corpus_is_there() -> None:
@@ -18,9 +26,17 @@ def test_the_regression_corpus_is_there() -> None:
     assert len(REGRESSIONS) >= 4, REGRESSION_DIR
 
 
-@pytest.mark.parametrize("path", REGRESSIONS, ids=[p.name for p in REGRESSIONS])
+# (the routed road is the native core's: without it there is nothing to differ)
+@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.xfail(CORE is not None, reason=OPEN[p.name],
+                                                                          strict=True, raises=AssertionError))
+                                  if p.name in OPEN else p for p in REGRESSIONS],
+                         ids=[p.name for p in REGRESSIONS])
 def test_crash_found_by_fuzzing_stays_fixed(path: Path) -> None:
     one_input(path.read_bytes())
+
+
+def test_every_open_input_is_in_the_corpus() -> None:
+    assert set(OPEN) <= {p.name for p in REGRESSIONS}
 
 
 def test_seed_conversations_run_clean() -> None:
