@@ -79,6 +79,7 @@ def extensions() -> list:
     from mypyc.build import mypycify
 
     stage = HERE / "build" / "mypyc" / "src"
+    target = HERE / "build" / "mypyc" / "c"  # mypyc's C, the group's header in its package's folder
     shutil.rmtree(stage, ignore_errors=True)
     for package in PACKAGES:
         dest = stage / "fetchlat" / package
@@ -93,11 +94,11 @@ def extensions() -> list:
         # the stage is the base of every module name: mypy would otherwise climb into the checkout,
         # whose root __init__.py (docs/architecture.md) sits in a folder of any name
         exts = mypycify([*paths, "--ignore-missing-imports", "--explicit-package-bases"], opt_level="3",
-                        multi_file=True, group_name=GROUP, target_dir=str(HERE / "build" / "mypyc" / "c"))
+                        multi_file=True, group_name=GROUP, target_dir=str(target))
     finally:
         os.chdir(cwd)
     for e in exts:  # a module's C file (written beside the group's) includes the group's header
-        e.include_dirs.append(str(HERE / "build" / "mypyc" / "c" / "fetchlat" / "protocol"))
+        e.include_dirs.append(str(target.joinpath(*GROUP.split(".")[:-1])))
     return exts
 
 

@@ -20,6 +20,10 @@ from fetchlat.embedded import proxy as proxy_process
 from fetchlat.embedded.proxy import ProxyProcess
 
 TANSU_NODE_ID = 111
+# Tansu completes a group's first join after about half the session timeout: 23 s at the
+# clients' default of 45 s, 3 s at 6 s (Apache Kafka's smallest allowed); measured 2026-12-02.
+# A test's group consumer against Tansu takes these (librdkafka's names)
+JOIN_FAST = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
 
 
 def port_free(port: int) -> bool:

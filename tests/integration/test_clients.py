@@ -26,14 +26,11 @@ import pytest
 from fetchlat import native
 from fetchlat.proxy.build import hot_path
 
-from .conftest import TANSU_NODE_ID, Broker, ConnectionSampler, ProxyProc, start_proxy, stop_proxy
+from .conftest import JOIN_FAST, TANSU_NODE_ID, Broker, ConnectionSampler, ProxyProc, start_proxy, stop_proxy
 
 pytestmark = pytest.mark.integration
 
 T = TypeVar("T")
-# Tansu completes a group's first join after about half the session timeout: 23 s at the
-# clients' default of 45 s, 3 s at 6 s (Apache Kafka's smallest allowed); measured 2026-12-02
-JOIN_FAST = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
 RECORDS = [(f"k{i}".encode(), f"v{i}".encode()) for i in range(5)]
 
 

@@ -11,7 +11,7 @@ import sys
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from .conftest import ProxyProc
+from .conftest import JOIN_FAST, ProxyProc
 
 pytestmark = pytest.mark.integration
 
@@ -42,8 +42,7 @@ def test_perf_produce_then_consume(proxy: ProxyProc) -> None:
 
     c = fetchlat("perf", "consume", "--bootstrap-server", proxy.bootstrap, "--topic", "perf", "--messages", "2200",
                  "--threads", "3", "--timeout", "15000", "--show-detailed-stats",
-                 # a join takes Tansu about half the session timeout (test_clients.py, JOIN_FAST)
-                 "--consumer-prop", "session.timeout.ms=6000", "--consumer-prop", "heartbeat.interval.ms=500")
+                 *(a for k, v in JOIN_FAST.items() for a in ("--consumer-prop", f"{k}={v}")))
     assert c.returncode == 0, c.stderr + c.stdout
     assert "--threads 3 is more than the 2 partitions of perf; using 2" in c.stderr
     lines = c.stdout.strip().splitlines()
