@@ -156,11 +156,14 @@ class _Expected:
     """Which of the Python road's events the routed road's Python road must give too: those of
     exchanges routed there (an event naming no api key comes of a body parsed, so of one of them;
     one naming a key alone, of a rewrite, so of one too), and, from a SaslHandshake v0 on (its
-    request on the client's side, its answer on the broker's), every one."""
+    request on the client's side, its answer on the broker's), every one. A SaslHandshake v0
+    whose header cannot be read names no mechanism: neither road hands the connection over for
+    it (the Python road frames on, as the core does), so it counts as any routed exchange."""
 
     def __init__(self, ranges: list[tuple[int, int, int]]) -> None:
         self.ranges = ranges
         self.handed = {True: False, False: False}  # by side: from the client
+        self.handshakes: list[bool] = []  # each SaslHandshake v0 asked, in order: whether it hands over
 
     def routed(self, e: Event) -> bool:
         if not hasattr(e, "api_key"):
@@ -171,10 +174,16 @@ class _Expected:
 
     def events(self, events: list[Event], from_client: bool) -> list[Event]:
         out = []
+        unreadable = False  # the request seen next is a SaslHandshake v0 whose header was unreadable
         for e in events:
-            if (getattr(e, "api_key", None), getattr(e, "api_version", None)) == (apis.SASL_HANDSHAKE, 0) and \
-                    isinstance(e, RequestSeen if from_client else ResponseSeen):
-                self.handed[from_client] = True
+            handshake = (getattr(e, "api_key", None), getattr(e, "api_version", None)) == (apis.SASL_HANDSHAKE, 0)
+            if from_client and isinstance(e, DecodeFailed):
+                unreadable = handshake and e.reason == UNREADABLE
+            if handshake and isinstance(e, RequestSeen if from_client else ResponseSeen):
+                if from_client:
+                    self.handshakes.append(not unreadable)
+                hands_over = self.handshakes[-1] if from_client else bool(self.handshakes and self.handshakes.pop(0))
+                self.handed[from_client] = self.handed[from_client] or hands_over
                 out.append(e)
             elif self.handed[from_client] or self.routed(e):
                 out.append(e)

@@ -13,12 +13,7 @@ REGRESSION_DIR = Path(__file__).parents[1] / "data" / "fuzz-regressions"
 REGRESSIONS = sorted(p for p in REGRESSION_DIR.glob("*") if p.is_file() and p.name != "README.md")
 # inputs found and not fixed yet: each an expected failure with its reason (strict: the day one
 # passes, the run says so, and its entry goes)
-OPEN = {
-    "routed-sasl-v0-header-past-the-peek-window":
-        "the routed road (FETCHLAT_ROUTED=1) and the Python road differ after a SaslHandshake v0 whose "
-        "header is longer than the peek window: the Python road cannot read it and frames on, the core "
-        "takes it as a handshake by its key and version (found by make fuzz, 2026-12-02)",
-}
+OPEN: dict[str, str] = {}
 
 
 def test_the_regression_corpus_is_there() -> None:
