@@ -9,7 +9,10 @@ fetchlat on the event loop's road (``fetchlat``, relay off), the same with trace
 by the native core's relay (``fetchlat-relay``, ``fetchlat-relay+traces``). Each figure comes twice:
 all the proxy's CPU during the consume, and that less what it spends idle for as long (measured
 for two seconds just before: timers, heartbeats, calibration), which the relay and haproxy do not
-spend and which a consume of a few seconds would otherwise count per GB.
+spend and which a consume of a few seconds would otherwise count per GB. With traces, the
+produce's rows are on disk before anything is measured, and the consume's count runs until its
+own rows are (less the idle CPU of that wait): a writer holds rows for seconds before it writes
+them, which put the produce's writing in the consume's figure and the consume's own outside it.
 
     python bench/consume_small.py [--trials 3] [--sizes 100,1024] [--mb 10] [--paths relay,haproxy,...]
 """
@@ -17,6 +20,7 @@ spend and which a consume of a few seconds would otherwise count per GB.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import tempfile
@@ -47,15 +51,49 @@ def one(kind: str, size: int, mb: float, work: Path) -> tuple[float, float]:
         topic = f"s-{uuid.uuid4().hex[:6]}"
         create_topics(bootstrap, topic)
         rdkafka("produce", bootstrap, topic, str(n), "linger.ms=0", f"batch.size={size + 100}", f"value.bytes={size}")
+        traces = sorted(work.glob(f"traces-{port - 2}"))  # bench_proxy's name for this fetchlat's trace dir
+        if traces:
+            written(traces[0], grown_from=None)  # the produce's rows out of the way first
         time.sleep(1.0)
         i0 = cpu_s(pid)
         time.sleep(IDLE_S)
         idle_per_s = (cpu_s(pid) - i0) / IDLE_S
+        before = written(traces[0], grown_from=None, settle_s=0.0) if traces else 0
         c0, t0 = cpu_s(pid), time.monotonic()
         rdkafka("consume", bootstrap, topic, str(n), f"value.bytes={size}")
-        used, wall = cpu_s(pid) - c0, time.monotonic() - t0
+        wall = time.monotonic() - t0
+        if traces:
+            # a row is written some seconds after its request (proxy/traces.py: a batch a second,
+            # a quiet writer writes what it holds after 3 s): its writing is the consume's cost
+            # too, so the count runs until the consume's rows are on disk, less idle for the wait
+            written(traces[0], grown_from=before, settle_s=1.0)
+        used, span = cpu_s(pid) - c0, time.monotonic() - t0
+        used -= idle_per_s * (span - wall)
         gb = n * size / 1e9
         return used / gb, max(0.0, used - idle_per_s * wall) / gb
+
+
+def written(traces: Path, grown_from: int | None, settle_s: float = 4.0, bound_s: float = 20.0) -> int:
+    """The bytes under a fetchlat's trace directory once they have held still for ``settle_s``
+    (and, with ``grown_from``, grown past it), read off the files (no scrape: a scrape would
+    cost the proxy CPU of its own); at most ``bound_s`` of waiting."""
+    def size() -> int:
+        total = 0
+        for f in traces.rglob("*"):
+            with contextlib.suppress(OSError):  # renamed into place meanwhile
+                total += f.stat().st_size if f.is_file() else 0
+        return total
+
+    t0 = time.monotonic()
+    last, since = size(), time.monotonic()
+    while time.monotonic() - t0 < bound_s:
+        if (grown_from is None or last > grown_from) and time.monotonic() - since >= settle_s:
+            break
+        time.sleep(0.1)
+        now = size()
+        if now != last:
+            last, since = now, time.monotonic()
+    return last
 
 
 def main() -> int:
