@@ -67,6 +67,7 @@ SPIKE, SPIKE_TRACED = "native-relay", "native-relay+traces"
 # core carries each connection after its first answer; +traces: a row per request. Every other fetchlat
 # path runs with relay: off, the event loop all the way
 RELAYED, RELAYED_TRACED = "fetchlat-relay", "fetchlat-relay+traces"
+TRACED_KINDS = (TRACED, RELAYED_TRACED)  # the fetchlat paths started with --trace-dir
 METRICS_PORTS: dict[int, int] = {}  # a fetchlat's pid -> its /metrics port
 NODE = 111  # Tansu's node id
 BROKERS = ("tansu", "kafka")
@@ -121,6 +122,11 @@ def target(kind: str, work: Path, broker: str = "tansu") -> Iterator[tuple[int, 
         log.close()
 
 
+def trace_dir(work: Path, front: int) -> Path:
+    """Where a traced path on client port ``front`` writes its traces (``target``'s first yield)."""
+    return work / f"traces-{front}"
+
+
 @contextlib.contextmanager
 def _front(kind: str, work: Path, base: int, front: int, broker_port: int, sidecar: bool, log: Any,
            procs: list[subprocess.Popen[bytes]], broker: str = "tansu") -> Iterator[None]:
@@ -139,7 +145,7 @@ def _front(kind: str, work: Path, base: int, front: int, broker_port: int, sidec
             procs.append(subprocess.Popen([*wrap, "haproxy", "-f", str(cfg), "-db"], stdout=log,
                                           stderr=subprocess.STDOUT))
         elif kind in (SPIKE, SPIKE_TRACED):
-            traces = ["--trace-dir", str(work / f"traces-{base}")] if kind == SPIKE_TRACED else []
+            traces = ["--trace-dir", str(trace_dir(work, front))] if kind == SPIKE_TRACED else []
             spike = str(Path(__file__).with_name("spike") / "native_relay.py")
             procs.append(subprocess.Popen([*wrap, sys.executable, spike, "--listen", f"127.0.0.1:{front}",
                                            "--upstream", f"127.0.0.1:{broker_port}",
@@ -154,7 +160,7 @@ def _front(kind: str, work: Path, base: int, front: int, broker_port: int, sidec
             env = {**os.environ, "FETCHLAT_PURE_PYTHON": "1" if kind == "fetchlat-py" else "",
                    **({"FETCHLAT_NATIVE": "0"} if kind == NO_CORE else {}),
                    **({"FETCHLAT_ROUTED": "1"} if kind == ROUTED else {})}
-            traces = ["--trace-dir", str(work / f"traces-{base}")] if kind in (TRACED, RELAYED_TRACED) else []
+            traces = ["--trace-dir", str(trace_dir(work, front))] if kind in TRACED_KINDS else []
             node = "0" if broker == "kafka" else str(NODE)
             relay = ["--relay", "native" if kind in (RELAYED, RELAYED_TRACED) else "off"]
             procs.append(subprocess.Popen(
@@ -452,7 +458,7 @@ def measure(kind: str, args: argparse.Namespace, work: Path, broker: str = "tans
                 res[f"cpu s/GB produce {batch_name}"] = round((cpu1 - cpu0) / gb, 3)
                 res[f"cpu s/GB consume {batch_name}"] = round((cpu2 - cpu1) / gb, 3)
                 res["proxy rss MB"] = round(rss_mb(pid), 1)
-            if kind in (TRACED, RELAYED_TRACED):
+            if kind in TRACED_KINDS:
                 res[f"trace rows written, {batch_name} produce+consume"], \
                     res[f"trace rows dropped, {batch_name} produce+consume"] = trace_rows(pid)
     with target(kind, work, broker) as (port, rt_pid, broker_port):

@@ -30,7 +30,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_proxy import NO_CORE, RELAYED, RELAYED_TRACED, TRACED, create_topics, rdkafka, target
+from bench.bench_proxy import (
+    NO_CORE,
+    RELAYED,
+    RELAYED_TRACED,
+    TRACED,
+    TRACED_KINDS,
+    create_topics,
+    rdkafka,
+    target,
+    trace_dir,
+)
 from bench.procs import cpu_s
 
 KINDS = ("relay", "haproxy", "fetchlat", TRACED, NO_CORE, RELAYED, RELAYED_TRACED)
@@ -51,46 +61,48 @@ def one(kind: str, size: int, mb: float, work: Path) -> tuple[float, float]:
         topic = f"s-{uuid.uuid4().hex[:6]}"
         create_topics(bootstrap, topic)
         rdkafka("produce", bootstrap, topic, str(n), "linger.ms=0", f"batch.size={size + 100}", f"value.bytes={size}")
-        traces = sorted(work.glob(f"traces-{port - 2}"))  # bench_proxy's name for this fetchlat's trace dir
-        if traces:
-            written(traces[0], grown_from=None)  # the produce's rows out of the way first
+        traces = trace_dir(work, port) if kind in TRACED_KINDS else None
+        if traces is not None:
+            written(traces, grown_from=None)  # the produce's rows out of the way first
         time.sleep(1.0)
         i0 = cpu_s(pid)
         time.sleep(IDLE_S)
         idle_per_s = (cpu_s(pid) - i0) / IDLE_S
-        before = written(traces[0], grown_from=None, settle_s=0.0) if traces else 0
+        before = tree_bytes(traces) if traces is not None else 0
         c0, t0 = cpu_s(pid), time.monotonic()
         rdkafka("consume", bootstrap, topic, str(n), f"value.bytes={size}")
         wall = time.monotonic() - t0
-        if traces:
+        if traces is not None:
             # a row is written some seconds after its request (proxy/traces.py: a batch a second,
             # a quiet writer writes what it holds after 3 s): its writing is the consume's cost
             # too, so the count runs until the consume's rows are on disk, less idle for the wait
-            written(traces[0], grown_from=before, settle_s=1.0)
+            written(traces, grown_from=before, settle_s=1.0)
         used, span = cpu_s(pid) - c0, time.monotonic() - t0
         used -= idle_per_s * (span - wall)
         gb = n * size / 1e9
         return used / gb, max(0.0, used - idle_per_s * wall) / gb
 
 
+def tree_bytes(traces: Path) -> int:
+    """The bytes of the files under ``traces`` now."""
+    total = 0
+    for f in traces.rglob("*"):
+        with contextlib.suppress(OSError):  # renamed into place meanwhile
+            total += f.stat().st_size if f.is_file() else 0
+    return total
+
+
 def written(traces: Path, grown_from: int | None, settle_s: float = 4.0, bound_s: float = 20.0) -> int:
-    """The bytes under a fetchlat's trace directory once they have held still for ``settle_s``
+    """``tree_bytes`` of a fetchlat's trace directory once it has held still for ``settle_s``
     (and, with ``grown_from``, grown past it), read off the files (no scrape: a scrape would
     cost the proxy CPU of its own); at most ``bound_s`` of waiting."""
-    def size() -> int:
-        total = 0
-        for f in traces.rglob("*"):
-            with contextlib.suppress(OSError):  # renamed into place meanwhile
-                total += f.stat().st_size if f.is_file() else 0
-        return total
-
     t0 = time.monotonic()
-    last, since = size(), time.monotonic()
+    last, since = tree_bytes(traces), time.monotonic()
     while time.monotonic() - t0 < bound_s:
         if (grown_from is None or last > grown_from) and time.monotonic() - since >= settle_s:
             break
         time.sleep(0.1)
-        now = size()
+        now = tree_bytes(traces)
         if now != last:
             last, since = now, time.monotonic()
     return last

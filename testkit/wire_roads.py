@@ -181,8 +181,10 @@ class _Expected:
                 unreadable = handshake and e.reason == UNREADABLE
             if handshake and isinstance(e, RequestSeen if from_client else ResponseSeen):
                 if from_client:
-                    self.handshakes.append(not unreadable)
-                hands_over = self.handshakes[-1] if from_client else bool(self.handshakes and self.handshakes.pop(0))
+                    hands_over = not unreadable
+                    self.handshakes.append(hands_over)
+                else:  # the answer of the oldest handshake not answered yet
+                    hands_over = bool(self.handshakes) and self.handshakes.pop(0)
                 self.handed[from_client] = self.handed[from_client] or hands_over
                 out.append(e)
             elif self.handed[from_client] or self.routed(e):
