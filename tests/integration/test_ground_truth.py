@@ -62,6 +62,12 @@ def rig(tmp_path: Path, delay_ms: float) -> Iterator[Rig]:
             stop_proxy(proxy)  # SIGTERM: traces flushed and renamed
 
 
+def relay_lateness_ms(holds: Path) -> float:
+    """How late the relay's timers held a chunk at worst past their median, both ways summed."""
+    summary = json.loads(holds.read_text())
+    return float(sum(d["max_ms"] - d["p50_ms"] for d in summary.values()))
+
+
 def fetch_rows(trace_dir: Path, client_id: str) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for f in sorted((trace_dir / "exchanges").rglob("*.parquet")):
@@ -211,7 +217,13 @@ def test_woken_wait_matches_the_producer_schedule(client: str, tmp_path: Path) -
         errors.append((inferred_arrival - nearest) / MS)
     record({"test": "woken", "client": client, "delay_ms": DELAY_MS, "woken": len(woken), "sent": len(sent_wall_ns),
             "errors_ms": [round(e, 3) for e in errors],
-            "wake_lag_ms": [round(x["wake_lag_ns"] / MS, 1) for x in woken]})
+            "wake_lag_ms": [round(x["wake_lag_ns"] / MS, 1) for x in woken],
+            "relay_lateness_ms": round(relay_lateness_ms(r.holds), 3)})
     assert len(woken) >= 2
-    # arrival is inferred from the produce the proxy forwarded: within a few ms of the send
-    assert all(abs(e) <= 5 for e in errors), errors
+    # arrival is inferred from the produce's answer less the learned round trip: within a few ms
+    # of the send. A single date can also be late by the relay's own timers on that produce (a
+    # busy machine: its chunk held past the median): the worst gets that measured lateness too.
+    # Both fail on a model that keeps the round trip in (41-53 ms late).
+    lateness = relay_lateness_ms(r.holds)
+    assert statistics.median(abs(e) for e in errors) <= 5, errors
+    assert all(abs(e) <= 5 + lateness for e in errors), (errors, lateness)
