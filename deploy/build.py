@@ -191,7 +191,7 @@ PROXY = [
     Panel("Event-loop lag p99 / max bucket", (
         Q(f"histogram_quantile(0.99, sum by (le, instance) (rate(fetchlat_event_loop_lag_seconds_bucket[{RI}])))",
           "p99 {{instance}}"),
-    ), description="How late the loop ran a 100 ms timer: every connection of that proxy waited as long."),
+    ), description="How late the loop ran a 250 ms timer: every connection of that proxy waited as long."),
     Panel("What the model learned of its broker (expiry overshoot, first byte, round trip) and the probes", (
         Q("max by (instance) (fetchlat_broker_expiry_overshoot_seconds)", "overshoot {{instance}}"),
         Q("max by (instance) (fetchlat_broker_first_byte_seconds)", "first byte {{instance}}"),

@@ -98,7 +98,7 @@ class ProxyMetrics:
         r.register(self.fetch_sessions)
         self.loop_lag = Histogram(
             "fetchlat_event_loop_lag_seconds",
-            "How late the event loop ran a timer (sampled every 100 ms): time every connection waited",
+            "How late the event loop ran a timer (sampled every 250 ms): time every connection waited",
             buckets=LATENCY_BUCKETS, registry=r,
         )
         self.expiry_overshoot = Gauge("fetchlat_broker_expiry_overshoot_seconds",

@@ -22,7 +22,6 @@ from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from .. import native
 from ..protocol.apis import api_name
@@ -41,11 +40,12 @@ CONVERSION_ERRORS: Final = (ValueError, TypeError, OverflowError, pa.ArrowExcept
 
 
 def column_kinds(schema: pa.Schema) -> str:
-    """How the native core keeps each column of ``schema``: ``i`` integer, ``b`` bool, ``s`` string."""
+    """How the native core keeps each column of ``schema``: ``8``, ``4``, ``2`` a signed integer of
+    that many bytes, ``b`` bool, ``s`` string."""
     out = []
     for f in schema:
-        if pa.types.is_integer(f.type):
-            out.append("i")
+        if pa.types.is_signed_integer(f.type) and f.type.bit_width in (16, 32, 64):
+            out.append(str(f.type.bit_width // 8))
         elif pa.types.is_boolean(f.type):
             out.append("b")
         elif pa.types.is_string(f.type):
@@ -60,17 +60,15 @@ KINDS: Final = {t: column_kinds(s) for t, s in TABLES.items()}
 
 def native_array(field: pa.Field, rows: int, taken: tuple[Any, ...]) -> pa.Array:
     """One column of the native core's (``Columns.buffers``) as an Arrow array of ``field``'s type:
-    its buffers wrapped, not converted; an integer narrower than 64 bits is cast, refusing a
-    value that does not fit (``ArrowInvalid``), as the Python road's conversion does."""
+    its buffers, already of that type (integers at their width, a string's offsets and bytes),
+    wrapped as they are. A value that did not fit its column was refused when added (the
+    batch's ``bad``), as the Python road's conversion refuses it."""
     values, valid, nulls = taken[0], taken[1], taken[2]
     validity = None if valid is None else pa.py_buffer(valid)
     if pa.types.is_string(field.type):
-        index = pa.Array.from_buffers(pa.int32(), rows, [validity, pa.py_buffer(values)], null_count=nulls)
-        return pc.take(pa.array(taken[3], type=pa.string()), index)
-    if pa.types.is_boolean(field.type):
-        return pa.Array.from_buffers(pa.bool_(), rows, [validity, pa.py_buffer(values)], null_count=nulls)
-    arr = pa.Array.from_buffers(pa.int64(), rows, [validity, pa.py_buffer(values)], null_count=nulls)
-    return arr if field.type == pa.int64() else arr.cast(field.type)
+        return pa.Array.from_buffers(pa.string(), rows, [validity, pa.py_buffer(values), pa.py_buffer(taken[3])],
+                                     null_count=nulls)
+    return pa.Array.from_buffers(field.type, rows, [validity, pa.py_buffer(values)], null_count=nulls)
 
 
 class TraceBatch:

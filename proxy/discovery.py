@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import ssl
 import time
 import uuid
@@ -167,7 +168,9 @@ class Discovery:
         self.holds_topics = holds_topics
         self.topic_refresh_s = topic_refresh_s
         self.learn_every_topic = learn_every_topic
-        self._topics_at = -TOPICS_MIN_INTERVAL_S  # monotonic s of the last topic-id round
+        # monotonic s of the last topic-id round; never yet: long enough ago for any period (it was
+        # -1 s, which a host up for less than topic_refresh_s took for a round asked just now)
+        self._topics_at = -math.inf
         self.metadata_ok = False
         self.failures = 0  # rounds in which no bootstrap broker answered
         self._had_metadata = False

@@ -6,9 +6,9 @@ proxy's tick once a second (``TraceColumns.tick``): one hand-off per batch, neve
 so the writer thread wakes a few times a second, not once a request. A full queue of batches
 drops the batch and counts its rows (``dropped``); the loop never blocks. The writer thread
 makes each column an Arrow array (the native core's buffers wrapped as they are; on the Python
-road each list converted at once, letting go of the interpreter between columns, ``yield_gil``:
-the loop never waits for a whole batch), gathers a table's rows into row
-groups, rotates files by time and size, and writes each file under a temporary name
+road each list converted at once), letting go of the interpreter between columns once it has
+held it for half a millisecond (``GilTurns``: the loop never waits for a whole batch), gathers a
+table's rows into row groups, rotates files by time and size, and writes each file under a temporary name
 (``.tmp-*``) that it renames into place when closed: readers see only whole files. Each file
 records one (wall, monotonic) clock pair. Where files go (an hour directory per row's UTC
 hour, a name no other writer picks) is ``metrics/trace_layout.py``'s.
@@ -58,10 +58,35 @@ def yield_gil() -> None:
     """Let the event loop's thread run if it waits for the interpreter. Converting a column of
     Python values holds the GIL for its whole length (~150 µs for 4 096 values here), a whole
     batch's tables for 4-5 ms; a loop thread waking meanwhile would wait for all of it (Python
-    hands the GIL over only every 5 ms, and not inside a C call). Released after each column,
-    the loop waits at most one column's conversion (``tests/proxy/test_traces.py``;
-    ``bench/trace_gil.py`` measures it)."""
+    hands the GIL over only every 5 ms, and not inside a C call). ``GilTurns`` calls this
+    between columns once the writer has held the interpreter long enough."""
     time.sleep(0)
+
+
+YIELD_AFTER_NS = 500_000  # the longest the writer converts before it lets the loop's thread run
+
+
+class GilTurns:
+    """Offered after each column of a batch's conversion (``to_table``'s ``between``): lets go of
+    the interpreter (``yield_gil``) once ``YIELD_AFTER_NS`` has passed since the batch began or
+    since it last did, so the loop waits at most that and one column. Letting go after every
+    column cost the writer more than converting did: a ``time.sleep(0)`` is a system call and
+    often a switch of threads, 37-97 µs of the writer's CPU each on this VM, some fifty a batch,
+    where the native columns' whole conversion takes 0.4-1.3 ms (``bench/trace_gil.py``)."""
+
+    def __init__(self, now: Callable[[], int] = time.perf_counter_ns) -> None:
+        self._now = now
+        self._since = 0
+        self.yields = 0  # how many times it let go (the bench and the tests read it)
+
+    def begin(self) -> None:
+        self._since = self._now()
+
+    def __call__(self) -> None:
+        if self._now() - self._since >= YIELD_AFTER_NS:
+            yield_gil()
+            self.yields += 1
+            self._since = self._now()
 
 
 def use_system_pool() -> str:
@@ -197,6 +222,7 @@ class TraceWriter:
         counts: dict[str, int] = dict.fromkeys(TABLES, 0)
         since: dict[str, int] = {}  # table -> when its oldest pending row arrived
         hold_ns = min(self.rotate_ns, HOLD_NS)
+        turns = GilTurns()
         next_check = clock.now_ns() + FLUSH_EVERY_NS
         last_batch_ns = clock.now_ns()
         stop = False
@@ -212,10 +238,11 @@ class TraceWriter:
                 stop = True
             elif batch is not None:
                 last_batch_ns = clock.now_ns()
+                turns.begin()
                 for table, n in batch.counts.items():
                     if n:
                         try:
-                            pending[table].append(to_table(batch, table, yield_gil))
+                            pending[table].append(to_table(batch, table, turns))
                         except CONVERSION_ERRORS as exc:
                             self.dropped += n
                             log.error("%s trace rows could not be converted (%s); %d rows dropped", table, exc, n)

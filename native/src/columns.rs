@@ -1,16 +1,18 @@
 //! Trace rows as columns of machine values: `metrics/rows.py`'s column buffers on the native road.
 //!
-//! `Columns(kinds)` holds one table's columns of a batch, one kind per column: `i` an integer
-//! (kept as i64; the writer casts to the schema's width, refusing what does not fit), `b` a
-//! bool, `s` a string (kept as an index into the batch's own dictionary of the strings seen).
-//! `add(row)` appends one row, a tuple of one value per column, `None` for a null: no Python
-//! object is kept, only the values. `buffers()` gives the columns as Arrow's buffers (values,
-//! and a validity bitmap when a value is null), which the writer wraps without converting a
-//! value.
+//! `Columns(kinds)` holds one table's columns of a batch, one kind per column: `8`, `4` or `2`
+//! a signed integer of that many bytes (the schema's width: a value that does not fit is
+//! refused), `b` a bool, `s` a string (kept as an index into the batch's own dictionary of the
+//! strings seen). `add(row)` appends one row, a tuple of one value per column, `None` for a
+//! null: no Python object is kept, only the values. `buffers()` gives the columns as Arrow's
+//! own buffers of the schema's types (values at their width, a string column's offsets and
+//! bytes, and a validity bitmap when a value is null), which the writer wraps as they are: no
+//! value converted, cast or looked up on the writer's side.
 //!
-//! A value of the wrong type (a string in an integer column, an integer past i64) does not stop
-//! the row: it is stored as a null, and `buffers()` reports the first such value, so the writer
-//! drops the table's rows of the batch and says why, as the Python road's conversion does.
+//! A value of the wrong type or range (a string in an integer column, 40 000 in a 2-byte one, an
+//! integer past i64) does not stop the row: it is stored as a null, and `buffers()` reports the
+//! first such value, so the writer drops the table's rows of the batch and says why, as the
+//! Python road's conversion does.
 
 use std::collections::HashMap;
 
@@ -20,7 +22,7 @@ use pyo3::types::{PyBool, PyBytes, PyList, PyString, PyTuple};
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
-    Int,
+    Int(u8), // its width in bytes: 8, 4 or 2
     Bool,
     Str,
 }
@@ -103,7 +105,15 @@ impl Column {
             return Ok(None);
         }
         match self.kind {
-            Kind::Int => v.extract::<i64>().map(Some).map_err(|e| e.to_string()),
+            Kind::Int(width) => {
+                let n = v.extract::<i64>().map_err(|e| e.to_string())?;
+                let fits = match width {
+                    4 => i32::try_from(n).is_ok(),
+                    2 => i16::try_from(n).is_ok(),
+                    _ => true,
+                };
+                if fits { Ok(Some(n)) } else { Err(format!("{n} does not fit a {}-bit integer", 8 * width as u32)) }
+            }
             Kind::Bool => match v.downcast::<PyBool>() {
                 Ok(b) => Ok(Some(b.is_true() as i64)),
                 Err(_) => Err(format!("a bool column was given {}", type_name(v))),
@@ -115,16 +125,21 @@ impl Column {
         }
     }
 
-    /// The column as Arrow's buffers: `(values, validity or None, nulls)`, and for strings a
-    /// fourth item, the dictionary the values index.
+    /// The column as Arrow's buffers of its type: `(values, validity or None, nulls)`, and for
+    /// strings a fourth item, the bytes the values' offsets point into (the values are then the
+    /// offsets: row i is `bytes[offsets[i]..offsets[i + 1]]`, empty for a null).
     fn buffers<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         let n = self.values.len();
         let valid: PyObject = if self.nulls > 0 { PyBytes::new(py, &self.valid).into_any().unbind() } else { py.None() };
         let values = match self.kind {
-            Kind::Int => {
-                let mut out = Vec::with_capacity(n * 8);
+            Kind::Int(width) => {
+                let mut out = Vec::with_capacity(n * width as usize);
                 for v in &self.values {
-                    out.extend_from_slice(&v.to_le_bytes());
+                    match width {
+                        4 => out.extend_from_slice(&(*v as i32).to_le_bytes()), // each checked when added
+                        2 => out.extend_from_slice(&(*v as i16).to_le_bytes()),
+                        _ => out.extend_from_slice(&v.to_le_bytes()),
+                    }
                 }
                 PyBytes::new(py, &out)
             }
@@ -138,21 +153,31 @@ impl Column {
                 PyBytes::new(py, &out)
             }
             Kind::Str => {
-                let mut out = Vec::with_capacity(n * 4);
-                for v in &self.values {
-                    out.extend_from_slice(&(*v as i32).to_le_bytes());
-                }
-                PyBytes::new(py, &out)
+                let (offsets, text) = self.strings()?;
+                let nulls = self.nulls.into_pyobject(py)?.into_any();
+                return PyTuple::new(py, [PyBytes::new(py, &offsets).into_any(), valid.into_bound(py), nulls,
+                                         PyBytes::new(py, &text).into_any()]);
             }
         };
-        let nulls = self.nulls;
-        if self.kind == Kind::Str {
-            let words = PyList::new(py, self.words.iter().map(|w| PyString::new(py, w)))?;
-            PyTuple::new(py, [values.into_any(), valid.into_bound(py), nulls.into_pyobject(py)?.into_any(),
-                              words.into_any()])
-        } else {
-            PyTuple::new(py, [values.into_any(), valid.into_bound(py), nulls.into_pyobject(py)?.into_any()])
+        PyTuple::new(py, [values.into_any(), valid.into_bound(py), self.nulls.into_pyobject(py)?.into_any()])
+    }
+
+    /// A string column as Arrow's `string` buffers: the offsets (n + 1 little-endian i32s) and
+    /// the bytes of each row's text, looked up in the dictionary once per row here.
+    fn strings(&self) -> PyResult<(Vec<u8>, Vec<u8>)> {
+        let n = self.values.len();
+        let mut offsets = Vec::with_capacity((n + 1) * 4);
+        let mut text = Vec::new();
+        offsets.extend_from_slice(&0i32.to_le_bytes());
+        for (row, v) in self.values.iter().enumerate() {
+            if self.valid[row / 8] & (1 << (row % 8)) != 0 {
+                text.extend_from_slice(self.words[*v as usize].as_bytes());
+            }
+            let end = i32::try_from(text.len())
+                .map_err(|_| PyValueError::new_err("a string column of more than 2 GiB in one batch"))?;
+            offsets.extend_from_slice(&end.to_le_bytes());
         }
+        Ok((offsets, text))
     }
 }
 
@@ -170,16 +195,19 @@ pub struct Columns {
 
 #[pymethods]
 impl Columns {
-    /// `kinds`: one letter per column, in the schema's order: `i` integer, `b` bool, `s` string.
+    /// `kinds`: one letter per column, in the schema's order: `8`, `4`, `2` a signed integer of
+    /// that many bytes, `b` bool, `s` string.
     #[new]
     fn new(kinds: &str) -> PyResult<Self> {
         let cols = kinds
             .chars()
             .map(|c| match c {
-                'i' => Ok(Column::new(Kind::Int)),
+                '8' => Ok(Column::new(Kind::Int(8))),
+                '4' => Ok(Column::new(Kind::Int(4))),
+                '2' => Ok(Column::new(Kind::Int(2))),
                 'b' => Ok(Column::new(Kind::Bool)),
                 's' => Ok(Column::new(Kind::Str)),
-                other => Err(PyValueError::new_err(format!("no column kind {other:?} (i, b or s)"))),
+                other => Err(PyValueError::new_err(format!("no column kind {other:?} (8, 4, 2, b or s)"))),
             })
             .collect::<PyResult<Vec<_>>>()?;
         Ok(Columns { cols, rows: 0, bad: None })

@@ -190,13 +190,35 @@ def test_a_row_of_the_wrong_width_is_refused() -> None:
 
 def test_the_writer_lets_go_of_the_interpreter_between_columns(tmp_path: Path, monkeypatch) -> None:
     """Converting a batch holds the GIL for milliseconds; the event loop's thread must never wait
-    for a whole batch, only for one column (proxy/traces.py, ``yield_gil``)."""
+    for a whole batch: the writer offers to let go after each column (proxy/traces.py,
+    ``GilTurns``), here with no time to hold it, so it lets go after every one."""
     from fetchlat.proxy import traces
 
     yields: list[int] = []
     monkeypatch.setattr(traces, "yield_gil", lambda: yields.append(1))
+    monkeypatch.setattr(traces, "YIELD_AFTER_NS", 0)
     ten_rows(tmp_path)
     assert len(yields) == len(EXCHANGES.names) + len(PARTITIONS.names)  # once after each column of each table
+
+
+def test_the_writer_lets_go_once_it_has_held_the_interpreter_half_a_millisecond(monkeypatch) -> None:
+    """Letting go costs a system call and often a switch of threads: ``GilTurns`` does it only
+    when YIELD_AFTER_NS has passed since the batch began or since it last let go."""
+    from fetchlat.proxy import traces
+
+    now = [0]
+    yields: list[int] = []
+    monkeypatch.setattr(traces, "yield_gil", lambda: yields.append(now[0]))
+    turns = traces.GilTurns(now=lambda: now[0])
+    turns.begin()
+    for _ in range(20):  # twenty columns of 100 µs each
+        now[0] += 100_000
+        turns()
+    assert yields == [500_000, 1_000_000, 1_500_000, 2_000_000] and turns.yields == 4
+    turns.begin()  # a new batch starts its own count
+    now[0] += 400_000
+    turns()
+    assert turns.yields == 4
 
 
 def test_rows_handed_over_every_second_make_few_row_groups(tmp_path: Path) -> None:
