@@ -17,9 +17,12 @@ rather than their bytes: ``protocol/digested.py``), any other in pieces of a MiB
 request the Python road parses, dated by its last read as ever (a big Produce as its first bytes
 and the digest of its body).
 
-This module takes that queue on the event loop in batches (the core wakes it ``RELAY_BATCH_NS``
-after a batch's first item, ``relay.rs``, so the loop wakes once a batch; an answer to rewrite
-at once: the per-read road has no Python on it), and gives each item to its connection's
+This module takes that queue on the event loop in batches: at the proxy's tick (every 250 ms,
+``proxy/server.py``), which costs the loop no wake-up of its own; the core wakes it
+``RELAY_BATCH_NS`` (300 ms) after a batch's first item only if the tick has not come by then, at
+once for an answer to rewrite (the per-read road has no Python on it) or a pair's end, and as soon
+as the queue holds ``RELAY_NOTIFY_ITEMS`` items or ``RELAY_NOTIFY_BYTES`` of bytes for Python (its
+memory stays bounded at any rate). It gives each item to its connection's
 ``Conversation``, which runs the same codec and observer as the asyncio road: the samples and
 trace rows are the same, made later. An ApiVersions answer is held whole by the core and
 answered from here at once (the sidecar's only rewrite: the cap of the versions it can read;
@@ -193,7 +196,8 @@ class RelayRoad:
 
     # ------------------------------------------------------------------ the queue
     def _notified(self) -> None:
-        """A batch is due (the core waited ``RELAY_BATCH_NS`` after its first item)."""
+        """A batch is due (the core waited ``RELAY_BATCH_NS`` after its first item and no tick
+        drained it, a pair ended, or the queue is full)."""
         with contextlib.suppress(BlockingIOError):  # another wake-up read it first
             os.read(self.relay.notify_fd, 8)
         self.drain()

@@ -297,9 +297,11 @@ class Proxy:
 
     def _tick(self) -> None:
         """Every 250 ms (``TICK_S``), one timer callback (no task, no coroutine: an idle
-        sidecar's CPU is mostly these wake-ups): how much later than asked the loop ran it (a busy or blocked
-        loop delays every connection by as much: ``fetchlat_event_loop_lag_seconds``); ask the
-        broker about a topic id or a partition's leader the model met and cannot name (the
+        sidecar's CPU is mostly these wake-ups): how much later than asked the loop ran it (a
+        busy or blocked loop delays every connection by as much:
+        ``fetchlat_event_loop_lag_seconds``); take what the native core queued of the
+        connections it carries (the loop's only wake-up for them while it keeps its time); ask
+        the broker about a topic id or a partition's leader the model met and cannot name (the
         fetches until the answer cannot be dated by it). Every half second: mark the loop alive,
         refresh the trace clock pair, close connections that overstayed (each one's policy says
         why). Every minute: give freed memory back to the system. The next tick is set first, so
@@ -308,6 +310,8 @@ class Proxy:
         self.metrics.loop_lag.observe(max(0, woke - self._tick_due_ns) / 1e9)
         self._tick_due_ns = woke + TICK_NS
         self._tick_handle = asyncio.get_running_loop().call_later(TICK_S, self._tick)
+        if self.relay is not None:
+            self.relay.drain()  # what the core queued since the last tick (relay.rs: BATCH_NS is its fallback)
         if self.traces is not None:
             self.traces.columns.tick(woke)  # rows gathered go to the writer thread once a second
         if self.discovery.asks_topics():

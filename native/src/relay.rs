@@ -32,7 +32,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -141,8 +141,16 @@ fn digest_request(g: &mut Gather, wire: &Wire) {
 /// The most of an answer's body gathered before it is handed to Python (the memory a pair holds for it).
 pub const GATHER_BYTES: usize = 1 << 20;
 /// How long a batch gathers after its first item before Python is woken for it (`notify_fd`; an
-/// answer to rewrite wakes it at once, `urgent_fd`).
-pub const BATCH_NS: i64 = 5_000_000;
+/// answer to rewrite wakes it at once, `urgent_fd`). The proxy's own tick (every 250 ms,
+/// `proxy/server.py`) drains the queue too, so while the event loop keeps its time this wake
+/// never comes: it is for a loop that runs late. A wake-up of the loop's thread costs it ~230 µs
+/// on the development VM, more than a batch's work; at 5 ms a batch (before 2026-12-02) a
+/// consume the core relayed woke the loop once a Fetch answer, twice as often as its tick.
+pub const BATCH_NS: i64 = 300_000_000;
+/// The queue's size at which Python is woken at once, whatever the time: the memory it holds
+/// stays bounded at any rate (items, and their bytes for Python).
+pub const NOTIFY_ITEMS: usize = 4096;
+pub const NOTIFY_BYTES: usize = 4 << 20;
 /// How long the relay's thread sleeps with nothing due (it is woken for anything Python asks).
 const IDLE_WAIT_MS: libc::c_int = 200;
 const FETCH: i16 = 1;
@@ -375,6 +383,10 @@ struct Shared {
     /// the answers the memo rewrote, by api key
     memo_rewrites: Mutex<HashMap<i16, u64>>,
     stop: AtomicBool,
+    /// when Python is to be woken for the batch under way (monotonic ns; 0: no batch under way,
+    /// which `drain` sets), and the bytes for Python queued since the last drain
+    notify_at: AtomicI64,
+    queued_bytes: AtomicUsize,
     wake_fd: RawFd,
     notify_fd: RawFd,
     urgent_fd: RawFd,
@@ -502,41 +514,46 @@ struct Looper {
     stock: Stock,
     /// each pair's `Wire::ask_at_answer`: an exchange the core settles alone queues one record
     ask_at_answer: bool,
-    /// when Python is to be woken for the batch under way (`push`), if one is
-    notify_at: std::cell::Cell<Option<i64>>,
 }
 
 impl Looper {
     fn push(&self, item: Item) {
         let urgent = item.kind == REWRITE;
+        // a pair's end wakes Python soon: its connection's close is not left for the tick
+        let soon = item.kind == CLOSED;
+        let size = item.python.len() + item.digest.as_ref().map_or(0, |d| d.head.len() + d.skeleton.len());
         let mut q = self.shared.queue.lock().unwrap();
-        let was_empty = q.is_empty();
         q.push(item);
+        let items = q.len();
         drop(q);
         // urgent first: Python, woken by either, must find it set whenever the item is there
         if urgent {
             bump(self.shared.urgent_fd);
         }
-        if was_empty && self.notify_at.get().is_none() {
-            // Python is woken once a batch, `BATCH_NS` after its first item (`run` keeps the time):
-            // the event loop wakes once for a batch, not once to set a timer and again for it
-            self.notify_at.set(Some(mono_ns() + BATCH_NS));
+        let before = self.shared.queued_bytes.fetch_add(size, Ordering::Relaxed);
+        if soon || items == NOTIFY_ITEMS || (before < NOTIFY_BYTES && before + size >= NOTIFY_BYTES) {
+            bump(self.shared.notify_fd);
+        }
+        if self.shared.notify_at.load(Ordering::Relaxed) == 0 {
+            // Python is woken once a batch, `BATCH_NS` after its first item (`run` keeps the
+            // time), unless its tick drained the batch first
+            self.shared.notify_at.store(mono_ns() + BATCH_NS, Ordering::Relaxed);
         }
     }
 
     /// The batch under way is due: Python is woken for it.
     fn notify_due(&self) {
-        if let Some(at) = self.notify_at.get() {
-            if mono_ns() >= at {
-                self.notify_at.set(None);
-                bump(self.shared.notify_fd);
-            }
+        let at = self.shared.notify_at.load(Ordering::Relaxed);
+        if at != 0 && mono_ns() >= at
+            && self.shared.notify_at.compare_exchange(at, 0, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+        {
+            bump(self.shared.notify_fd);
         }
     }
 
     /// How long `epoll_wait` may sleep (ms): until the batch under way is due, or `IDLE_WAIT_MS`.
     fn wait_ms(&self) -> libc::c_int {
-        match self.notify_at.get() {
+        match Some(self.shared.notify_at.load(Ordering::Relaxed)).filter(|&at| at != 0) {
             Some(at) => ((at - mono_ns()).max(0) as u64).div_ceil(1_000_000).min(IDLE_WAIT_MS as u64) as libc::c_int,
             None => IDLE_WAIT_MS,
         }
@@ -965,14 +982,14 @@ impl PyRelay {
                                        answers: Mutex::new(Vec::new()), ends: Mutex::new(Vec::new()),
                                        stats: Mutex::new(HashMap::new()), kernel_reads: AtomicU64::new(0),
                                        clock_reads: AtomicU64::new(0), memo_rewrites: Mutex::new(HashMap::new()),
-                                       stop: AtomicBool::new(false),
+                                       stop: AtomicBool::new(false), notify_at: AtomicI64::new(0),
+                                       queued_bytes: AtomicUsize::new(0),
                                        wake_fd: eventfd()?, notify_fd: eventfd()?, urgent_fd: eventfd()? });
         epoll_set(ep, libc::EPOLL_CTL_ADD, shared.wake_fd, libc::EPOLLIN as u32, WAKE);
         let mut looper = Looper { shared: shared.clone(), ep, pairs: HashMap::new(), buf: vec![0; READ_BYTES],
                                   max_frame: max_frame_bytes, flexible: Ranges::new(&flexible),
                                   observed: Ranges::new(&observed), whole, memo: Memo { entries: VecDeque::new() },
-                                  stock: Stock::default(), ask_at_answer,
-                                  notify_at: std::cell::Cell::new(None) };
+                                  stock: Stock::default(), ask_at_answer };
         let thread = std::thread::Builder::new().name("fetchlat-relay".into()).spawn(move || looper.run())
             .map_err(|e| PyOSError::new_err(e.to_string()))?;
         Ok(PyRelay { shared, thread: Some(thread), next_id: 1, ep })
@@ -1060,6 +1077,10 @@ impl PyRelay {
     /// one bytes a drain, where an item was a tuple of twelve.
     fn drain<'py>(&self, py: Python<'py>) -> (Bound<'py, PyBytes>, Bound<'py, PyList>) {
         let mut items = std::mem::take(&mut *self.shared.queue_spare.lock().unwrap());
+        // the batch's wake is off before its items are taken: an item queued in between sets it
+        // again (at worst a wake that finds the queue empty), never an item left with none
+        self.shared.notify_at.store(0, Ordering::Relaxed);
+        self.shared.queued_bytes.store(0, Ordering::Relaxed);
         std::mem::swap(&mut items, &mut *self.shared.queue.lock().unwrap());
         let (mut bytes, mut words, mut idss) = (Vec::new(), Vec::new(), Vec::new());
         let mut heads: Vec<i64> = Vec::with_capacity(items.len() * ITEM_WIDTH);
