@@ -48,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fetchlat.embedded.ports import connects, free_port_block, wait_until
 from fetchlat.protocol import apis
+from fetchlat.proxy.server import TICK_S
 
 from bench.kafka_client import AsyncClient, fetch_request
 from bench.procs import cpu_s, rss_mb, stop_processes
@@ -67,6 +68,7 @@ SPIKE, SPIKE_TRACED = "native-relay", "native-relay+traces"
 # core carries each connection after its first answer; +traces: a row per request. Every other fetchlat
 # path runs with relay: off, the event loop all the way
 RELAYED, RELAYED_TRACED = "fetchlat-relay", "fetchlat-relay+traces"
+SHORT = {SPIKE: "spike", SPIKE_TRACED: "spikeT", RELAYED: "road", RELAYED_TRACED: "roadT"}  # the report's ratio heads
 TRACED_KINDS = (TRACED, RELAYED_TRACED)  # the fetchlat paths started with --trace-dir
 METRICS_PORTS: dict[int, int] = {}  # a fetchlat's pid -> its /metrics port
 NODE = 111  # Tansu's node id
@@ -250,6 +252,18 @@ def create_topics(bootstrap: str, *topics: str) -> None:
 
 
 WARM_ROUND_TRIPS = 200  # of each type, before any is measured
+# The relay road's Python work is done when the proxy's tick drains the core's queue (every
+# TICK_S; proxy/relayed.py), up to a tick after the bytes went by: a phase is counted until its
+# own items have been drained, or they would be charged to the next phase (or to none, the last)
+DRAINED_S = 2 * TICK_S + 0.1
+
+
+def drained_cpu(pid: int | None) -> float:
+    """The proxy's CPU seconds once what it was handed has been drained (``DRAINED_S``); 0 without one."""
+    if not pid:
+        return 0.0
+    time.sleep(DRAINED_S)
+    return cpu_s(pid)
 
 
 async def round_trips(port: int, topic: str, n: int, direct_port: int | None = None,
@@ -290,6 +304,7 @@ async def round_trips(port: int, topic: str, n: int, direct_port: int | None = N
     for _ in range(min(WARM_ROUND_TRIPS, n)):
         for key, v, value in calls.values():
             await c.call(key, v, value)
+    await asyncio.sleep(DRAINED_S)
     for name, (key, v, value) in calls.items():
         rtts, direct = [], []
         cpu0 = cpu_s(proxy_pid) if proxy_pid else 0.0
@@ -301,6 +316,7 @@ async def round_trips(port: int, topic: str, n: int, direct_port: int | None = N
             rtts.append((await c.call(key, v, value))[1])
             if d is not None and not i % 2:
                 direct.append((await d.call(key, v, value))[1])
+        await asyncio.sleep(DRAINED_S)  # this phase's items drained (an idle second costs ~1.4 ms)
         if around is not None:
             around(name, False)
         out[name] = {"p50_ms": _q(rtts, 0.5) * 1e3, "p99_ms": _q(rtts, 0.99) * 1e3}
@@ -356,9 +372,9 @@ def rdkafka_phases(kind: str, args: argparse.Namespace, work: Path, res: dict[st
             create_topics(bootstrap, topic)
             cpu0 = cpu_s(pid) if pid else 0.0
             p = rdkafka("produce", bootstrap, topic, str(args.records), *props)
-            cpu1 = cpu_s(pid) if pid else 0.0
+            cpu1 = drained_cpu(pid)
             c = rdkafka("consume", bootstrap, topic, str(args.records))
-            cpu2 = cpu_s(pid) if pid else 0.0
+            cpu2 = drained_cpu(pid)
             res[f"rdkafka produce {name} MB/s"] = p["mb_per_s"]
             res[f"rdkafka consume {name} MB/s"] = c["mb_per_s"]
             if pid:
@@ -383,10 +399,10 @@ def kafka_tools_phase(kind: str, args: argparse.Namespace, work: Path, res: dict
         p = kafka.tool("org.apache.kafka.tools.ProducerPerformance", "--topic", topic, "--num-records",
                        str(args.records), "--record-size", "1024", "--throughput", "-1", "--command-property",
                        f"bootstrap.servers={bootstrap}", "acks=1", heap="512m", timeout_s=600)
-        cpu1 = cpu_s(pid) if pid else 0.0
+        cpu1 = drained_cpu(pid)
         c = kafka.tool("org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server", bootstrap, "--topic",
                        topic, "--num-records", str(args.records), "--timeout", "60000", heap="512m", timeout_s=600)
-        cpu2 = cpu_s(pid) if pid else 0.0
+        cpu2 = drained_cpu(pid)
         m = PRODUCER_PERF.search(p.stdout)
         if p.returncode != 0 or m is None or int(m.group(1)) != args.records or c.returncode != 0:
             raise RuntimeError(f"Kafka's perf tools failed through {kind}: {p.stderr[-400:]} {c.stderr[-400:]}")
@@ -446,10 +462,10 @@ def measure(kind: str, args: argparse.Namespace, work: Path, broker: str = "tans
             cpu0 = cpu_s(pid) if pid else 0.0
             p = perf("produce", "--bootstrap-server", bootstrap, "--topic", topic, "--num-records",
                      str(args.records), "--record-size", "1024", "--acks", "1", *extra)
-            cpu1 = cpu_s(pid) if pid else 0.0
+            cpu1 = drained_cpu(pid)
             c = perf("consume", "--bootstrap-server", bootstrap, "--topic", topic, "--messages", str(args.records),
                      "--timeout", "20000", "--group", f"g-{topic}")
-            cpu2 = cpu_s(pid) if pid else 0.0
+            cpu2 = drained_cpu(pid)
             gb = args.records * 1024 / 1e9
             res[f"produce {batch_name} MB/s"] = p["mb_per_s"]
             res[f"consume {batch_name} MB/s"] = c["fetch.MB.sec"]
@@ -538,10 +554,12 @@ def summarize(raw: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]
 def render(report: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
     targets = args.paths.split(",")
     head = "".join(f" {t:>16}" for t in targets)
-    spike = [t for t in (SPIKE, SPIKE_TRACED) if t in targets]
+    spike = [t for t in (SPIKE, SPIKE_TRACED, RELAYED, RELAYED_TRACED) if t in targets]  # each against the floors
+    both_roads = RELAYED in targets and RELAYED_TRACED in targets  # and the relay road's traces on / off
     lines = [f"{'measure':42}{head} {'fl/hap':>7} {'fl/dir':>7} {'rl/hap':>7} {'fl/rly':>7} {'py/rly':>7}"
-             f" {'tr/hap':>7} {'tr/rly':>7} {'tr/fl':>7}" + "".join(f" {t[:3] + t[-3:]:>7}/hap {'':>7}/rly"
-                                                                       for t in spike)]
+             f" {'tr/hap':>7} {'tr/rly':>7} {'tr/fl':>7}" + "".join(f" {SHORT[t]:>7}/hap {SHORT[t]:>7}/rly"
+                                                                       for t in spike)
+             + (f" {'roadT/road':>11}" if both_roads else "")]
     for k, row in report.items():
         cells = []
         for t in targets:
@@ -553,7 +571,8 @@ def render(report: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
         ratios = (f" {ratio('fetchlat', 'haproxy'):>7} {ratio('fetchlat', 'direct'):>7} {ratio('relay', 'haproxy'):>7}"
                   f" {ratio('fetchlat', 'relay'):>7} {ratio('fetchlat-py', 'relay'):>7}"
                   f" {ratio(TRACED, 'haproxy'):>7} {ratio(TRACED, 'relay'):>7} {ratio(TRACED, 'fetchlat'):>7}"
-                  + "".join(f" {ratio(t, 'haproxy'):>11} {ratio(t, 'relay'):>11}" for t in spike))
+                  + "".join(f" {ratio(t, 'haproxy'):>11} {ratio(t, 'relay'):>11}" for t in spike)
+                  + (f" {ratio(RELAYED_TRACED, RELAYED):>11}" if both_roads else ""))
         lines.append(f"{k:42}" + "".join(f" {c:>16}" for c in cells) + ratios)
     lines.append("added over direct, paired on the same broker (median of per-request differences; p99: the "
                  "path's p99 minus direct's):")

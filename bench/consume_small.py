@@ -31,6 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.bench_proxy import (
+    DRAINED_S,
     NO_CORE,
     RELAYED,
     RELAYED_TRACED,
@@ -77,6 +78,8 @@ def one(kind: str, size: int, mb: float, work: Path) -> tuple[float, float]:
             # a quiet writer writes what it holds after 3 s): its writing is the consume's cost
             # too, so the count runs until the consume's rows are on disk, less idle for the wait
             written(traces, grown_from=before, settle_s=1.0)
+        else:
+            time.sleep(DRAINED_S)  # the relay road's last items, drained at the proxy's tick
         used, span = cpu_s(pid) - c0, time.monotonic() - t0
         used -= idle_per_s * (span - wall)
         gb = n * size / 1e9

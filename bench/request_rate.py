@@ -5,7 +5,7 @@ and 1 / that is the request rate at 100 % of a core. The load generator (Python,
 process) is usually the bottleneck on this 2-core machine, so the figure is per CPU-second of
 the proxy, not the peak the machine reached. Each path gets a fresh Tansu; paths alternate.
 
-    python bench/request_rate.py   # fetchlat (traces off and on), fetchlat-py, relay, haproxy; 3 trials
+    python bench/request_rate.py   # fetchlat's two roads (traces off and on), fetchlat-py, relay, haproxy; 3 trials
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ from fetchlat.protocol import apis
 from fetchlat.protocol.encoder import encode
 from fetchlat.protocol.framing import request_frame
 
-from bench.bench_proxy import NODE, TRACED, create_topics, target, trace_rows
+from bench.bench_proxy import DRAINED_S, NODE, RELAYED, RELAYED_TRACED, TRACED_KINDS, create_topics, target, trace_rows
 from bench.kafka_client import fetch_request
 from bench.procs import cpu_s
 from testkit.frames import record_batch
 
-PATHS = ("fetchlat", "fetchlat+traces", "fetchlat-py", "relay", "haproxy")
+PATHS = (RELAYED, RELAYED_TRACED, "fetchlat", "fetchlat+traces", "fetchlat-py", "relay", "haproxy")
 MIXES = ("ApiVersions", "Metadata", "Fetch(max_wait 0)", "Produce(1 record)")
 
 
@@ -74,18 +74,21 @@ def measure(path: str, a: argparse.Namespace, work: Path) -> dict[str, float]:
     with target(path, work) as (port, pid, _):
         topic = f"rate-{uuid.uuid4().hex[:6]}"
         create_topics(f"127.0.0.1:{port}", topic)
-        port = port + 1 + NODE if path.startswith("fetchlat") else port
+        # the event loop's road routes by the broker's listener; the relay road's sidecar is the listener
+        port = port + 1 + NODE if path.startswith("fetchlat") and path not in (RELAYED, RELAYED_TRACED) else port
         assert pid is not None
         for mix in MIXES:
             data = frame(mix, topic)
             asyncio.run(drive(port, data, 4, 0.3))  # warm: children, caches
             c0, t0 = cpu_s(pid), time.monotonic()
             n = asyncio.run(drive(port, data, a.connections, a.seconds))
-            cpu, wall = cpu_s(pid) - c0, time.monotonic() - t0
+            wall = time.monotonic() - t0
+            time.sleep(DRAINED_S)  # the relay road's last items, drained at the proxy's tick
+            cpu = cpu_s(pid) - c0
             out[f"{mix} requests/s"] = round(n / wall)
             out[f"{mix} proxy cores"] = round(cpu / wall, 2)
             out[f"{mix} requests per proxy cpu-s"] = round(n / cpu) if cpu > 0 else float("nan")
-        if path == TRACED:
+        if path in TRACED_KINDS:
             out["trace rows written"], out["trace rows dropped"] = trace_rows(pid)
     return out
 
