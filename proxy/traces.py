@@ -46,6 +46,7 @@ FLUSH_EVERY_NS = int(FLUSH_EVERY_S * 1e9)
 HOLD_NS = 30 * 10**9
 IDLE_NS = 3 * 10**9  # no batch for this long: the traffic stopped, what is pending is written
 LATE_ROWS_NS = 60 * 10**9  # a past hour's file stays open this long for rows still in flight
+IDLE_CHECK_NS = 60 * 10**9  # the longest a writer with nothing pending sleeps (a batch wakes it at once)
 
 
 def to_table(batch: TraceBatch, table: str, between: Callable[[], None] | None = None) -> pa.Table:
@@ -214,8 +215,10 @@ class TraceWriter:
     def _run(self) -> None:
         """Rows wait in memory until their table has a row group's worth, no batch has come for
         IDLE, or the oldest has waited HOLD (or the rotation period, if shorter); files are
-        checked for rotation every second. (The proxy hands a batch over at every tick while
-        rows come: a queue idle for one second is no sign the traffic stopped.)"""
+        checked for rotation every second while rows come, after every write, and, with nothing
+        pending, when the first open file's rotation falls due (``_rotation_due``). (The proxy
+        hands a batch over at every tick while rows come: a queue idle for one second is no sign
+        the traffic stopped.)"""
         warm_by_hour()
         files: dict[tuple[str, int], _File] = {}
         pending: dict[str, list[pa.Table]] = {t: [] for t in TABLES}
@@ -229,9 +232,13 @@ class TraceWriter:
         while not stop:
             timed_out = False
             now = clock.now_ns()
-            wake_ns = min([next_check, *(t + hold_ns for t in since.values())])  # the next row or file due
+            if since:  # rows pending: the next due by time, looked at every second (and IDLE)
+                wake_ns = min([next_check, *(t + hold_ns for t in since.values())])
+                wait_s = min(FLUSH_EVERY_S, max(0.01, (wake_ns - now) / 1e9))
+            else:  # nothing pending: only a batch, or a file's rotation, can make work
+                wait_s = max(0.01, (self._rotation_due(files, now) - now) / 1e9)
             try:
-                batch = self.queue.get(timeout=min(FLUSH_EVERY_S, max(0.01, (wake_ns - now) / 1e9)))
+                batch = self.queue.get(timeout=wait_s)
             except queue.Empty:
                 batch, timed_out = None, True
             if batch is None and not timed_out:
@@ -253,6 +260,8 @@ class TraceWriter:
             idle = now - last_batch_ns >= IDLE_NS
             due = [t for t, n in counts.items()
                    if n and (stop or idle or n >= ROWS_PER_GROUP or now - since[t] >= hold_ns)]
+            if due:
+                next_check = now  # a file written to may be due for its size, or its hour over
             for table in due:
                 rows = pa.concat_tables(pending[table])
                 try:
@@ -263,9 +272,16 @@ class TraceWriter:
                 pending[table].clear()
                 counts[table] = 0
                 del since[table]
-            if stop or now >= next_check:
+            if stop or now >= next_check or (timed_out and not since):  # (the idle wait was for a rotation)
                 next_check = now + FLUSH_EVERY_NS
                 self._rotate(files, force=stop)
+
+    def _rotation_due(self, files: dict[tuple[str, int], _File], now: int) -> int:
+        """When the writer must look at its files again with no rows pending: the first open file's
+        rotation by time (by size, or by the rows' hour, a file changes only when written), at most
+        ``IDLE_CHECK_NS`` from now. A writer with no traffic used to wake every second for nothing."""
+        due = [f.opened_ns + self.rotate_ns for f in files.values()]
+        return min([now + IDLE_CHECK_NS, *due])
 
     def _write(self, files: dict[tuple[str, int], _File], table: str, rows: pa.Table) -> None:
         """Rows to the open file of their hour, which this creates when there is none."""

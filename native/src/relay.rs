@@ -151,8 +151,12 @@ pub const BATCH_NS: i64 = 300_000_000;
 /// stays bounded at any rate (items, and their bytes for Python).
 pub const NOTIFY_ITEMS: usize = 4096;
 pub const NOTIFY_BYTES: usize = 4 << 20;
-/// How long the relay's thread sleeps with nothing due (it is woken for anything Python asks).
-const IDLE_WAIT_MS: libc::c_int = 200;
+/// How long the relay's thread sleeps with nothing due. It is woken for anything Python asks
+/// (a pair to adopt, an answer, an end, the stop: `wake_fd`) and by its sockets, and nothing of
+/// its own falls due while no batch is under way (the connections' timers are Python's, read at
+/// the tick): this bound is only a backstop. At 200 ms (before 2026-12-03) an idle sidecar's
+/// relay thread woke five times a second for nothing.
+const IDLE_WAIT_MS: libc::c_int = 5_000;
 const FETCH: i16 = 1;
 const PRODUCE: i16 = 0;
 

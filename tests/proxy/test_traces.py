@@ -156,6 +156,40 @@ def test_steady_traffic_still_rotates_on_time(tmp_path: Path) -> None:
     assert sum(pq.read_metadata(f).num_rows for f in (tmp_path / "exchanges").rglob("*.parquet")) == w.written // 2
 
 
+def test_a_quiet_writer_sleeps_until_a_file_is_due_and_still_closes_it_on_time(tmp_path: Path) -> None:
+    """With no rows pending the writer wakes only for a batch or an open file's rotation (it used
+    to wake every second): its one file of rows is closed when its period ends, and with no file
+    open and no rows it does not look at its queue again."""
+    ev, s = sample()
+    w = TraceWriter(str(tmp_path), proxy_id="p1", rotate_s=0.8)
+    waits: list[float | None] = []
+    get = w.queue.get
+
+    def counted(block: bool = True, timeout: float | None = None) -> object:
+        waits.append(timeout)
+        return get(block, timeout)
+
+    w.queue.get = counted  # type: ignore[method-assign]
+    w.start()
+    put_fetch(w, "111", 1, ev, s)
+    w.columns.flush()
+    def closed() -> list[Path]:
+        return [f for f in (tmp_path / "exchanges").rglob("*.parquet") if not f.name.startswith(".tmp-")]
+
+    deadline = time.monotonic() + 10.0
+    while not closed() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert closed(), "the file was not closed at its rotation"
+    time.sleep(0.3)
+    seen = len(waits)
+    time.sleep(2.5)  # nothing pending, no file open: the old writer looked at its queue twice more
+    idle_waits = len(waits) - seen
+    w.close()
+    assert idle_waits == 0, waits
+    assert waits[-1] is not None and waits[-1] >= 30.0  # the last wait before close: the idle bound
+    assert sum(pq.read_metadata(f).num_rows for f in closed()) == 1
+
+
 def test_rows_go_to_the_writer_in_batches_not_one_by_one(tmp_path: Path) -> None:
     """A row is a value per column list; the writer thread is handed a batch when it is full, or
     by the proxy's tick once a second: never once per row."""
