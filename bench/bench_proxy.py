@@ -1,8 +1,10 @@
 """What does the sidecar cost? The same workloads direct to the broker, through haproxy in TCP
 mode (a zero-decode proxy: the practical upper bound), through ``bench/relay.py`` (zero-decode
-Python on uvloop: the floor for a proxy built like fetchlat) and through fetchlat, compiled with
-and without traces (``fetchlat+traces``: ``--trace-dir``, a row per request, as deployed; its
-rows written and dropped are counted) and pure Python (``fetchlat-py``), in the same run, in
+Python on uvloop: the floor for a proxy built like fetchlat) and through fetchlat, compiled, on
+its default road (``fetchlat-relay``: a sidecar whose connections the native core carries) and
+on the event loop's (``fetchlat``, ``relay: off``), each with and without traces (``+traces``:
+``--trace-dir``, a row per request, as deployed; its rows written and dropped are counted), and
+pure Python (``fetchlat-py``), in the same run, in
 rotating order, repeated; medians, spread and ratios, plus the proxy process's CPU seconds per
 GB forwarded. A fresh broker per measurement (Tansu's in-memory log slows as it fills).
 
@@ -56,7 +58,6 @@ from bench.procs import cpu_s, rss_mb, stop_processes
 # relay: bench/relay.py, zero-decode Python on uvloop; fetchlat-py: fetchlat's pure-Python build
 # (FETCHLAT_PURE_PYTHON=1), fetchlat: the build installed (compiled where a C compiler is);
 # fetchlat+traces: the same with --trace-dir, a trace row per request, as the README deploys it
-TARGETS = ("direct", "haproxy", "fetchlat", "fetchlat+traces", "relay", "fetchlat-py")
 TRACED = "fetchlat+traces"
 NO_CORE = "fetchlat-nocore"  # the compiled build without the native core (FETCHLAT_NATIVE=0)
 ROUTED = "fetchlat-routed"  # the native core reading every connection first (FETCHLAT_ROUTED=1, protocol/routed.py)
@@ -68,6 +69,9 @@ SPIKE, SPIKE_TRACED = "native-relay", "native-relay+traces"
 # core carries each connection after its first answer; +traces: a row per request. Every other fetchlat
 # path runs with relay: off, the event loop all the way
 RELAYED, RELAYED_TRACED = "fetchlat-relay", "fetchlat-relay+traces"
+# the default paths: the proxy's default road (relay: auto, a sidecar's connections carried by the core)
+# and the event loop's, each with traces off and on, against the floors
+TARGETS = ("direct", "haproxy", "relay", RELAYED, RELAYED_TRACED, "fetchlat", "fetchlat+traces", "fetchlat-py")
 SHORT = {SPIKE: "spike", SPIKE_TRACED: "spikeT", RELAYED: "road", RELAYED_TRACED: "roadT"}  # the report's ratio heads
 TRACED_KINDS = (TRACED, RELAYED_TRACED)  # the fetchlat paths started with --trace-dir
 METRICS_PORTS: dict[int, int] = {}  # a fetchlat's pid -> its /metrics port
