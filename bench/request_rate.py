@@ -27,7 +27,16 @@ from fetchlat.protocol import apis
 from fetchlat.protocol.encoder import encode
 from fetchlat.protocol.framing import request_frame
 
-from bench.bench_proxy import DRAINED_S, NODE, RELAYED, RELAYED_TRACED, TRACED_KINDS, create_topics, target, trace_rows
+from bench.bench_proxy import (
+    NODE,
+    RELAYED,
+    RELAYED_TRACED,
+    TRACED_KINDS,
+    create_topics,
+    drained_cpu,
+    target,
+    trace_rows,
+)
 from bench.kafka_client import fetch_request
 from bench.procs import cpu_s
 from testkit.frames import record_batch
@@ -83,8 +92,7 @@ def measure(path: str, a: argparse.Namespace, work: Path) -> dict[str, float]:
             c0, t0 = cpu_s(pid), time.monotonic()
             n = asyncio.run(drive(port, data, a.connections, a.seconds))
             wall = time.monotonic() - t0
-            time.sleep(DRAINED_S)  # the relay road's last items, drained at the proxy's tick
-            cpu = cpu_s(pid) - c0
+            cpu = drained_cpu(pid) - c0  # the relay road's last items, drained at the proxy's tick
             out[f"{mix} requests/s"] = round(n / wall)
             out[f"{mix} proxy cores"] = round(cpu / wall, 2)
             out[f"{mix} requests per proxy cpu-s"] = round(n / cpu) if cpu > 0 else float("nan")

@@ -1,5 +1,5 @@
-"""What /proc says of a process: its resident memory and its open files (the tests and the
-benchmarks that watch the proxy process)."""
+"""What /proc says of a process: its resident memory, its open files and how often a thread of
+its own went to sleep (the tests and the benchmarks that watch the proxy process)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,24 @@ def rss_mb(pid: int) -> float:
 
 def open_fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def voluntary_switches(tid: int) -> int:
+    """How many times thread ``tid`` of this process has gone to sleep (``voluntary_ctxt_switches``):
+    a thread that wakes on a timer of its own adds one a wake-up."""
+    for line in Path(f"/proc/self/task/{tid}/status").read_text().splitlines():
+        if line.startswith("voluntary_ctxt_switches"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no voluntary_ctxt_switches for thread {tid}")
+
+
+def thread_named(name: str) -> int:
+    """The id of this process's thread named ``name`` (its ``comm``: a native thread has no
+    ``threading.Thread`` to ask)."""
+    for task in Path("/proc/self/task").iterdir():
+        if (task / "comm").read_text().strip() == name:
+            return int(task.name)
+    raise RuntimeError(f"no thread named {name}")
 
 
 MAPPING_KINDS = ("heap", "thread_arenas", "big_anon", "anon", "file")  # rss_by_mapping_mb's keys

@@ -46,6 +46,7 @@ from fetchlat.proxy.relayed import items
 
 from testkit.captures import RUNS, Frame, conversations
 from testkit.frames import fetch_request, record_batch
+from testkit.procfs import thread_named, voluntary_switches
 
 pytestmark = pytest.mark.skipif(native.core() is None, reason=f"native core not loaded: {native.reason()}")
 REWRITER = ResponseRewriter(lambda node, host, port: ("proxy.example", 9000 + node))
@@ -671,17 +672,6 @@ def test_a_request_read_in_pieces_is_handed_to_python_gathered_and_tells_the_sam
     assert [e.size_bytes for e in through if isinstance(e, RequestSeen)] == [len(req) - 4]
 
 
-def _switches(name: str) -> int:
-    """The voluntary context switches of this process's thread named ``name`` (Linux)."""
-    from pathlib import Path
-
-    for task in Path("/proc/self/task").iterdir():
-        if (task / "comm").read_text().strip() == name:
-            status = (task / "status").read_text().splitlines()
-            return int(next(ln for ln in status if ln.startswith("voluntary_ctxt_switches")).split()[1])
-    raise AssertionError(f"no thread named {name}")
-
-
 def test_an_idle_relay_thread_sleeps_until_something_comes(rig: Rig) -> None:
     """With a pair carried and nothing moving, the relay's thread does not wake on a timer of its
     own (it woke every 200 ms before 2026-12-03); a byte still goes through at once."""
@@ -689,6 +679,7 @@ def test_an_idle_relay_thread_sleeps_until_something_comes(rig: Rig) -> None:
         "ClientSoftwareName": "c", "ClientSoftwareVersion": "1"})))
     _recv_exactly(rig.broker, 4)
     time.sleep(0.3)
-    before = _switches("fetchlat-relay")
+    tid = thread_named("fetchlat-relay")
+    before = voluntary_switches(tid)
     time.sleep(1.5)
-    assert _switches("fetchlat-relay") - before <= 1  # 7 at a 200 ms wait
+    assert voluntary_switches(tid) - before <= 1  # 7 at a 200 ms wait

@@ -3,20 +3,15 @@ timer of its own), and stops at once."""
 
 from __future__ import annotations
 
-import threading
 import time
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import pytest
 from fetchlat.proxy.admin import AdminServer
 from prometheus_client import CollectorRegistry, Counter
 
-
-def _switches(thread: threading.Thread) -> int:
-    status = Path(f"/proc/self/task/{thread.native_id}/status").read_text().splitlines()
-    return int(next(ln for ln in status if ln.startswith("voluntary_ctxt_switches")).split()[1])
+from testkit.procfs import voluntary_switches
 
 
 def test_it_answers_sleeps_while_idle_and_stops_at_once() -> None:
@@ -32,9 +27,11 @@ def test_it_answers_sleeps_while_idle_and_stops_at_once() -> None:
             urllib.request.urlopen(f"{base}/health/ready", timeout=5)
         assert not_ready.value.code == 503
         time.sleep(0.2)
-        before = _switches(admin.thread)
+        tid = admin.thread.native_id
+        assert tid is not None
+        before = voluntary_switches(tid)
         time.sleep(1.6)  # socketserver's serve_forever looked for a shutdown every 0.5 s
-        assert _switches(admin.thread) - before <= 1
+        assert voluntary_switches(tid) - before <= 1
     finally:
         t0 = time.monotonic()
         admin.stop()
