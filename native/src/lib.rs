@@ -377,6 +377,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("RELAY_BATCH_NS", relay::BATCH_NS)?;
     m.add("RELAY_NOTIFY_ITEMS", relay::NOTIFY_ITEMS)?;
     m.add("RELAY_NOTIFY_BYTES", relay::NOTIFY_BYTES)?;
+    m.add("RELAY_SPARE_HELD_BYTES", relay::SPARE_HELD_BYTES)?;
     m.add("RELAY_PRESENT", (relay::HAS_DATA, relay::HAS_RECORDS, relay::HAS_HANDED, relay::HAS_DIGEST, relay::HAS_REASON))?;
     m.add("DIGEST_STATS_WIDTH", digest::STATS_WIDTH)?;
     m.add_function(wrap_pyfunction!(digest_fetch, m)?)?;

@@ -164,39 +164,70 @@ const PRODUCE: i16 = 0;
 /// thread to fill again: a connection's per-read buffers are reused, rather than made on the
 /// relay's thread and freed on Python's each time (which leaves each thread's allocator holding
 /// chunks of the other's arena: the fifteenth soak's free memory rose on this road,
-/// `docs/reliability.md`). Beyond `SPARE_KEPT` of a kind, or `SPARE_MAX_BYTES`, they are freed.
+/// `docs/reliability.md`). Beyond `SPARE_KEPT` of a kind, `SPARE_MAX_BYTES` for one buffer, or
+/// `SPARE_HELD_BYTES` for them all, they are freed.
 #[derive(Default)]
 struct Spare {
     bytes: Vec<Vec<u8>>,
     words: Vec<Vec<i64>>,
     ids: Vec<Vec<Arc<[u8]>>>,
+    /// the capacity of every buffer kept, in bytes
+    held: usize,
 }
 
-/// How many of each kind are kept, and the largest kept (bigger ones are freed).
+/// How many of each kind are kept, the largest kept (bigger ones are freed), and the most kept in
+/// all. Bounded by count alone (256 of each, up to 256 KiB each), a burst of small produce
+/// requests left the pool holding about 20 MB (the relay road's RSS 123 MB after 100 000 of them,
+/// against the event loop's 95; `docs/performance.md`). There are two pools (the relay thread's
+/// stock and the one Python hands back to), so at most twice this is held.
 const SPARE_KEPT: usize = 256;
 const SPARE_MAX_BYTES: usize = 256 << 10;
+pub const SPARE_HELD_BYTES: usize = 2 << 20;
 
 impl Spare {
     /// Keeps what is worth keeping of the buffers given (emptied).
     fn keep(&mut self, bytes: Vec<Vec<u8>>, words: Vec<Vec<i64>>, ids: Vec<Vec<Arc<[u8]>>>) {
         for mut b in bytes {
-            if self.bytes.len() < SPARE_KEPT && b.capacity() > 0 && b.capacity() <= SPARE_MAX_BYTES {
+            let size = b.capacity();
+            if self.bytes.len() < SPARE_KEPT && size > 0 && size <= SPARE_MAX_BYTES && self.room(size) {
                 b.clear();
+                self.held += size;
                 self.bytes.push(b);
             }
         }
         for mut w in words {
-            if self.words.len() < SPARE_KEPT && w.capacity() > 0 && w.capacity() <= SPARE_MAX_BYTES / 8 {
+            let size = w.capacity() * std::mem::size_of::<i64>();
+            if self.words.len() < SPARE_KEPT && size > 0 && size <= SPARE_MAX_BYTES && self.room(size) {
                 w.clear();
+                self.held += size;
                 self.words.push(w);
             }
         }
         for mut i in ids {
-            if self.ids.len() < SPARE_KEPT && i.capacity() > 0 && i.capacity() <= 1024 {
+            let size = i.capacity() * std::mem::size_of::<Arc<[u8]>>();
+            if self.ids.len() < SPARE_KEPT && i.capacity() > 0 && i.capacity() <= 1024 && self.room(size) {
                 i.clear();
+                self.held += size;
                 self.ids.push(i);
             }
         }
+    }
+
+    fn room(&self, size: usize) -> bool {
+        self.held + size <= SPARE_HELD_BYTES
+    }
+
+    fn take_bytes(&mut self) -> Option<Vec<u8>> {
+        let b = self.bytes.pop()?;
+        self.held -= b.capacity();
+        Some(b)
+    }
+
+    fn take_records(&mut self) -> (Vec<i64>, Vec<Arc<[u8]>>) {
+        let w = self.words.pop().unwrap_or_default();
+        let i = self.ids.pop().unwrap_or_default();
+        self.held -= w.capacity() * std::mem::size_of::<i64>() + i.capacity() * std::mem::size_of::<Arc<[u8]>>();
+        (w, i)
     }
 }
 
@@ -208,24 +239,21 @@ struct Stock {
 
 impl Stock {
     fn refill(&mut self, shared: &Shared) {
-        let mut s = shared.spare.lock().unwrap();
-        std::mem::swap(&mut self.spare.bytes, &mut s.bytes);
-        std::mem::swap(&mut self.spare.words, &mut s.words);
-        std::mem::swap(&mut self.spare.ids, &mut s.ids);
+        std::mem::swap(&mut self.spare, &mut *shared.spare.lock().unwrap());
     }
 
     fn bytes(&mut self, shared: &Shared) -> Vec<u8> {
         if self.spare.bytes.is_empty() {
             self.refill(shared);
         }
-        self.spare.bytes.pop().unwrap_or_default()
+        self.spare.take_bytes().unwrap_or_default()
     }
 
     fn records(&mut self, shared: &Shared) -> (Vec<i64>, Vec<Arc<[u8]>>) {
         if self.spare.words.is_empty() || self.spare.ids.is_empty() {
             self.refill(shared);
         }
-        (self.spare.words.pop().unwrap_or_default(), self.spare.ids.pop().unwrap_or_default())
+        self.spare.take_records()
     }
 }
 
@@ -1035,6 +1063,13 @@ impl PyRelay {
     /// same, where that answer was a rewrite: `{api_key: count}` so far.
     fn memo_rewrites(&self) -> HashMap<i16, u64> {
         self.shared.memo_rewrites.lock().unwrap().clone()
+    }
+
+    /// The buffers handed back from drains and not yet taken by the relay's thread:
+    /// `(how many, their capacity in bytes)`, at most `SPARE_HELD_BYTES` (`Spare`).
+    fn spare_held(&self) -> (usize, usize) {
+        let s = self.shared.spare.lock().unwrap();
+        (s.bytes.len() + s.words.len() + s.ids.len(), s.held)
     }
 
     /// The reads of broker sockets so far: `(stamped by the kernel, stamped by the clock)`.

@@ -683,3 +683,26 @@ def test_an_idle_relay_thread_sleeps_until_something_comes(rig: Rig) -> None:
     before = voluntary_switches(tid)
     time.sleep(1.5)
     assert voluntary_switches(tid) - before <= 1  # 7 at a 200 ms wait
+
+
+def test_the_buffers_handed_back_to_the_relay_thread_hold_a_bounded_memory(rig: Rig) -> None:
+    """The drained items' buffers go back to the relay's thread to be filled again (``Spare``),
+    but no more of them than ``RELAY_SPARE_HELD_BYTES`` in all: kept by count alone (256 of each
+    kind), a hundred answers of about 100 KiB drained at once were all kept, and a burst of small
+    produce requests left the pool holding about 20 MB (``docs/performance.md``)."""
+    core = native.core()
+    assert core is not None
+    from_broker = rig.kinds[1]
+    answers = 0
+    for corr in range(100):  # bounded: a hundred exchanges, one in flight
+        req, answer = _produce_exchange(corr, 3_000)
+        rig.client.sendall(req)
+        assert _recv_exactly(rig.broker, len(req)) == req
+        rig.broker.sendall(answer)
+        assert _recv_exactly(rig.client, len(answer)) == answer
+        answers += len(answer)
+    assert answers > 2 * core.RELAY_SPARE_HELD_BYTES
+    rig.drain_until(lambda: sum(len(it[4]) for it in rig.items if it[1] == from_broker) >= answers,
+                    "every answer handed to Python")
+    kept, held = rig.relay.spare_held()
+    assert kept > 0 and 0 < held <= core.RELAY_SPARE_HELD_BYTES
