@@ -51,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fetchlat.embedded.ports import connects, free_port_block, wait_until
 from fetchlat.protocol import apis
 from fetchlat.proxy.server import TICK_S
+from fetchlat.proxy.traces import HOLD_NS as TRACE_HOLD_NS
 
 from bench.kafka_client import AsyncClient, fetch_request
 from bench.procs import cpu_s, rss_mb, stop_processes
@@ -424,9 +425,9 @@ def kafka_tools_phase(kind: str, args: argparse.Namespace, work: Path, res: dict
 
 def trace_rows(pid: int | None) -> tuple[float, float]:
     """(rows written, rows dropped) of a fetchlat with traces, once its writer has caught up:
-    rows gathered go over within a second, and an idle writer writes what it holds after
-    ``proxy/traces.py``'s IDLE_NS (3 s) more: read until the count has held for two seconds, from
-    6 s on (at most 20 s)."""
+    rows are written once the first of their batch has waited ``proxy/traces.py``'s hold (30 s
+    from when they were gathered, dated at the proxy's tick): read until the count has held for
+    two seconds, from the hold and a second on (at most 20 s more)."""
     if pid is None or pid not in METRICS_PORTS:
         return 0.0, 0.0
 
@@ -439,13 +440,14 @@ def trace_rows(pid: int | None) -> tuple[float, float]:
         return got
 
     t0 = time.monotonic()
+    first = TRACE_HOLD_NS / 1e9 + TICK_S + 1.0
     last, since = read(), time.monotonic()
-    while time.monotonic() - t0 < 20.0:
+    while time.monotonic() - t0 < first + 20.0:
         time.sleep(0.5)
         got = read()
         if got != last:
             last, since = got, time.monotonic()
-        elif time.monotonic() - t0 >= 6.0 and time.monotonic() - since >= 2.0:
+        elif time.monotonic() - t0 >= first and time.monotonic() - since >= 2.0:
             break
     return last.get("written", 0.0), last.get("dropped", 0.0)
 

@@ -8,11 +8,11 @@ fetchlat on the event loop's road (``fetchlat``, relay off), the same with trace
 (``FETCHLAT_NATIVE=0``), and fetchlat as a sidecar with ``relay: native``, its connections carried
 by the native core's relay (``fetchlat-relay``, ``fetchlat-relay+traces``). Each figure comes twice:
 all the proxy's CPU during the consume, and that less what it spends idle for as long (measured
-for two seconds just before: timers, heartbeats, calibration), which the relay and haproxy do not
+for five seconds just before: timers, heartbeats, calibration), which the relay and haproxy do not
 spend and which a consume of a few seconds would otherwise count per GB. With traces, the
-produce's rows are on disk before anything is measured, and the consume's count runs until its
-own rows are (less the idle CPU of that wait): a writer holds rows for seconds before it writes
-them, which put the produce's writing in the consume's figure and the consume's own outside it.
+produce's rows are on disk before anything is measured. The proxy holds rows until the first of
+a batch has waited 30 s (``proxy/traces.py``'s hold) before they are written: the consume's
+count adds its writer thread's CPU (``fetchlat-traces``) until the consume's own rows are on disk.
 
     python bench/consume_small.py [--trials 3] [--sizes 100,1024] [--mb 10] [--paths relay,haproxy,...]
 """
@@ -30,6 +30,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from fetchlat.proxy.server import TICK_S
+from fetchlat.proxy.traces import HOLD_NS as TRACE_HOLD_NS
+from fetchlat.proxy.traces import THREAD_NAME
+
 from bench.bench_proxy import (
     DRAINED_S,
     NO_CORE,
@@ -42,13 +46,16 @@ from bench.bench_proxy import (
     target,
     trace_dir,
 )
-from bench.procs import cpu_s
+from bench.procs import cpu_s, thread_cpu_s
 
 KINDS = ("relay", "haproxy", "fetchlat", TRACED, NO_CORE, RELAYED, RELAYED_TRACED)
 BASELINES = ("relay", "haproxy")
 
 
-IDLE_S = 2.0  # how long the proxy's idle CPU is measured before the consume
+IDLE_S = 5.0  # how long the proxy's idle CPU is measured before the consume
+# every row gathered before now is written by then (its batch's first row dated at a tick)
+WRITTEN_AFTER_S = TRACE_HOLD_NS / 1e9 + TICK_S + 1.0
+WRITTEN_BOUND_S = WRITTEN_AFTER_S + 15.0  # the longest a traced path's rows are waited for
 
 
 def one(kind: str, size: int, mb: float, work: Path) -> tuple[float, float]:
@@ -64,7 +71,8 @@ def one(kind: str, size: int, mb: float, work: Path) -> tuple[float, float]:
         rdkafka("produce", bootstrap, topic, str(n), "linger.ms=0", f"batch.size={size + 100}", f"value.bytes={size}")
         traces = trace_dir(work, port) if kind in TRACED_KINDS else None
         if traces is not None:
-            written(traces, grown_from=None)  # the produce's rows out of the way first
+            # the produce's rows first
+            written(traces, grown_from=None, bound_s=WRITTEN_BOUND_S, after_s=WRITTEN_AFTER_S)
         time.sleep(1.0)
         i0 = cpu_s(pid)
         time.sleep(IDLE_S)
@@ -73,17 +81,24 @@ def one(kind: str, size: int, mb: float, work: Path) -> tuple[float, float]:
         c0, t0 = cpu_s(pid), time.monotonic()
         rdkafka("consume", bootstrap, topic, str(n), f"value.bytes={size}")
         wall = time.monotonic() - t0
-        if traces is not None:
-            # a row is written some seconds after its request (proxy/traces.py: a batch a second,
-            # a quiet writer writes what it holds after 3 s): its writing is the consume's cost
-            # too, so the count runs until the consume's rows are on disk, less idle for the wait
-            written(traces, grown_from=before, settle_s=1.0)
-        else:
-            time.sleep(DRAINED_S)  # the relay road's last items, drained at the proxy's tick
+        time.sleep(DRAINED_S)  # the relay road's last items, drained at the proxy's tick
         used, span = cpu_s(pid) - c0, time.monotonic() - t0
         used -= idle_per_s * (span - wall)
+        if traces is not None:
+            # a row is written up to the hold (30 s) after its request (proxy/traces.py), on the
+            # writer's own thread: that thread's CPU until the consume's rows are on disk is the
+            # consume's cost too, counted alone (it sleeps while idle), so the other threads'
+            # timers and calibration over the wait are not counted, nor taken off by estimate
+            w0 = writer_cpu_s(pid)
+            written(traces, grown_from=before, settle_s=1.0, bound_s=WRITTEN_BOUND_S, after_s=WRITTEN_AFTER_S)
+            used += writer_cpu_s(pid) - w0
         gb = n * size / 1e9
         return used / gb, max(0.0, used - idle_per_s * wall) / gb
+
+
+def writer_cpu_s(pid: int) -> float:
+    """The CPU seconds of a fetchlat's trace writer thread (named ``fetchlat-traces``)."""
+    return sum(cpu for name, cpu in thread_cpu_s(pid) if name == THREAD_NAME)
 
 
 def tree_bytes(traces: Path) -> int:
@@ -95,14 +110,16 @@ def tree_bytes(traces: Path) -> int:
     return total
 
 
-def written(traces: Path, grown_from: int | None, settle_s: float = 4.0, bound_s: float = 20.0) -> int:
+def written(traces: Path, grown_from: int | None, settle_s: float = 4.0, bound_s: float = 20.0,
+            after_s: float = 0.0) -> int:
     """``tree_bytes`` of a fetchlat's trace directory once it has held still for ``settle_s``
-    (and, with ``grown_from``, grown past it), read off the files (no scrape: a scrape would
-    cost the proxy CPU of its own); at most ``bound_s`` of waiting."""
+    (and, with ``grown_from``, grown past it), and not before ``after_s``, read off the files (no
+    scrape: a scrape would cost the proxy CPU of its own); at most ``bound_s`` of waiting."""
     t0 = time.monotonic()
     last, since = tree_bytes(traces), time.monotonic()
     while time.monotonic() - t0 < bound_s:
-        if (grown_from is None or last > grown_from) and time.monotonic() - since >= settle_s:
+        if (grown_from is None or last > grown_from) and time.monotonic() - since >= settle_s \
+                and time.monotonic() - t0 >= after_s:
             break
         time.sleep(0.1)
         now = tree_bytes(traces)

@@ -32,7 +32,9 @@ from .vocabulary import Kind
 Row = tuple[str, dict[str, Any]]  # (table, row): the rows of a batch, read back (tests, tools)
 NAMES: Final = {t: tuple(s.names) for t, s in TABLES.items()}
 DEFAULT_BATCH_ROWS: Final = 4096
-HAND_OFF_EVERY_NS: Final = 1_000_000_000  # rows gathered go over at least this often (``tick``)
+# How old a batch's first row may grow before the batch goes over at the caller's tick, by
+# default (``TraceColumns.tick``; the trace writer passes its hold, ``proxy/traces.py``)
+HAND_OFF_EVERY_NS: Final = 1_000_000_000
 _CORE: Final = native.core()
 # what converting a batch's columns raises for a value that cannot be kept (the writer counts the
 # table's rows as dropped): pyarrow raises OverflowError past int64, TypeError for a wrong type
@@ -88,6 +90,7 @@ class TraceBatch:
         self._arrays: dict[str, tuple[int, list[pa.Array]]] = {}  # table -> (its rows then, its arrays)
         self.counts: dict[str, int] = dict.fromkeys(NAMES, 0)
         self.rows = 0  # over every table
+        self.first_ns = 0  # the caller's clock at the first tick that found rows in it (0: none yet)
 
     def arrays(self, table: str, between: Callable[[], None] | None = None) -> list[pa.Array]:
         """``table``'s columns as Arrow arrays of the schema's types (``to_arrays``, made once
@@ -164,17 +167,17 @@ def _api(s: FetchSample) -> str:
 class TraceColumns:
     """The rows being gathered, and when they go over: ``hand_off`` (the trace writer's; it never
     blocks the caller but in a writer made to block, offline) takes a batch once it holds
-    ``batch_rows`` rows, and at the caller's timer (``tick``) once a second. Without
-    ``hand_off`` the rows stay gathered (tests read them)."""
+    ``batch_rows`` rows, and at the caller's timer (``tick``) once its first row is ``every_ns``
+    old. Without ``hand_off`` the rows stay gathered (tests read them)."""
 
     def __init__(self, hand_off: Callable[[TraceBatch], None] | None = None,
-                 batch_rows: int = DEFAULT_BATCH_ROWS, *, native_columns: bool | None = None) -> None:
+                 batch_rows: int = DEFAULT_BATCH_ROWS, *, native_columns: bool | None = None,
+                 every_ns: int = HAND_OFF_EVERY_NS) -> None:
         self.hand_off = hand_off
         self.batch_rows = batch_rows
+        self.every_ns = every_ns
         self.native_columns = native_columns  # which road (TraceBatch's default: native when loaded)
         self.batch = TraceBatch(native_columns=native_columns)
-        self._ticked_ns = 0  # the caller's clock at the tick that last started a period
-        self._full_since_tick = False
 
     def take(self) -> TraceBatch:
         """The rows gathered so far; gathering starts again empty."""
@@ -187,19 +190,19 @@ class TraceColumns:
             self.hand_off(self.take())
 
     def tick(self, now_ns: int) -> None:
-        """On the caller's timer (``now_ns`` its clock): rows gathered go over once a period has
-        passed since the last hand-off, so a quiet source's rows reach the files within about a
-        second. A full batch that went over since the last tick starts the period again."""
-        if self._full_since_tick:
-            self._full_since_tick = False
-            self._ticked_ns = now_ns
-        elif self.batch.rows and now_ns - self._ticked_ns >= HAND_OFF_EVERY_NS:
-            self._ticked_ns = now_ns
+        """On the caller's timer (``now_ns`` its clock): the batch goes over once its first row is
+        ``every_ns`` old. A batch's age is dated by the first tick that finds rows in it (no clock
+        is read per row), so it is at most one tick younger than its first row."""
+        b = self.batch
+        if not b.rows:
+            return
+        if not b.first_ns:
+            b.first_ns = now_ns
+        elif now_ns - b.first_ns >= self.every_ns:
             self.flush()
 
     def _added(self) -> None:
         if self.batch.rows >= self.batch_rows and self.hand_off is not None:
-            self._full_since_tick = True
             self.hand_off(self.take())
 
     def fetch(self, ts_ns: int, proxy_id: str, broker: str, conn_id: int, correlation_id: int, s: FetchSample,

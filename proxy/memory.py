@@ -58,7 +58,7 @@ from typing import Any, cast
 RELEASE_EVERY_S = 60.0
 
 
-def _libc_fn(name: str) -> Any | None:
+def libc_fn(name: str) -> Any | None:
     """A function of the C library by name, or None where it is not there (musl has no
     ``malloc_trim``; ``mallinfo2`` is glibc 2.33 and later)."""
     try:
@@ -68,7 +68,7 @@ def _libc_fn(name: str) -> Any | None:
 
 
 def _trim() -> Callable[[], int] | None:
-    fn = _libc_fn("malloc_trim")
+    fn = libc_fn("malloc_trim")
     if fn is None:
         return None
     fn.argtypes = [ctypes.c_size_t]
@@ -85,7 +85,7 @@ class _MallInfo2(ctypes.Structure):
 
 
 def _mallinfo2() -> Callable[[], _MallInfo2] | None:
-    fn = _libc_fn("mallinfo2")
+    fn = libc_fn("mallinfo2")
     if fn is None:
         return None
     fn.argtypes = []

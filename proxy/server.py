@@ -313,7 +313,7 @@ class Proxy:
         if self.relay is not None:
             self.relay.drain()  # what the core queued since the last tick (relay.rs: BATCH_NS is its fallback)
         if self.traces is not None:
-            self.traces.columns.tick(woke)  # rows gathered go to the writer thread once a second
+            self.traces.columns.tick(woke)  # rows gathered go to the writer once the first has waited its hold
         if self.discovery.asks_topics():
             self.discovery.kick()  # a topic id without a name, a leader unknown, or the refresh due: ask now
         self._beat += 1

@@ -2,8 +2,9 @@
 
 The event loop appends each row's values to column buffers (``metrics/rows.py``:
 ``TraceColumns``) and hands a whole batch over when it holds ``batch_rows`` rows, or at the
-proxy's tick once a second (``TraceColumns.tick``): one hand-off per batch, never one per row,
-so the writer thread wakes a few times a second, not once a request. A full queue of batches
+proxy's tick once its first row has waited the writer's hold (``TraceColumns.tick``): one
+hand-off per batch, never one per row, so the writer thread wakes a few times a minute at a
+sidecar's pace, not once a request. A full queue of batches
 drops the batch and counts its rows (``dropped``); the loop never blocks. The writer thread
 makes each column an Arrow array (the native core's buffers wrapped as they are; on the Python
 road each list converted at once), letting go of the interpreter between columns once it has
@@ -32,21 +33,38 @@ from ..metrics import trace_layout as layout
 from ..metrics.rows import CONVERSION_ERRORS, DEFAULT_BATCH_ROWS, TraceBatch, TraceColumns
 from ..metrics.trace_schema import META_CLOCK, META_SCHEMA_VERSION, SCHEMA_VERSION, TABLES
 from . import clock
+from .memory import libc_fn
 
 log = logging.getLogger("fetchlat.traces")
 
 ROWS_PER_GROUP = 8192
 FLUSH_EVERY_S = 1.0
 FLUSH_EVERY_NS = int(FLUSH_EVERY_S * 1e9)
-# The longest a row waits in memory under steady traffic. A file is read only once it is closed,
-# so holding rows costs no reader anything; every row group adds its column statistics to the
-# footer the writer keeps in memory until the file closes. Written every second or so, a
-# 5-minute file of a soak's sidecar held 298 row groups of ~108 rows, a footer of 0.94 MB (30 %
-# of the file), and the sidecar's RSS rose ~10 MB over each file's life (bench/soak_kafka.py)
+# The longest a row waits in memory (or the rotation period, if shorter), gathered on the loop
+# and pending at the writer together. A file is read only once it is closed, so holding rows
+# costs no reader anything; every row group adds its column statistics to the footer the writer
+# keeps in memory until the file closes. Written every second or so, a 5-minute file of a soak's
+# sidecar held 298 row groups of ~108 rows, a footer of 0.94 MB (30 % of the file), and the
+# sidecar's RSS rose ~10 MB over each file's life (bench/soak_kafka.py). Each hand-off and each
+# write also costs a fixed part whatever its rows (a batch's columns made Arrow arrays: 0.6-1.1
+# ms for 100-1 000 rows; a row group of either: 2.1-3.7 ms of exchanges and 1.3-2.2 of
+# partitions here): at a sidecar's pace, a batch handed over every second was a batch converted
+# every second, and a pause of 3 s wrote a row group of whatever had come.
 HOLD_NS = 30 * 10**9
-IDLE_NS = 3 * 10**9  # no batch for this long: the traffic stopped, what is pending is written
 LATE_ROWS_NS = 60 * 10**9  # a past hour's file stays open this long for rows still in flight
 IDLE_CHECK_NS = 60 * 10**9  # the longest a writer with nothing pending sleeps (a batch wakes it at once)
+
+
+THREAD_NAME = "fetchlat-traces"
+
+
+def name_this_thread(name: str) -> None:
+    """The operating system's name for the calling thread (Linux ``PR_SET_NAME``, 15 bytes at
+    most: what ``top -H`` and ``/proc/PID/task/*/comm`` show, beside the core's
+    ``fetchlat-relay``); nothing where the C library has no ``prctl``."""
+    prctl = libc_fn("prctl")
+    if prctl is not None:
+        prctl(15, name.encode()[:15], 0, 0, 0)
 
 
 def to_table(batch: TraceBatch, table: str, between: Callable[[], None] | None = None) -> pa.Table:
@@ -174,16 +192,17 @@ class TraceWriter:
         self.proxy_id = proxy_id
         self.rotate_ns = int(rotate_s * 1e9)
         self.rotate_bytes = rotate_bytes
+        self.hold_ns = min(self.rotate_ns, HOLD_NS)  # the longest a row waits in memory
         # the bound on rows in memory: queue_rows in batches, plus the batch being gathered
         self.queue: queue.Queue[TraceBatch | None] = queue.Queue(maxsize=max(1, queue_rows // batch_rows))
-        self.columns = TraceColumns(self.hand_off, batch_rows=min(batch_rows, queue_rows))
+        self.columns = TraceColumns(self.hand_off, batch_rows=min(batch_rows, queue_rows), every_ns=self.hold_ns)
         self.dropped = 0
         self.written = 0
         self.files_closed = 0
         self._newest_ns = 0  # the newest row time written (the writer thread's)
         for table in TABLES:
             os.makedirs(os.path.join(directory, table), exist_ok=True)
-        self._thread = threading.Thread(target=self._run, name="fetchlat-traces", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
 
     def start(self) -> None:
         self._thread.start()
@@ -213,26 +232,25 @@ class TraceWriter:
 
     # on the writer thread ------------------------------------------------------------
     def _run(self) -> None:
-        """Rows wait in memory until their table has a row group's worth, no batch has come for
-        IDLE, or the oldest has waited HOLD (or the rotation period, if shorter); files are
-        checked for rotation every second while rows come, after every write, and, with nothing
-        pending, when the first open file's rotation falls due (``_rotation_due``). (The proxy
-        hands a batch over at every tick while rows come: a queue idle for one second is no sign
-        the traffic stopped.)"""
+        """Rows wait in memory until their table has a row group's worth or the oldest has waited
+        ``hold_ns`` since it was gathered (a batch's ``first_ns``: a batch the loop handed over
+        for its age is written at once); files are checked for rotation every second while rows
+        are pending, after every write, and, with nothing pending, when the first open file's
+        rotation falls due (``_rotation_due``)."""
+        name_this_thread(THREAD_NAME)
         warm_by_hour()
         files: dict[tuple[str, int], _File] = {}
         pending: dict[str, list[pa.Table]] = {t: [] for t in TABLES}
         counts: dict[str, int] = dict.fromkeys(TABLES, 0)
-        since: dict[str, int] = {}  # table -> when its oldest pending row arrived
-        hold_ns = min(self.rotate_ns, HOLD_NS)
+        since: dict[str, int] = {}  # table -> when its oldest pending row was gathered
+        hold_ns = self.hold_ns
         turns = GilTurns()
         next_check = clock.now_ns() + FLUSH_EVERY_NS
-        last_batch_ns = clock.now_ns()
         stop = False
         while not stop:
             timed_out = False
             now = clock.now_ns()
-            if since:  # rows pending: the next due by time, looked at every second (and IDLE)
+            if since:  # rows pending: the next due by time, looked at every second
                 wake_ns = min([next_check, *(t + hold_ns for t in since.values())])
                 wait_s = min(FLUSH_EVERY_S, max(0.01, (wake_ns - now) / 1e9))
             else:  # nothing pending: only a batch, or a file's rotation, can make work
@@ -244,7 +262,7 @@ class TraceWriter:
             if batch is None and not timed_out:
                 stop = True
             elif batch is not None:
-                last_batch_ns = clock.now_ns()
+                gathered_ns = batch.first_ns or clock.now_ns()
                 turns.begin()
                 for table, n in batch.counts.items():
                     if n:
@@ -255,11 +273,10 @@ class TraceWriter:
                             log.error("%s trace rows could not be converted (%s); %d rows dropped", table, exc, n)
                             continue
                         counts[table] += n
-                        since.setdefault(table, clock.now_ns())
+                        since[table] = min(since.get(table, gathered_ns), gathered_ns)
             now = clock.now_ns()
-            idle = now - last_batch_ns >= IDLE_NS
             due = [t for t, n in counts.items()
-                   if n and (stop or idle or n >= ROWS_PER_GROUP or now - since[t] >= hold_ns)]
+                   if n and (stop or n >= ROWS_PER_GROUP or now - since[t] >= hold_ns)]
             if due:
                 next_check = now  # a file written to may be due for its size, or its hour over
             for table in due:

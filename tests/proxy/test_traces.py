@@ -43,6 +43,13 @@ def put_fetch(w: TraceWriter, broker: str, conn_id: int, ev: FetchExchanged, s: 
     w.columns.fetch(ev.t_request_ns + 1_700_000_000 * 10**9, w.proxy_id, broker, conn_id, ev.correlation_id, s, [])
 
 
+def hand_over_aged(w: TraceWriter) -> None:
+    """The rows gathered go over as the proxy's tick sends them once the first has waited the
+    writer's hold: dated that long ago, so the writer writes them at once."""
+    w.columns.batch.first_ns = time.monotonic_ns() - w.hold_ns
+    w.columns.flush()
+
+
 def test_pinned_exchange_columns_exist_in_order() -> None:
     assert EXCHANGES.names[: len(PINNED)] == PINNED
     assert "topic" in PARTITIONS.names and "record_latency_ns" in PARTITIONS.names
@@ -90,9 +97,9 @@ def test_size_rotation_closes_files(tmp_path: Path) -> None:
     w.start()
     ev, s = sample()
     put_fetch(w, "111", 1, ev, s)
-    w.columns.flush()
+    hand_over_aged(w)
     deadline = time.monotonic() + 10
-    while w.files_closed < 2 and time.monotonic() < deadline:  # the idle flush closes both tables' files
+    while w.files_closed < 2 and time.monotonic() < deadline:  # the write closes both tables' files
         time.sleep(0.05)
     assert w.files_closed == 2
     put_fetch(w, "111", 1, ev, s)
@@ -192,8 +199,12 @@ def test_a_quiet_writer_sleeps_until_a_file_is_due_and_still_closes_it_on_time(t
 
 def test_rows_go_to_the_writer_in_batches_not_one_by_one(tmp_path: Path) -> None:
     """A row is a value per column list; the writer thread is handed a batch when it is full, or
-    by the proxy's tick once a second: never once per row."""
+    by the proxy's tick once its first row has waited the writer's hold (30 s, or the rotation
+    period if shorter): never once per row, and at a sidecar's pace not once a second (a batch
+    converted every second cost its fixed part every second)."""
     w = TraceWriter(str(tmp_path), proxy_id="p1", batch_rows=8)
+    assert w.hold_ns == 30 * 10**9 and w.columns.every_ns == w.hold_ns
+    assert TraceWriter(str(tmp_path), proxy_id="p2", rotate_s=2.0).columns.every_ns == 2 * 10**9
     ev, s = sample()
     for _ in range(3):  # 6 rows: under a batch
         put_fetch(w, "111", 1, ev, s)
@@ -202,9 +213,11 @@ def test_rows_go_to_the_writer_in_batches_not_one_by_one(tmp_path: Path) -> None
     assert w.queue.qsize() == 1 and w.columns.batch.rows == 0
     put_fetch(w, "111", 1, ev, s)
     t = time.monotonic_ns()
-    w.columns.tick(t)  # under a second since the last hand-off: the rows wait
-    assert w.queue.qsize() == 1
-    w.columns.tick(t + 1_000_000_000)
+    w.columns.tick(t)  # the first tick to find these rows dates them
+    w.columns.tick(t + 1_000_000_000)  # a second later: the rows wait
+    w.columns.tick(t + w.hold_ns - 1)
+    assert w.queue.qsize() == 1 and w.columns.batch.first_ns == t
+    w.columns.tick(t + w.hold_ns)
     assert w.queue.qsize() == 2 and w.columns.batch.rows == 0
     w.start()
     w.close()
@@ -256,11 +269,11 @@ def test_the_writer_lets_go_once_it_has_held_the_interpreter_half_a_millisecond(
 
 
 def test_rows_handed_over_every_second_make_few_row_groups(tmp_path: Path) -> None:
-    """The proxy hands a batch over at each tick while rows come. The writer once took a queue
-    that stayed empty for its one-second wait as the traffic stopping and wrote a row group each
-    time: a soak's 5-minute files held ~300 row groups of ~100 rows, and their footers, kept in
-    memory until the file closes, grew the sidecar by ~10 MB per file. Batches a second apart are
-    one row group now (written when the oldest row has waited HOLD, or at close)."""
+    """The proxy once handed a batch over at each tick while rows came, and the writer took a
+    queue that stayed empty for its one-second wait as the traffic stopping and wrote a row group
+    each time: a soak's 5-minute files held ~300 row groups of ~100 rows, and their footers, kept
+    in memory until the file closes, grew the sidecar by ~10 MB per file. Batches a second apart
+    are one row group now (written when the oldest row has waited the hold, or at close)."""
     ev, s = sample()
     w = TraceWriter(str(tmp_path), proxy_id="p1")
     w.start()
@@ -368,3 +381,50 @@ def test_rows_split_by_hour_and_the_split_is_warmed_at_start() -> None:
     one, _ = traces.by_hour(rows.slice(1, 1))
     assert [(h, p.num_rows) for h, p in one] == [(1, 1)]
     traces.warm_by_hour()  # what the writer's thread runs first: it must not raise on an empty start
+
+
+def test_rows_are_written_once_they_have_waited_the_hold_not_at_a_pause(tmp_path: Path) -> None:
+    """A batch handed over young waits at the writer until its first row has waited the hold since
+    it was gathered, through a pause in the traffic (a pause of 3 s used to write a row group of
+    whatever had come: a fixed cost for a few rows, every lull); a batch the loop handed over for
+    its age is written at once."""
+    w = TraceWriter(str(tmp_path), proxy_id="p1", rotate_s=300.0)
+    w.start()
+    ev, s = sample()
+    put_fetch(w, "111", 1, ev, s)
+    w.columns.flush()  # young: handed over full, or at close
+    time.sleep(3.5)
+    assert w.written == 0
+    put_fetch(w, "111", 1, ev, s)
+    hand_over_aged(w)  # this batch's rows have waited the hold: both batches' rows go now
+    deadline = time.monotonic() + 5.0
+    while w.written < 4 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert w.written == 4
+    w.close()
+    files = list((tmp_path / "exchanges").rglob("*.parquet"))
+    assert len(files) == 1 and pq.read_metadata(files[0]).num_row_groups == 1
+
+
+def test_the_writer_thread_carries_its_name_in_the_operating_system(tmp_path: Path) -> None:
+    """``top -H`` and ``/proc/PID/task/*/comm`` tell the writer's thread from the loop's
+    (``bench/consume_small.py`` counts its CPU by it)."""
+    import sys
+
+    from testkit.procfs import thread_named
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("thread names are read from /proc")
+    w = TraceWriter(str(tmp_path), proxy_id="p1")
+    w.start()
+    try:
+        tid, deadline = None, time.monotonic() + 5.0
+        while time.monotonic() < deadline:  # the thread names itself as it starts
+            try:
+                tid = thread_named("fetchlat-traces")
+                break
+            except RuntimeError:
+                time.sleep(0.01)
+        assert tid == w._thread.native_id
+    finally:
+        w.close()
