@@ -7,6 +7,7 @@ id of its own) and the sample it gives."""
 from __future__ import annotations
 
 import asyncio
+import statistics
 import struct
 import threading
 import time
@@ -143,9 +144,12 @@ def test_a_probe_measures_the_lateness_of_a_parked_fetch() -> None:
     samples, cal, learned = probe(stand_in, rounds)
     # asyncio's timer is never early: each sample is the 3 ms lateness plus this loop's own delay
     # (well under the 47 ms that would mean max wait was not taken off, or the base counted twice);
-    # a loaded pair of cores may stall a probe by 20 ms, which is then thrown away as a stall
+    # a loaded pair of cores may stall a probe by 20 ms, which is then thrown away as a stall, and
+    # may stall the round's unparked probe by less, which makes that round's sample short by as
+    # much (2.40 ms beside a soak): most samples are the 3 ms, every one is near it
     kept = [s for s in samples if s is not None]
-    assert len(kept) > rounds // 2 and all(2.5 * MS <= s < 20 * MS for s in kept), samples
+    assert len(kept) > rounds // 2 and all(1.5 * MS <= s < 20 * MS for s in kept), samples
+    assert statistics.median(kept) >= 2.5 * MS, samples
     counts = cal.learner.counts
     assert counts["expired"] == len(kept) and counts["stalled"] == rounds - len(kept), counts
     assert len(learned) == (1 if not counts["stalled"] else 0)
