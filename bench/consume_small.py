@@ -32,7 +32,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fetchlat.proxy.server import TICK_S
 from fetchlat.proxy.traces import HOLD_NS as TRACE_HOLD_NS
-from fetchlat.proxy.traces import THREAD_NAME
 
 from bench.bench_proxy import (
     DRAINED_S,
@@ -45,8 +44,9 @@ from bench.bench_proxy import (
     rdkafka,
     target,
     trace_dir,
+    writer_cpu_s,
 )
-from bench.procs import cpu_s, thread_cpu_s
+from bench.procs import cpu_s
 
 KINDS = ("relay", "haproxy", "fetchlat", TRACED, NO_CORE, RELAYED, RELAYED_TRACED)
 BASELINES = ("relay", "haproxy")
@@ -94,11 +94,6 @@ def one(kind: str, size: int, mb: float, work: Path) -> tuple[float, float]:
             used += writer_cpu_s(pid) - w0
         gb = n * size / 1e9
         return used / gb, max(0.0, used - idle_per_s * wall) / gb
-
-
-def writer_cpu_s(pid: int) -> float:
-    """The CPU seconds of a fetchlat's trace writer thread (named ``fetchlat-traces``)."""
-    return sum(cpu for name, cpu in thread_cpu_s(pid) if name == THREAD_NAME)
 
 
 def tree_bytes(traces: Path) -> int:

@@ -17,9 +17,9 @@ rather than their bytes: ``protocol/digested.py``), any other in pieces of a MiB
 request the Python road parses, dated by its last read as ever (a big Produce as its first bytes
 and the digest of its body).
 
-This module takes that queue on the event loop in batches: at the proxy's tick (every 250 ms,
+This module takes that queue on the event loop in batches: at the proxy's tick (every second,
 ``proxy/server.py``), which costs the loop no wake-up of its own; the core wakes it
-``RELAY_BATCH_NS`` (300 ms) after a batch's first item only if the tick has not come by then, at
+``RELAY_BATCH_NS`` (1.2 s) after a batch's first item only if the tick has not come by then, at
 once for an answer to rewrite (the per-read road has no Python on it) or a pair's end, and as soon
 as the queue holds ``RELAY_NOTIFY_ITEMS`` items or ``RELAY_NOTIFY_BYTES`` of bytes for Python (its
 memory stays bounded at any rate). It gives each item to its connection's
@@ -27,7 +27,7 @@ memory stays bounded at any rate). It gives each item to its connection's
 trace rows are the same, made later. An ApiVersions answer is held whole by the core and
 answered from here at once (the sidecar's only rewrite: the cap of the versions it can read;
 every address passes unchanged); the core answers a repeat of one itself, as it was answered
-here. Every half second (``tick``) the core's counters and timers of
+here. Every second (``tick``) the core's counters and timers of
 each connection come back: the bytes counters, the idle, partial-frame and stalled-client
 timeouts (the connection's ``ConnectionPolicy`` decides, as on the asyncio road), the client RTT.
 
@@ -235,7 +235,7 @@ class RelayRoad:
     # ------------------------------------------------------------------ timers
     def tick(self, now_ns: int) -> None:
         """The core's counters and timers of every connection it carries, to its conversation
-        (the proxy's heartbeat, every half second): bytes, timeouts, the client RTT."""
+        (the proxy's tick, every second): bytes, timeouts, the client RTT."""
         seen = self._memo_rewrites
         for key, n in self.relay.memo_rewrites().items():
             if n > seen.get(key, 0):

@@ -141,12 +141,13 @@ fn digest_request(g: &mut Gather, wire: &Wire) {
 /// The most of an answer's body gathered before it is handed to Python (the memory a pair holds for it).
 pub const GATHER_BYTES: usize = 1 << 20;
 /// How long a batch gathers after its first item before Python is woken for it (`notify_fd`; an
-/// answer to rewrite wakes it at once, `urgent_fd`). The proxy's own tick (every 250 ms,
+/// answer to rewrite wakes it at once, `urgent_fd`). The proxy's own tick (every second,
 /// `proxy/server.py`) drains the queue too, so while the event loop keeps its time this wake
-/// never comes: it is for a loop that runs late. A wake-up of the loop's thread costs it ~230 µs
-/// on the development VM, more than a batch's work; at 5 ms a batch (before 2026-12-02) a
-/// consume the core relayed woke the loop once a Fetch answer, twice as often as its tick.
-pub const BATCH_NS: i64 = 300_000_000;
+/// never comes: it is for a loop that runs late (a fifth of a tick past it). A wake-up of the
+/// loop's thread costs it ~230 µs on the development VM, more than a batch's work; at 5 ms a batch
+/// (before 2026-12-02) a consume the core relayed woke the loop once a Fetch answer, twice as
+/// often as its tick.
+pub const BATCH_NS: i64 = 1_200_000_000;
 /// The queue's size at which Python is woken at once, whatever the time: the memory it holds
 /// stays bounded at any rate (items, and their bytes for Python).
 pub const NOTIFY_ITEMS: usize = 4096;
