@@ -304,8 +304,9 @@ class Proxy:
         connections it carries (the loop's only wake-up for them while it keeps its time); ask
         the broker about a topic id or a partition's leader the model met and cannot name (the
         fetches until the answer cannot be dated by it); mark the loop alive, refresh the
-        trace clock pair, close connections that overstayed (each one's policy says why). Every minute: give freed memory back to the system. The next tick is set first, so
-        one that raises does not stop the ticking."""
+        trace clock pair, close connections that overstayed (each one's policy says why). Every
+        minute: give freed memory back to the system. The next tick is set first, so one that
+        raises does not stop the ticking."""
         woke = clock.now_ns()
         self.metrics.loop_lag.observe(max(0, woke - self._tick_due_ns) / 1e9)
         self._tick_due_ns = woke + TICK_NS
