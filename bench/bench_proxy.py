@@ -497,11 +497,12 @@ def measure(kind: str, args: argparse.Namespace, work: Path, broker: str = "tans
             RELAYED, RELAYED_TRACED) else port
         direct = None if kind == "direct" else broker_port
         traced = kind in (TRACED, SPIKE_TRACED, RELAYED_TRACED)
-        w0 = writer_cpu_s(rt_pid)
+        w0 = writer_cpu_s(rt_pid) if traced else 0.0
         cpu0 = cpu_s(rt_pid) if rt_pid else 0.0
         trips = asyncio.run(round_trips(rt_port, topic, args.round_trips, direct, rt_pid))
-        cpu1, w1 = (cpu_s(rt_pid), writer_cpu_s(rt_pid)) if rt_pid else (0.0, 0.0)
+        cpu1 = cpu_s(rt_pid) if rt_pid else 0.0
         if traced:
+            w1 = writer_cpu_s(rt_pid)
             # the rows of these round trips are written once the first of their batch has waited
             # the hold (30 s), after the phases are counted: the writer thread's CPU until they
             # are on disk is their cost too (that thread alone: the others' timers over the wait
