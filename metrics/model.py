@@ -55,6 +55,18 @@ ROUND_TRIPS_TO_TRUST: Final = 4
 # requestQueueTimeMs + localTimeMs p50 1.0 ms (0.6-1.5) on the test machine, against 0.1-0.3 ms
 # for a consumer's fetch. Data that arrives before then finds it not yet parked.
 SHARE_PARK_NS: Final = 900_000
+# ... and later still when it carries acknowledgements (implicit acknowledgement mode): the
+# broker records them first. Woken ones with acknowledgements: p50 1.30-2.09 ms over six runs
+# of Kafka's Java share consumer and librdkafka's (2026-12-04; 1.5 the middle), without 0.93-0.98.
+SHARE_PARK_ACKS_NS: Final = 1_500_000
+# A woken share fetch stays parked, as the broker counts it (remoteTimeMs), until its answer is
+# ready: the broker reads the log and acquires the records for the member once the data came,
+# 1.7-2.0 ms (p50) after the produce that fed it was answered against Kafka 4.4's request log
+# (2026-12-04, three clients; a consumer's fetch 0.96 ms), and its first byte came 0.26-0.44 ms
+# (p50) after the broker's wait ended. The data dates the wake (the outcome, the wake lag), and
+# the answer, less this, the wait's end. (A consumer's wake lag stays in its local time: on a
+# broker that re-checks parked fetches, as Tansu does, it is the broker's lateness.)
+SHARE_ANSWER_NS: Final = 300_000
 REPLICA_HW: Final = "replica_high_watermark"
 TXN_MARKER: Final = "transaction_marker"  # read_committed: the same dating, for a commit marker
 # A follower is woken when the leader's append ends, which a sidecar never sees under acks=all
@@ -568,13 +580,21 @@ class LatencyModel:
                 bytes=b.size_bytes if b is not None else 0, record_latency_ns=rec_lat))
 
         errored = resp.error_code != 0 or (bool(resp.partitions) and all(p.error_code for p in resp.partitions))
+        parked_ns = ev.t_request_ns + (0 if not share else SHARE_PARK_ACKS_NS if req.acknowledgements
+                                       else SHARE_PARK_NS)
         w = estimate_wait(max_wait_ms=req.max_wait_ms, min_bytes=req.min_bytes, total_ns=total,
-                          t_request_ns=ev.t_request_ns + (SHARE_PARK_NS if share else 0), error=errored,
+                          t_request_ns=parked_ns, error=errored,
                           returned_bytes=returned_bytes,
                           reported_wait_ms=resp.wait_time_ms, data_at_request=data_at_request,
                           arrival_ns=arrival, arrival_basis=arrival_basis,
                           expiry_overshoot_ns=self.expiry_overshoot_ns)
-        if w.outcome == IMMEDIATE and w.basis == "known_log_end":
+        if share and w.outcome == WOKEN and w.source == INFERRED:
+            # the data dates the wake (the outcome, the wake lag); the answer dates the wait's end
+            answered = self.broker_frame_ns(ev.t_first_ns) - SHARE_ANSWER_NS - parked_ns
+            if answered > w.wait_ns:
+                w.wait_ns = min(answered, max(0, req.max_wait_ms) * NS_PER_MS, total)
+        elif w.outcome == IMMEDIATE and w.basis == "known_log_end" and not share:
+            # (a share fetch's answer also holds the broker's share work: not the start of an answer)
             self.learn_first_byte(ev.t_first_ns - ev.t_request_ns)
         local = total - w.wait_ns
         error_code = resp.error_code or next((p.error_code for p in resp.partitions if p.error_code), 0)

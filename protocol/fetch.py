@@ -55,12 +55,13 @@ class FetchRequestInfo:
     forgotten: tuple[tuple[str | None, _uuid.UUID | None, int], ...]
     rack_id: str | None
     share: bool = False  # a ShareFetch (KIP-932, share.py): no offsets; the answer says what was acquired
+    acknowledgements: int = 0  # a ShareFetch's acknowledgement batches (their offsets only, never records)
 
     def __init__(self, *, replica_id: int, replica_epoch: int, max_wait_ms: int, min_bytes: int, max_bytes: int,
                  isolation_level: int, session_id: int, session_epoch: int,
                  partitions: tuple[FetchPartitionRequest, ...],
                  forgotten: tuple[tuple[str | None, _uuid.UUID | None, int], ...], rack_id: str | None,
-                 share: bool = False) -> None:
+                 share: bool = False, acknowledgements: int = 0) -> None:
         self.replica_id = replica_id
         self.replica_epoch = replica_epoch
         self.max_wait_ms = max_wait_ms
@@ -73,6 +74,7 @@ class FetchRequestInfo:
         self.forgotten = forgotten
         self.rack_id = rack_id
         self.share = share
+        self.acknowledgements = acknowledgements
 
     @property
     def is_follower(self) -> bool:

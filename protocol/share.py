@@ -45,12 +45,14 @@ def parse_request(version: int) -> Parser[FetchRequestInfo]:
     if version >= 2:
         yield from s.skip(r, 2)  # ShareAcquireMode, IsRenewAck
     parts: list[FetchPartitionRequest] = []
+    acks = 0
     for _ in range((yield from s.array_len(r, True))):
         topic_id = yield from s.uuid(r)
         for _ in range((yield from s.array_len(r, True))):
             partition = yield from s.i32(r)
             pmax = (yield from s.i32(r)) if version == 0 else -1
             for _ in range(max(0, (yield from s.array_len(r, True)))):  # AcknowledgementBatches
+                acks += 1
                 yield from s.skip(r, 16)  # FirstOffset, LastOffset
                 yield from s.skip(r, max(0, (yield from s.array_len(r, True))))  # AcknowledgeTypes (int8)
                 yield from s.tags(r)
@@ -68,7 +70,7 @@ def parse_request(version: int) -> Parser[FetchRequestInfo]:
     return FetchRequestInfo(replica_id=CONSUMER_REPLICA_ID, replica_epoch=-1, max_wait_ms=max_wait,
                             min_bytes=min_bytes, max_bytes=max_bytes, isolation_level=0, session_id=0,
                             session_epoch=epoch, partitions=tuple(parts), forgotten=tuple(forgotten), rack_id=None,
-                            share=True)
+                            share=True, acknowledgements=acks)
 
 
 def parse_response(version: int, *, after_correlation_id: bool = False) -> Parser[FetchResponseInfo]:

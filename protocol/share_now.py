@@ -35,12 +35,14 @@ def parse_request_now(_buf: Buf, version: int) -> FetchRequestInfo:
     if version >= 2:
         s.skip_now(r, 2)  # ShareAcquireMode, IsRenewAck
     parts: list[FetchPartitionRequest] = []
+    acks = 0
     for _ in range((s.array_len_now(r, True))):
         topic_id = s.uuid_now(r)
         for _ in range((s.array_len_now(r, True))):
             partition = s.i32_now(r)
             pmax = (s.i32_now(r)) if version == 0 else -1
             for _ in range(max(0, (s.array_len_now(r, True)))):  # AcknowledgementBatches
+                acks += 1
                 s.skip_now(r, 16)  # FirstOffset, LastOffset
                 s.skip_now(r, max(0, (s.array_len_now(r, True))))  # AcknowledgeTypes (int8)
                 s.tags_now(r)
@@ -58,7 +60,7 @@ def parse_request_now(_buf: Buf, version: int) -> FetchRequestInfo:
     return FetchRequestInfo(replica_id=CONSUMER_REPLICA_ID, replica_epoch=-1, max_wait_ms=max_wait,
                             min_bytes=min_bytes, max_bytes=max_bytes, isolation_level=0, session_id=0,
                             session_epoch=epoch, partitions=tuple(parts), forgotten=tuple(forgotten), rack_id=None,
-                            share=True)
+                            share=True, acknowledgements=acks)
 
 
 def parse_response_now(_buf: Buf, version: int, *, after_correlation_id: bool = False) -> FetchResponseInfo:

@@ -49,12 +49,13 @@ def produce_ev(t_req: int, t_resp: int, base: int, n: int, acks: int = 1, error:
 
 
 def share_ev(t_req: int, t_first: int, t_last: int, *, acquired_from: int = -1, records: int = 0,
-             batch_base: int | None = None, first_ts_ms: int = -1, max_wait: int = 500) -> FetchExchanged:
+             batch_base: int | None = None, first_ts_ms: int = -1, max_wait: int = 500,
+             acknowledgements: int = 0) -> FetchExchanged:
     """A share consumer's ShareFetch of t-0 (as ``share.py`` reads it): no offset asked; the
     answer acquired ``records`` from ``acquired_from`` (in a batch that begins at ``batch_base``)."""
     req = FetchRequestInfo(replica_id=-1, replica_epoch=-1, max_wait_ms=max_wait, min_bytes=1, max_bytes=1 << 20,
                            isolation_level=0, session_id=0, session_epoch=1, partitions=(), forgotten=(),
-                           rack_id=None, share=True)
+                           rack_id=None, share=True, acknowledgements=acknowledgements)
     base = acquired_from if batch_base is None else batch_base
     batches = BatchStats(size_bytes=100 * records, batches=1, records=records + acquired_from - base,
                          first_offset=base, next_offset=acquired_from + records, first_timestamp_ms=first_ts_ms,

@@ -521,8 +521,9 @@ def test_a_share_fetch_is_dated_from_the_first_offset_it_acquired() -> None:
     # parked at T0, woken when the produce of offsets 0-4 was acknowledged (+102 ms)
     m.on_produce(produce_ev(T0 + 100 * MS, T0 + 102 * MS, base=0, n=5))
     s, _ = m.on_fetch(share_ev(T0, T0 + 103 * MS, T0 + 103 * MS, acquired_from=0, records=3), broker_node=0)
-    # parked 0.9 ms after it went out (the broker's share-group work first), so it waited 101.1 ms
-    assert (s.outcome, s.basis, s.wait_ns, s.local_ns, s.records) == (WOKEN, "produce_seen", 101_100_000, 1_900_000, 3)
+    # parked 0.9 ms after it went out (the broker's share-group work first), and parked as the
+    # broker counts it until its answer was ready, 0.3 ms before the answer's first byte (+103 ms)
+    assert (s.outcome, s.basis, s.wait_ns, s.local_ns, s.records) == (WOKEN, "produce_seen", 101_800_000, 1_200_000, 3)
     assert s.partitions[0].fetch_offset == 0 and m.cluster.leaders[("t", 0)] == 0  # only a leader serves a share fetch
     # the next share fetch acquires the rest of the batch, which was in the log before it went out
     s, _ = m.on_fetch(share_ev(T0 + 200 * MS, T0 + 202 * MS, T0 + 202 * MS, acquired_from=3, records=2,
@@ -534,10 +535,32 @@ def test_a_share_fetch_answered_before_the_produce_that_woke_it_is_dated_by_that
     m = LatencyModel(wall_minus_mono_ns=0, beside_broker=True)
     m.on_produce(produce_ev(T0 - 900 * MS, T0 - 898 * MS, base=0, n=1))
     m.on_produce_sent(produce_ev(T0 + 50 * MS, T0 + 53 * MS, base=1, n=1).request, T0 + 50 * MS)
-    # the share fetch's answer (+52 ms) comes before the produce's (+53 ms)
+    # the share fetch's answer (+52 ms) comes before the produce's (+53 ms): woken by it, and
+    # parked until 0.3 ms before its own answer
     s, _ = m.on_fetch(share_ev(T0, T0 + 52 * MS, T0 + 52 * MS, acquired_from=1, records=1, first_ts_ms=1),
                       broker_node=0)
-    assert (s.outcome, s.basis, s.wait_ns) == (WOKEN, "produce_seen", 50 * MS - 900_000)
+    assert (s.outcome, s.basis, s.wait_ns) == (WOKEN, "produce_seen", 52 * MS - 300_000 - 900_000)
+    assert s.wake_lag_ns == 2 * MS  # the data's arrival stays what the wake lag counts from
+
+
+def test_a_share_fetch_carrying_acknowledgements_parks_later_and_its_wait_ends_at_its_answer() -> None:
+    m = LatencyModel(wall_minus_mono_ns=0, beside_broker=True)
+    m.on_produce(produce_ev(T0 + 10 * MS, T0 + 12 * MS, base=0, n=5))
+    # the broker completed it 3 ms after the produce's answer (reading the log, acquiring): the
+    # broker counts all of that as its wait; with acknowledgements it parked 1.5 ms in
+    s, _ = m.on_fetch(share_ev(T0, T0 + 15 * MS, T0 + 15 * MS, acquired_from=0, records=5, acknowledgements=2),
+                      broker_node=0)
+    assert (s.outcome, s.wait_ns, s.local_ns) == (WOKEN, 15 * MS - 300_000 - 1_500_000, 1_800_000)
+    # data there before it parked: immediate, and never taken for what an answer takes to start
+    before = m.first_byte_ns
+    s, _ = m.on_fetch(share_ev(T0 + 12_500_000, T0 + 14 * MS, T0 + 14 * MS, acquired_from=0, records=5,
+                               acknowledgements=1), broker_node=0)
+    assert (s.outcome, s.wait_ns, m.first_byte_ns) == (IMMEDIATE, 0, before)
+    # a share fetch's wait ends at its answer only within max wait
+    m.on_produce(produce_ev(T0 + 104 * MS, T0 + 105 * MS, base=5, n=1))
+    s, _ = m.on_fetch(share_ev(T0 + 100 * MS, T0 + 160 * MS, T0 + 161 * MS, acquired_from=5, records=1,
+                               max_wait=20), broker_node=0)
+    assert (s.outcome, s.wait_ns) == (WOKEN, 20 * MS)
 
 
 def test_a_partition_the_answer_did_not_name_is_not_asked_about_again() -> None:

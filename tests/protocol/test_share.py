@@ -43,6 +43,8 @@ def test_share_fetch_request(version: int, data: st.DataObject) -> None:
         for t in ref["Topics"] or [] for p in t["Partitions"] or []]
     assert list(info.forgotten) == [(None, t["TopicId"], p) for t in ref["ForgottenTopicsData"] or []
                                     for p in t["Partitions"] or []]
+    assert info.acknowledgements == sum(len(p["AcknowledgementBatches"] or []) for t in ref["Topics"] or []
+                                        for p in t["Partitions"] or [])
 
 
 @pytest.mark.parametrize("version", VERSIONS)
