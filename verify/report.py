@@ -11,7 +11,7 @@ a ``--check`` holds them to, and the table printed. The join and the agreement f
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,18 +46,23 @@ def parse_log_arg(text: str) -> tuple[str | None, Path]:
     return None, Path(text)
 
 
-def bias(pairs: Sequence[rl.Pair], network_ms: float) -> dict[str, float]:
+Network = float | Callable[[rl.Pair], float]  # the round trip between proxy and broker: one, or each fetch's
+
+
+def bias(pairs: Sequence[rl.Pair], network_ms: Network) -> dict[str, float]:
     """Per broker outcome, the median of fetchlat's true local minus (the broker's own local,
-    ``totalTimeMs - remoteTimeMs``, plus the round trip between proxy and broker)."""
+    ``totalTimeMs - remoteTimeMs``, plus the round trip between proxy and broker: one figure,
+    or what each fetch met, as a ground truth that measures its network gives it)."""
+    net = network_ms if callable(network_ms) else (lambda _p: network_ms)
     out: dict[str, float] = {}
     for name in OUTCOMES:
-        d = [p.row["local_ns"] / rl.NS_PER_MS - p.broker.broker_local_ms - network_ms for p in pairs
+        d = [p.row["local_ns"] / rl.NS_PER_MS - p.broker.broker_local_ms - net(p) for p in pairs
              if rl.broker_outcome(p.broker) == name and p.row["local_ns"] is not None]
         out[name] = rl.quantile(d, 0.5)
     return out
 
 
-def judge(pairs: Sequence[rl.Pair], unmatched: int, network_ms: float = 0.0) -> dict[str, Any]:
+def judge(pairs: Sequence[rl.Pair], unmatched: int, network_ms: Network = 0.0) -> dict[str, Any]:
     """The agreement figures of these fetches, with the bias of true local per outcome: what
     ``missed`` holds to the goals."""
     figures = rl.agreement(pairs, unmatched)

@@ -259,7 +259,7 @@ def trace_rows(trace_dir: Path | str, api: str | Sequence[str] = "Fetch") -> lis
 
     cols = ["ts_ns", "broker", "api", "client_id", "correlation_id", "kind", "replica_id", "max_wait_ms",
             "min_bytes", "total_ns", "wait_ns", "local_ns", "outcome", "wait_basis", "records", "error_code",
-            "throttle_ms"]
+            "throttle_ms", "first_byte_ns", "request_bytes", "response_bytes"]
     wanted = {api} if isinstance(api, str) else set(api)
     rows: list[dict[str, Any]] = []
     for f in trace_layout.local_files(str(trace_dir), "exchanges"):
