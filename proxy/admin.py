@@ -49,11 +49,17 @@ class _Server(ThreadingHTTPServer):
 
 
 class AdminServer:
-    def __init__(self, addr: HostPort, registry: CollectorRegistry, health: Callable[[], dict[str, object]]) -> None:
+    """``before_scrape``, if given, runs on this endpoint's thread before each /metrics answer
+    (the proxy's: what the native core has queued, counted first)."""
+
+    def __init__(self, addr: HostPort, registry: CollectorRegistry, health: Callable[[], dict[str, object]],
+                 before_scrape: Callable[[], None] | None = None) -> None:
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
                 if path == "/metrics":
+                    if before_scrape is not None:
+                        before_scrape()
                     self._send(200, CONTENT_TYPE_LATEST, generate_latest(registry))
                 elif path in ("/health", "/health/live", "/health/ready"):
                     h = health()

@@ -12,6 +12,7 @@ import dataclasses
 import itertools
 import logging
 import socket
+import threading
 from collections.abc import Callable
 
 from .. import native
@@ -46,6 +47,7 @@ log = logging.getLogger("fetchlat.proxy")
 # moment independent of the stalls): its p99 alert reads the same, from 300 samples in 5 minutes.
 TICK_S = 1.0
 TICK_NS = int(TICK_S * 1e9)
+SETTLE_S = 0.5  # the most a scrape waits for the loop to take what the native core queued (Proxy.settle)
 BEATS_PER_RELEASE = int(RELEASE_EVERY_S / TICK_S)  # freed memory back to the system (proxy/memory.py)
 
 
@@ -73,6 +75,7 @@ class Proxy:
                                 connect_timeout_s=cfg.connect_timeout_s,
                                 kernel_stamps=stamp_source(cfg.stamps) == KERNEL)
         self.relay = self._relay_road(cfg, upstream_tls is not None or server_tls is not None)
+        self._loop: asyncio.AbstractEventLoop | None = None  # set once the relay road runs (settle)
         self.conn.relay = self.relay
         counts, relay = self.conn.stamp_counts, self.relay
         metrics.stamps.counts = lambda: self._stamp_counts(counts, relay)
@@ -247,6 +250,7 @@ class Proxy:
                  f" (fronting broker {self.cfg.sidecar_node}; addresses pass unchanged)" if self.cfg.sidecar else "")
         if self.relay is not None:
             self.relay.start(loop)
+            self._loop = loop  # for settle(), from the admin endpoint's thread
             log.info("relay: %s: the native core's thread carries each connection after its first answer",
                      self.cfg.relay)
         self._tick_due_ns = clock.now_ns() + TICK_NS
@@ -328,6 +332,29 @@ class Proxy:
                 sess.apply((close,))
         if self._beat % BEATS_PER_RELEASE == 0:
             release_free_memory()
+
+    def settle(self, timeout_s: float = SETTLE_S) -> None:
+        """From another thread (the admin endpoint's, before a scrape): have the loop take what
+        the native core queued of the connections it carries, and wait for it (at most
+        ``timeout_s``: a loop that busy answers a scrape with what it has). Without it a relayed
+        exchange reached the metrics up to a tick after its bytes (``TICK_S``, the core's
+        fallback wake ``BATCH_NS``): a scrape right after a client finished missed its fetches."""
+        loop, relay = self._loop, self.relay
+        if loop is None or relay is None or loop.is_closed():
+            return
+        done = threading.Event()
+
+        def drain() -> None:
+            try:
+                relay.drain()
+            finally:
+                done.set()
+
+        try:
+            loop.call_soon_threadsafe(drain)
+        except RuntimeError:  # the loop closed meanwhile
+            return
+        done.wait(timeout_s)
 
     def _held(self) -> dict[str, int]:
         """The sizes ``fetchlat_held_entries`` exports (read at scrape time, another thread: each
