@@ -47,7 +47,7 @@ def _share_consumer(bootstrap: str, topic: str, group: str, records: int, second
                              str(seconds), mode, client_id], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _feed(bootstrap: str, topic: str, stop: threading.Event, sent: list[int]) -> None:
+def _feed(bootstrap: str, topic: str, stop: threading.Event, sent: list[int], burst_at: list[int]) -> None:
     """Twice a record every 100 ms for 5 s (each wakes a parked share fetch) after 3 s of quiet
     (the share consumer's long polls expire), then a burst of 3 000 (share fetches find records
     waiting)."""
@@ -63,6 +63,7 @@ def _feed(bootstrap: str, topic: str, stop: threading.Event, sent: list[int]) ->
             sent.append(1)
             if stop.wait(0.1):
                 return
+    burst_at.append(time.time_ns())
     for i in range(3000):
         p.produce(topic, f"b{i}".encode())
         sent.append(1)
@@ -141,7 +142,8 @@ def test_share_fetch_latency_agrees_with_the_brokers_clock(tmp_path: Path, clien
             consumer.start()
         else:
             consumer = _share_consumer(b, topic, group, 3100, 40, mode, client)
-        feeder = threading.Thread(target=_feed, args=(b, topic, stop, sent))
+        burst_at: list[int] = []  # when the burst began (wall clock, as the trace rows' ts_ns)
+        feeder = threading.Thread(target=_feed, args=(b, topic, stop, sent, burst_at))
         try:
             time.sleep(4.0)  # the consumer joins its share group before the first record
             feeder.start()
@@ -191,7 +193,12 @@ def test_share_fetch_latency_agrees_with_the_brokers_clock(tmp_path: Path, clien
                              "steady_abs_err_p99_ms": steady["abs_err_p99_ms"],
                              "immediate_with_acknowledgements": len(persisting),
                              "their_remote_p50_ms": persist_ms[len(persist_ms) // 2] if persist_ms else None}) + "\n")
-    assert len(persisting) <= 0.2 * len(pairs), (len(persisting), len(pairs))  # the burst's fetches, at most
+    # the fetches set apart are the burst's, where records wait for every fetch (a share fetch
+    # parks 1.5 ms in when it carries acknowledgements, so data that came before then finds it
+    # there: up to 38 of 147 in a run); a session's opening fetch may be one more
+    assert burst_at, "the burst never began"
+    before_burst = [p.row["ts_ns"] for p in persisting if p.row["ts_ns"] < burst_at[0]]
+    assert len(before_burst) <= 2, (len(persisting), [(t - burst_at[0]) / 1e9 for t in before_burst])
     assert len(pairs) >= 0.99 * len(rows), (len(pairs), len(rows))
     hold(f"share_fetch_{name}", figures, KNOWN, kind="share")
 
@@ -204,13 +211,13 @@ SHARE_WORK = ("the broker's share-partition work before parking (the acknowledge
               "1.30-2.09 ms over six runs) and a session's opening state read are not marked by any byte a "
               "proxy sees")
 KNOWN = [
-    KnownMiss("abs_err_p50_ms", "0.29 ms without acknowledgements (Java, explicit, 2 runs); 0.52-0.91 ms with "
-              "them (Java implicit, librdkafka; 2026-12-04)", SHARE_WORK),
-    KnownMiss("abs_err_p99_ms", "3.6-8.0 ms, 22.8 ms once (2026-12-04)", SHARE_WORK),
+    KnownMiss("abs_err_p50_ms", "0.24-0.39 ms without acknowledgements (Java, explicit); 0.31-0.91 ms with them "
+              "(Java implicit, librdkafka; 2026-12-04, four runs each)", SHARE_WORK),
+    KnownMiss("abs_err_p99_ms", "3.6-8.0 ms, 13.7 and 22.8 ms once each (2026-12-04)", SHARE_WORK),
     KnownMiss("outcome_agree_share", "99.1-100 %", SHARE_WORK),
-    KnownMiss("local_bias_ms:woken", "-0.05 / -0.38 ms without acknowledgements; -0.25 to -0.90 ms with them "
-              "(2026-12-04, three clients, two runs each)", SHARE_WORK),
-    KnownMiss("local_bias_ms:expired", "+0.22 to +1.21 ms over 6-7 fetches (2026-12-04)",
+    KnownMiss("local_bias_ms:woken", "-0.38 to +0.31 ms without acknowledgements; -0.90 to -0.05 ms with them "
+              "(2026-12-04, three clients, four runs each)", SHARE_WORK),
+    KnownMiss("local_bias_ms:expired", "-0.30 to +1.21 ms over 6-7 fetches (2026-12-04)",
               "the broker's expiry lateness, learned by the sidecar's probes"),
     KnownMiss("local_bias_ms:immediate", "+0.08 to +0.19 ms over 1-9 fetches (2026-12-04)", SHARE_WORK),
 ]
