@@ -112,6 +112,7 @@ def estimate_wait(
     arrival_ns: int | None = None,
     arrival_basis: str | None = None,
     expiry_overshoot_ns: int = 0,
+    woken_until_ns: int | None = None,
 ) -> WaitEstimate:
     """The purgatory wait of one fetch. In order of preference:
 
@@ -123,7 +124,8 @@ def estimate_wait(
          (high watermark / produce acks seen before): ``immediate``, wait 0;
        - the data's arrival is known (produce seen by the proxy, else LogAppendTime, else
          CreateTime): at or before the request: ``immediate``; after it: ``woken``, wait =
-         arrival - request, clamped to [0, min(max_wait, total)];
+         arrival (or ``woken_until_ns``, when the broker counts a woken fetch parked until then,
+         if later) - request, clamped to [0, min(max_wait, total)];
        - otherwise ``unknown``, wait 0 (local is then an upper bound), low confidence.
     5. too little data came back:
        - total reached max_wait (within ``EXPIRY_SLACK_NS``): ``expired``, wait = max_wait
@@ -152,7 +154,8 @@ def estimate_wait(
             confident = basis in ("produce_seen", "log_append_time")
             if arrival_ns <= t_request_ns:
                 return WaitEstimate(wait_ns=0, source=INFERRED, outcome=IMMEDIATE, basis=basis, confident=confident)
-            wait = min(arrival_ns - t_request_ns, max_wait_ns, total_ns)
+            end = arrival_ns if woken_until_ns is None else max(arrival_ns, woken_until_ns)
+            wait = min(end - t_request_ns, max_wait_ns, total_ns)
             return WaitEstimate(wait_ns=wait, source=INFERRED, outcome=WOKEN, basis=basis, confident=confident,
                                 arrival_ns=arrival_ns)
         return WaitEstimate(wait_ns=0, source=INFERRED, outcome=UNKNOWN, basis="no_arrival", confident=False)
@@ -587,13 +590,11 @@ class LatencyModel:
                           returned_bytes=returned_bytes,
                           reported_wait_ms=resp.wait_time_ms, data_at_request=data_at_request,
                           arrival_ns=arrival, arrival_basis=arrival_basis,
-                          expiry_overshoot_ns=self.expiry_overshoot_ns)
-        if share and w.outcome == WOKEN and w.source == INFERRED:
-            # the data dates the wake (the outcome, the wake lag); the answer dates the wait's end
-            answered = self.broker_frame_ns(ev.t_first_ns) - SHARE_ANSWER_NS - parked_ns
-            if answered > w.wait_ns:
-                w.wait_ns = min(answered, max(0, req.max_wait_ms) * NS_PER_MS, total)
-        elif w.outcome == IMMEDIATE and w.basis == "known_log_end" and not share:
+                          expiry_overshoot_ns=self.expiry_overshoot_ns,
+                          # a share fetch: the data dates the wake (the outcome, the wake lag), its
+                          # answer the wait's end
+                          woken_until_ns=self.broker_frame_ns(ev.t_first_ns) - SHARE_ANSWER_NS if share else None)
+        if w.outcome == IMMEDIATE and w.basis == "known_log_end" and not share:
             # (a share fetch's answer also holds the broker's share work: not the start of an answer)
             self.learn_first_byte(ev.t_first_ns - ev.t_request_ns)
         local = total - w.wait_ns

@@ -58,13 +58,13 @@ class Leg(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.early: list[bytes] = []
         self.direction = "to_broker"  # what this leg receives goes to the broker, until linked()
+        self.reader: Any = None  # a StampedReader of its socket once connected (delayed legs, Linux)
 
     def linked(self) -> None:  # called by serve() on the broker-facing leg
         self.direction = "to_client"
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        self.reader = None
         if self.delay_s > 0 and STAMPS is not None:  # read with the kernel's receive stamps
             self.reader = STAMPS.StampedReader.open(asyncio.get_running_loop(), transport, COUNTS, self._stamped,
                                                     transport.close, lambda _exc: transport.abort())  # type: ignore[attr-defined]
@@ -97,7 +97,7 @@ class Leg(asyncio.Protocol):
             self.early.append(data)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if getattr(self, "reader", None) is not None:
+        if self.reader is not None:
             self.reader.stop()
         if self.peer is not None and self.peer.transport is not None:
             asyncio.get_running_loop().call_later(self.delay_s, self.peer.transport.close)
