@@ -9,6 +9,7 @@ import pytest
 from fetchlat.metrics.model import (
     APPEND_HORIZON_NS,
     EXPIRED,
+    FOLLOWER_PARK_NS,
     IMMEDIATE,
     INFERRED,
     MAX_APPENDS_PER_PARTITION,
@@ -190,13 +191,19 @@ def test_a_follower_is_woken_by_the_end_of_the_append() -> None:
     m.first_byte_ns = 1 * MS
     m.on_produce(produce_ev(T0 + 100 * MS, T0 + 108 * MS, base=0, n=5, acks=-1))  # acks=all: acked after replication
     s, _ = m.on_fetch(fetch_ev(T0, T0 + 104 * MS, T0 + 104 * MS, records=5, hw=0, replica=2))
-    assert (s.kind, s.outcome, s.basis, s.wait_ns) == ("follower", WOKEN, "append_end", 103 * MS)
+    # its wait began once the leader had recorded its progress (FOLLOWER_PARK_NS after it went out)
+    assert (s.kind, s.outcome, s.basis, s.wait_ns) == ("follower", WOKEN, "append_end", 103 * MS - FOLLOWER_PARK_NS)
+    assert s.local_ns == MS + FOLLOWER_PARK_NS
     assert not s.confident  # estimated
     # answered at once after the append began: the append's start dates it
     m.on_produce(produce_ev(T0 + 200 * MS, T0 + 208 * MS, base=5, n=5, acks=-1))
     s, _ = m.on_fetch(fetch_ev(T0 + 150 * MS, T0 + 200 * MS + MS // 2, T0 + 200 * MS + MS // 2, offset=5, records=5,
                                hw=5, replica=2))
-    assert (s.outcome, s.basis, s.wait_ns) == (WOKEN, "produce_seen", 50 * MS)
+    assert (s.outcome, s.basis, s.wait_ns) == (WOKEN, "produce_seen", 50 * MS - FOLLOWER_PARK_NS)
+    # data whose append ended before the follower's fetch had parked found it not parked yet
+    s, _ = m.on_fetch(fetch_ev(T0 + 300 * MS, T0 + 301 * MS + MS // 2, T0 + 301 * MS + MS // 2, offset=10, records=5,
+                               hw=10, replica=2))
+    assert (s.outcome, s.basis, s.wait_ns) == (IMMEDIATE, "append_end", 0)
 
 
 def test_a_follower_is_woken_by_an_acks_all_produce_not_answered_yet() -> None:
@@ -211,14 +218,14 @@ def test_a_follower_is_woken_by_an_acks_all_produce_not_answered_yet() -> None:
     m.on_produce_sent(second.request, T0 + 40 * MS)  # offsets 10-14
     # a follower that has 0-9 already, parked at T0, is woken by the second produce
     s, _ = m.on_fetch(fetch_ev(T0, T0 + 41 * MS, T0 + 41 * MS, offset=10, records=5, hw=5, replica=2))
-    assert (s.kind, s.outcome, s.basis, s.wait_ns) == ("follower", WOKEN, "produce_seen", 40 * MS)
+    assert (s.kind, s.outcome, s.basis, s.wait_ns) == ("follower", WOKEN, "produce_seen", 40 * MS - FOLLOWER_PARK_NS)
     # one still at 5, fetching after the first was sent, found it there (answered in the time an
     # answer takes)
     s, _ = m.on_fetch(fetch_ev(T0 + 30 * MS, T0 + 31 * MS, T0 + 31 * MS, offset=5, records=5, hw=5, replica=1))
     assert (s.outcome, s.basis, s.wait_ns) == (IMMEDIATE, "append_end", 0)
     # the same, answered 3 ms later than an answer takes: the append had not ended, it was parked
     s, _ = m.on_fetch(fetch_ev(T0 + 30 * MS, T0 + 34 * MS, T0 + 34 * MS, offset=5, records=5, hw=5, replica=3))
-    assert (s.outcome, s.basis, s.wait_ns) == (WOKEN, "append_end", 3 * MS)
+    assert (s.outcome, s.basis, s.wait_ns) == (WOKEN, "append_end", 3 * MS - FOLLOWER_PARK_NS)
     m.on_produce(first)  # answered: no longer pending, and now a known append
     assert m._part("t", 0).pending == [T0 + 40 * MS]
     # a produce sent after the follower's response began cannot have woken it
