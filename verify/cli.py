@@ -27,6 +27,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    help="the round trip between proxy and broker (ms), taken off fetchlat's true local time "
                         "before it is compared (0 for a sidecar)")
     p.add_argument("--since-minutes", type=float, default=None, help="only fetches of the last N minutes")
+    p.add_argument("--client", default="", metavar="PREFIX",
+                   help="only the fetches of clients whose id starts with PREFIX (a follower's: broker-N-fetcher)")
+    p.add_argument("--parts", action="store_true",
+                   help="also print where each kind's wait error lies: in when the wait began, when it ended, "
+                        "or outside the broker's log (per parked outcome)")
     p.add_argument("--json", action="store_true", help="print the figures as JSON instead of the table")
     p.add_argument("--check", action="store_true",
                    help="exit 1 when a goal is missed (matched and outcome ≥ 99 %%, |err| p50 ≤ 0.5 ms and "
@@ -45,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     since_ns = 0 if args.since_minutes is None else time.time_ns() - int(args.since_minutes * 60e9)
     try:
         result = report.verify(logs, args.traces, listener=args.listener, network_ms=args.network_ms,
-                               since_ns=since_ns)
+                               since_ns=since_ns, client=args.client, parts=args.parts)
     except report.UnnamedLog as exc:
         print(f"fetchlat verify: {exc}", file=sys.stderr)
         return 2

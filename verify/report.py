@@ -5,7 +5,7 @@ read off its own log.
 
 Owns: which rows and log lines a verification takes, the bias and overshoot figures, the goals
 a ``--check`` holds them to, and the table printed. The join and the agreement figures are
-``request_log.py``'s.
+``request_log.py``'s, where each error lies ``parts.py``'s.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import parts as error_parts
 from . import request_log as rl
 
 KINDS = ("consumer", "follower", "share")
@@ -79,11 +80,13 @@ def expiry_overshoot_ms(requests: Sequence[rl.BrokerRequest]) -> tuple[float, in
 
 
 def verify(logs: Sequence[LogFile], trace_dir: Path | str, *, listener: str | None = None,
-           network_ms: float = 0.0, since_ns: int = 0) -> dict[str, Any]:
-    """Every fetch and share fetch in the traces of the brokers whose logs are given, joined
-    with those logs and judged, per kind. A log given without its node (one at most) is the
-    one broker the traces name (``UnnamedLog`` if they name more, or none)."""
-    traced = [r for r in rl.trace_rows(trace_dir, ("Fetch", "ShareFetch")) if r["ts_ns"] >= since_ns]
+           network_ms: float = 0.0, since_ns: int = 0, client: str = "", parts: bool = False) -> dict[str, Any]:
+    """Every fetch and share fetch in the traces of the brokers whose logs are given (of the
+    clients whose id starts with ``client``), joined with those logs and judged, per kind, with
+    where the error lies when ``parts`` (``parts.py``). A log given without its node (one at
+    most) is the one broker the traces name (``UnnamedLog`` if they name more, or none)."""
+    traced = [r for r in rl.trace_rows(trace_dir, ("Fetch", "ShareFetch"))
+              if r["ts_ns"] >= since_ns and (r["client_id"] or "").startswith(client)]
     unnamed = [lf for lf in logs if lf.node is None]
     if unnamed:
         brokers = {str(r["broker"]) for r in traced}
@@ -105,6 +108,8 @@ def verify(logs: Sequence[LogFile], trace_dir: Path | str, *, listener: str | No
         used = {id(p.broker) for p in pairs}
         pool = [r for r in pool if id(r) not in used]
         out["kinds"][kind] = judge(pairs, len(unmatched), network_ms)
+        if parts:
+            out["kinds"][kind]["parts"] = error_parts.parts(pairs, network_ms)
     out["expiry_overshoot_ms"], out["expired_in_log"] = expiry_overshoot_ms(
         [r for r in requests if r.api_key == rl.API_KEYS["Fetch"]])
     return out
@@ -186,4 +191,12 @@ def table(result: dict[str, Any]) -> str:
     if result["expired_in_log"]:
         lines.append(f"the broker's expiry overshoot (remoteTimeMs - maxWaitMs of its expired fetches, median of "
                      f"{result['expired_in_log']}): {result['expiry_overshoot_ms']:.2f} ms")
+    for kind, f in result["kinds"].items():
+        if "parts" in f:
+            lines += error_parts.table(kind, f["parts"])
+    if any("parts" in f for f in result["kinds"].values()):
+        lines += ["", "per fetch, fetchlat's less the broker's. start / end: when the wait began / ended;",
+                  "error: end - start (end: the error were the broker's start known); start, answer known: the",
+                  "error were its response queue and send time after waking known too; beyond the log: the total",
+                  "less totalTimeMs; bias: beyond the log - error - network"]
     return "\n".join(lines)

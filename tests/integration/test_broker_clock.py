@@ -445,7 +445,7 @@ FOLLOWERS_KNOWN = [
               APPEND_UNSEEN),
     KnownMiss("abs_err_p99_ms", "7.3-19.5 ms; 13-249 ms before", APPEND_UNSEEN + "; a leader's appends queue behind "
               "each other (with the broker's own times before parking and after waking taken as known, still "
-              "3.7-8.7 ms: bench/wait_error_parts.py)"),
+              "3.7-8.7 ms: fetchlat verify --parts)"),
     KnownMiss("local_bias_ms:woken", "-0.12 to +0.35 ms (-0.82 to -1.09 ms before the park); -6.5 ms beside a soak's "
               "warm-up", APPEND_UNSEEN),
     KnownMiss("local_bias_ms:immediate",

@@ -5,6 +5,7 @@ and the errors a user meets (a log without its node, a missing file)."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -89,3 +90,46 @@ def test_what_a_user_gets_wrong(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert "give each log as NODE=FILE" in capsys.readouterr().err
     assert main(["verify", "--request-log", f"7={log}", "--traces", str(traces)]) == 1
     assert "no fetch in" in capsys.readouterr().err
+
+
+def test_parts_say_where_the_error_lies(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The expired fetches: the broker parked them after its queue and local time (0.1 + 0.5 ms)
+    and let them go 101.0 ms later; fetchlat's wait began at the forwarding and lasted 100.4 ms.
+    Its start is 0.6 ms early, its end 1.2 ms early: its wait 0.6 ms short. Its total is 0.1 ms
+    beyond the broker's: the bias of true local is 0.1 + 0.6."""
+    log, traces = _setup(tmp_path)
+    assert main(["verify", "--request-log", str(log), "--traces", str(traces), "--json", "--parts"]) == 0
+    parts = json.loads(capsys.readouterr().out)["kinds"]["consumer"]["parts"]
+    assert set(parts) == {"expired"} and parts["expired"]["n"] == 10  # the immediate ones have no wait to split
+    got = {name: round(parts["expired"][name]["p50"], 3) for name in ("start", "end", "error", "beyond the log",
+                                                                        "bias")}
+    assert got == {"start": -0.6, "end": -1.2, "error": -0.6, "beyond the log": 0.1, "bias": 0.7}
+    assert math.isnan(parts["expired"]["start, answer known"]["p50"])  # the rows carry no first byte
+    assert main(["verify", "--request-log", str(log), "--traces", str(traces), "--parts"]) == 0
+    out = capsys.readouterr().out
+    assert "consumer expired (10), ms" in out
+    assert next(line for line in out.splitlines() if line.strip().startswith("end")).split()[1:3] == ["-1.20", "-1.20"]
+    # only some clients: none of them here
+    assert main(["verify", "--request-log", f"0={log}", "--traces", str(traces), "--client", "c2"]) == 1
+    assert "no fetch in" in capsys.readouterr().err
+    assert main(["verify", "--request-log", f"0={log}", "--traces", str(traces), "--client", "c"]) == 0
+
+
+def test_a_followers_wait_begins_at_its_park() -> None:
+    """A follower's fetch parks after the leader recorded its progress: fetchlat starts its wait
+    ``FOLLOWER_PARK_NS`` in, and judges that start against the broker's queue and local time."""
+    from fetchlat.metrics.model import FOLLOWER_PARK_NS
+    from fetchlat.verify import parts
+    from fetchlat.verify import request_log as rl
+
+    line = rl.parse_line(_line(1, "broker-2-fetcher-0", 20.0, total=21.0, records=100,
+                               replica={"replicaId": 2, "replicaEpoch": 1}), "0")
+    assert line is not None
+    row = {"api": "Fetch", "kind": "follower", "wait_ns": 20 * MS, "first_byte_ns": int(21.2 * MS),
+           "total_ns": int(21.2 * MS), "local_ns": int(1.2 * MS)}
+    got = parts.split(rl.Pair(row, line))
+    park = FOLLOWER_PARK_NS / MS
+    assert abs(got["start"] - (park - 0.6)) < 1e-9
+    assert abs(got["end"] - (park + 20 - 20.6)) < 1e-9
+    assert abs(got["error"] - 0.0) < 1e-9
+    assert abs(got["start, answer known"] - (21.2 - 0.3 - 20.6)) < 1e-9
