@@ -20,6 +20,7 @@ from ..protocol.events import FetchExchanged, ProduceExchanged
 from ..protocol.fetch import FetchPartitionResponse
 from ..protocol.produce import ProduceRequestInfo
 from ..protocol.sessions import TopicKey
+from .broker_timing import answer_ns, park_ns
 from .cluster import MAX_PARTITIONS, ClusterView
 from .vocabulary import Kind, Outcome, WaitSource, fetch_kind
 
@@ -50,30 +51,6 @@ DEFAULT_FIRST_BYTE_NS: Final = 300_000
 # without waiting, once ROUND_TRIPS_TO_TRUST were seen; before, by its forwarding.
 ROUND_TRIPS_KEPT: Final = 32
 ROUND_TRIPS_TO_TRUST: Final = 4
-# A share fetch parks only once the broker has done its share-group work on it (the share
-# session, acknowledgements, trying to acquire): Kafka 4.4's request log gives the parked ones
-# requestQueueTimeMs + localTimeMs p50 1.0 ms (0.6-1.5) on the test machine, against 0.1-0.3 ms
-# for a consumer's fetch. Data that arrives before then finds it not yet parked.
-SHARE_PARK_NS: Final = 900_000
-# ... and later still when it carries acknowledgements (implicit acknowledgement mode): the
-# broker records them first. Woken ones with acknowledgements: p50 1.30-2.09 ms over six runs
-# of Kafka's Java share consumer and librdkafka's (2026-12-04; 1.5 the middle), without 0.93-0.98.
-SHARE_PARK_ACKS_NS: Final = 1_500_000
-# A woken share fetch stays parked, as the broker counts it (remoteTimeMs), until its answer is
-# ready: the broker reads the log and acquires the records for the member once the data came,
-# 1.7-2.0 ms (p50) after the produce that fed it was answered against Kafka 4.4's request log
-# (2026-12-04, three clients; a consumer's fetch 0.96 ms), and its first byte came 0.26-0.44 ms
-# (p50) after the broker's wait ended. The data dates the wake (the outcome, the wake lag), and
-# the answer, less this, the wait's end. (A consumer's wake lag stays in its local time: on a
-# broker that re-checks parked fetches, as Tansu does, it is the broker's lateness.)
-SHARE_ANSWER_NS: Final = 300_000
-# A follower's fetch parks only once the leader has recorded the follower's progress: moved its
-# high watermark and completed the acks=all produces the fetch confirms (their answers go out from
-# inside it), at a moment the leader is busy with the append the followers just took. Kafka 4.4's
-# request log, three brokers behind their sidecars (2026-12-05, three runs): the woken ones'
-# requestQueueTimeMs + localTimeMs p50 0.85 ms (p10 0.34, p90 2.9), against 0.1-0.3 ms for a
-# consumer's fetch; dated from the forwarding, their local time came out 0.87-1.09 ms short.
-FOLLOWER_PARK_NS: Final = 900_000
 REPLICA_HW: Final = "replica_high_watermark"
 TXN_MARKER: Final = "transaction_marker"  # read_committed: the same dating, for a commit marker
 # A follower is woken when the leader's append ends, which a sidecar never sees under acks=all
@@ -590,24 +567,26 @@ class LatencyModel:
                 bytes=b.size_bytes if b is not None else 0, record_latency_ns=rec_lat))
 
         errored = resp.error_code != 0 or (bool(resp.partitions) and all(p.error_code for p in resp.partitions))
-        parked_ns = ev.t_request_ns + (FOLLOWER_PARK_NS if follower is not None else 0 if not share
-                                       else SHARE_PARK_ACKS_NS if req.acknowledgements else SHARE_PARK_NS)
+        # its wait runs from its park until its answer is ready, as the broker counts it (broker_timing.py)
+        kind = fetch_kind(req.replica_id, share)
+        parked_ns = ev.t_request_ns + park_ns(kind, req.acknowledgements > 0)
+        lead = answer_ns(kind)
+        answer_ready = None if lead is None else self.broker_frame_ns(ev.t_first_ns) - lead
         w = estimate_wait(max_wait_ms=req.max_wait_ms, min_bytes=req.min_bytes, total_ns=total,
                           t_request_ns=parked_ns, error=errored,
                           returned_bytes=returned_bytes,
                           reported_wait_ms=resp.wait_time_ms, data_at_request=data_at_request,
                           arrival_ns=arrival, arrival_basis=arrival_basis,
                           expiry_overshoot_ns=self.expiry_overshoot_ns,
-                          # a share fetch: the data dates the wake (the outcome, the wake lag), its
-                          # answer the wait's end
-                          woken_until_ns=self.broker_frame_ns(ev.t_first_ns) - SHARE_ANSWER_NS if share else None)
+                          # the data dates the wake (the outcome, the wake lag), the answer the wait's end
+                          woken_until_ns=answer_ready)
         if w.outcome == IMMEDIATE and w.basis == "known_log_end" and not share:
             # (a share fetch's answer also holds the broker's share work: not the start of an answer)
             self.learn_first_byte(ev.t_first_ns - ev.t_request_ns)
         local = total - w.wait_ns
         error_code = resp.error_code or next((p.error_code for p in resp.partitions if p.error_code), 0)
         sample = FetchSample(
-            kind=fetch_kind(req.replica_id, share), replica_id=req.replica_id, client_id=ev.client_id,
+            kind=kind, replica_id=req.replica_id, client_id=ev.client_id,
             api_version=ev.api_version,
             max_wait_ms=req.max_wait_ms, min_bytes=req.min_bytes, request_bytes=ev.request_bytes,
             response_bytes=ev.response_bytes, records=records, error_code=error_code,

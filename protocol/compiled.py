@@ -57,6 +57,7 @@ HOT: Final = (
     "fetchlat.protocol.connection",
     "fetchlat.protocol.routed",
     "fetchlat.metrics.vocabulary",
+    "fetchlat.metrics.broker_timing",
     "fetchlat.metrics.cluster",
     "fetchlat.metrics.model",
     "fetchlat.metrics.fast",

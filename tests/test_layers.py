@@ -34,8 +34,9 @@ RULES = {
     "capture/flows.py": IO_MODULES | {"fetchlat.proxy.session", "fetchlat.proxy.server", "fetchlat.metrics.model"},
 }
 # analysis/ and verify/ may import these of fetchlat (and their own package), and nothing else
+# (broker_timing: the model's park and answer constants, which verify --parts judges)
 TRACE_READERS_ALLOWED = {"fetchlat.metrics.trace_schema", "fetchlat.metrics.trace_layout",
-                         "fetchlat.metrics.vocabulary"}
+                         "fetchlat.metrics.vocabulary", "fetchlat.metrics.broker_timing"}
 # Each package's floor (docs/architecture.md): a package imports only packages on lower floors.
 FLOORS = {"native": 0, "protocol": 1, "perf": 1, "embedded": 1, "metrics": 2, "proxy": 3, "analysis": 3, "verify": 3,
           "capture": 4, "app": 5}

@@ -5,8 +5,8 @@ For a fetch the broker parked, on the proxy's clock from the request forwarded:
 
 - the broker's wait began after its queue and local time (``requestQueueTimeMs +
   localTimeMs``) and ended ``remoteTimeMs`` later;
-- fetchlat's began where the model starts a wait for that kind of fetch (``park_ms``: the
-  constants of ``metrics/model.py``) and ended its ``wait_ns`` later.
+- fetchlat's began where the model starts a wait for that kind of fetch (``park_ms``:
+  ``metrics/broker_timing.py``) and ended its ``wait_ns`` later.
 
 ``start`` is fetchlat's start less the broker's, ``end`` the same for the ends, and the wait
 error (fetchlat's wait less ``remoteTimeMs``) is ``end - start``: ``end`` is also what the error
@@ -25,7 +25,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from ..metrics.model import FOLLOWER_PARK_NS, SHARE_PARK_ACKS_NS, SHARE_PARK_NS
+from ..metrics import broker_timing
 from . import request_log as rl
 
 PARKED = ("woken", "expired")  # the broker outcomes with a wait to split
@@ -35,11 +35,8 @@ QUANTILES = (0.1, 0.5, 0.9, 0.99)
 
 def park_ms(pair: rl.Pair) -> float:
     """Where fetchlat starts this fetch's wait, ms after the request was forwarded."""
-    if pair.row["api"] == "ShareFetch":
-        ns = SHARE_PARK_ACKS_NS if pair.broker.acknowledgements else SHARE_PARK_NS
-    else:
-        ns = FOLLOWER_PARK_NS if pair.row["kind"] == "follower" else 0
-    return ns / rl.NS_PER_MS
+    kind = "share" if pair.row["api"] == "ShareFetch" else str(pair.row["kind"])
+    return broker_timing.park_ns(kind, pair.broker.acknowledgements > 0) / rl.NS_PER_MS
 
 
 def split(pair: rl.Pair, network_ms: float = 0.0) -> dict[str, float]:

@@ -6,7 +6,10 @@ adds a known D ms each way, the real proxy in front of it writing traces, and re
   plus its timers' lateness, which the relay measures chunk by chunk) plus the broker's own
   time (measured in the same test with D = 0): p50 within ±3 ms; the naive total shows the
   long poll;
-- woken fetches: request time + inferred wait must match the producer's schedule.
+- woken fetches: the data's inferred arrival (request time + first byte - wake lag) must match
+  the producer's schedule, and the wait must end where Tansu's answer was ready (its first byte
+  less the relay's round trip and what an answer takes to start): Tansu notices the data on its
+  next re-check, 50-250 ms late, and the fetch stays parked until then.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from fetchlat.metrics import broker_timing
 
 from .conftest import start_proxy, stop_proxy, tansu_behind_delay
 
@@ -210,13 +214,18 @@ def test_woken_wait_matches_the_producer_schedule(client: str, tmp_path: Path) -
         producer.flush(10)
     woken = [x for x in fetch_rows(r.trace_dir, f"fed-{client}") if x["outcome"] == "woken"]
     assert woken, "no fetch was woken by the producer"
-    errors = []
+    errors, ends = [], []
     for row in woken:
-        inferred_arrival = row["ts_ns"] + row["wait_ns"]
+        inferred_arrival = row["ts_ns"] + row["first_byte_ns"] - row["wake_lag_ns"]
         nearest = min(sent_wall_ns, key=lambda t: abs(t - inferred_arrival))
         errors.append((inferred_arrival - nearest) / MS)
+        # parked until its answer was ready, on the clock of the requests the proxy forwards: the
+        # first byte less the relay's round trip and what an answer takes to start
+        parked = row["ts_ns"] + broker_timing.CONSUMER_PARK_NS
+        ready = row["ts_ns"] + row["first_byte_ns"] - 2 * DELAY_MS * MS - broker_timing.CONSUMER_ANSWER_NS
+        ends.append((parked + row["wait_ns"] - ready) / MS)
     record({"test": "woken", "client": client, "delay_ms": DELAY_MS, "woken": len(woken), "sent": len(sent_wall_ns),
-            "errors_ms": [round(e, 3) for e in errors],
+            "errors_ms": [round(e, 3) for e in errors], "wait_end_errors_ms": [round(e, 3) for e in ends],
             "wake_lag_ms": [round(x["wake_lag_ns"] / MS, 1) for x in woken],
             "relay_lateness_ms": round(relay_lateness_ms(r.holds), 3)})
     assert len(woken) >= 2
@@ -227,3 +236,7 @@ def test_woken_wait_matches_the_producer_schedule(client: str, tmp_path: Path) -
     lateness = relay_lateness_ms(r.holds)
     assert statistics.median(abs(e) for e in errors) <= 5, errors
     assert all(abs(e) <= 5 + lateness for e in errors), (errors, lateness)
+    # the wait's end: the round trip learned is the relay's plus its own time (the shortest answer)
+    assert all(abs(e) <= 3 + lateness for e in ends), (ends, lateness)
+    # ... and the wake lag is Tansu's lateness plus the round trip: never under the round trip
+    assert all(row["wake_lag_ns"] >= 2 * DELAY_MS * MS for row in woken), [row["wake_lag_ns"] for row in woken]

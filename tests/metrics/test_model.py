@@ -6,10 +6,10 @@ from __future__ import annotations
 import tracemalloc
 
 import pytest
+from fetchlat.metrics.broker_timing import CONSUMER_ANSWER_NS, CONSUMER_PARK_NS, FOLLOWER_PARK_NS
 from fetchlat.metrics.model import (
     APPEND_HORIZON_NS,
     EXPIRED,
-    FOLLOWER_PARK_NS,
     IMMEDIATE,
     INFERRED,
     MAX_APPENDS_PER_PARTITION,
@@ -103,12 +103,20 @@ def test_idle_long_poll_expires_and_local_is_what_is_left() -> None:
     assert (s.wait_ns, s.local_ns) == (501 * MS, 2 * MS)
 
 
+# a consumer's woken fetch waits from its park (CONSUMER_PARK_NS after it went out) until its
+# answer is ready (CONSUMER_ANSWER_NS before its first byte); its data dates the wake (wake lag)
+def _answered_wait(t_req: int, t_first: int) -> int:
+    return t_first - CONSUMER_ANSWER_NS - (t_req + CONSUMER_PARK_NS)
+
+
 def test_woken_by_a_produce_the_proxy_saw() -> None:
     m = LatencyModel(wall_minus_mono_ns=0)
     m.on_produce(produce_ev(T0 + 100 * MS, T0 + 102 * MS, base=0, n=5))
     s, _ = m.on_fetch(fetch_ev(T0, T0 + 352 * MS, T0 + 353 * MS, records=5, hw=5))
-    # Tansu-like: parked at T0, data forwarded at +100 ms, answered on its next re-check at +352 ms
-    assert (s.outcome, s.basis, s.wait_ns, s.local_ns) == (WOKEN, "produce_seen", 100 * MS, 253 * MS)
+    # Tansu-like: parked at T0, data forwarded at +100 ms, answered on its next re-check at +352 ms:
+    # parked until then (as KIP-736's WaitTimeMs would count it), the re-check's lateness its wake lag
+    assert (s.outcome, s.basis, s.wait_ns) == (WOKEN, "produce_seen", _answered_wait(T0, T0 + 352 * MS))
+    assert s.local_ns == 1 * MS + CONSUMER_ANSWER_NS + CONSUMER_PARK_NS
     assert s.wake_lag_ns == 252 * MS
 
 
@@ -117,7 +125,12 @@ def test_a_sidecar_dates_a_consumers_data_by_the_acknowledgement() -> None:
     m.on_produce(produce_ev(T0 + 100 * MS, T0 + 102 * MS, base=0, n=5))
     s, _ = m.on_fetch(fetch_ev(T0, T0 + 103 * MS, T0 + 103 * MS, records=5, hw=5))
     # the high watermark covered the data when the produce was acknowledged (+102 ms)
-    assert (s.outcome, s.wait_ns, s.local_ns) == (WOKEN, 102 * MS, 1 * MS)
+    assert (s.outcome, s.wake_lag_ns) == (WOKEN, 1 * MS)
+    assert s.wait_ns == _answered_wait(T0, T0 + 103 * MS)
+    # data acknowledged before the fetch had parked found it not parked yet
+    m.on_produce(produce_ev(T0 + 200 * MS, T0 + 200 * MS + CONSUMER_PARK_NS // 2, base=5, n=5))
+    s, _ = m.on_fetch(fetch_ev(T0 + 200 * MS, T0 + 201 * MS, T0 + 201 * MS, offset=5, records=5, hw=10))
+    assert (s.outcome, s.wait_ns) == (IMMEDIATE, 0)
 
 
 def _away_with_a_round_trip_learned(rtt_ms: int, answers: int) -> LatencyModel:
@@ -133,27 +146,33 @@ def _away_with_a_round_trip_learned(rtt_ms: int, answers: int) -> LatencyModel:
 def test_away_from_the_broker_a_consumers_data_is_dated_by_the_answer_less_the_round_trip() -> None:
     """A round trip of 20 ms: a produce forwarded at +100 ms reaches the broker at +110, is
     appended and covered by the high watermark at +115, and its answer is back at +125. A
-    consumer's fetch forwarded at T0 reached purgatory at +10 and was woken at +115: it waited
-    105 ms, the answer less the round trip. The forwarding alone would say 100."""
+    consumer's fetch forwarded at T0 reached purgatory at +10 and was woken at +115: its data
+    came 105 ms after it went out (on the clock of the fetches the proxy forwards), the answer
+    less the round trip. The forwarding alone would say 100. Its answer, back at +130, was ready
+    a round trip earlier on that clock."""
     m = _away_with_a_round_trip_learned(20, answers=4)
     assert m.round_trips.estimate() == 20 * MS
     m.on_produce(produce_ev(T0 + 100 * MS, T0 + 125 * MS, base=5, n=5))
-    s, _ = m.on_fetch(fetch_ev(T0, T0 + 125 * MS, T0 + 125 * MS, offset=5, records=5, hw=10))
-    assert (s.outcome, s.basis, s.wait_ns) == (WOKEN, "produce_seen", 105 * MS)
+    s, _ = m.on_fetch(fetch_ev(T0, T0 + 130 * MS, T0 + 130 * MS, offset=5, records=5, hw=10))
+    assert (s.outcome, s.basis, s.wake_lag_ns) == (WOKEN, "produce_seen", 25 * MS)
+    assert s.wait_ns == _answered_wait(T0, T0 + 110 * MS)
 
 
 def test_away_from_the_broker_the_forwarding_dates_the_data_until_the_round_trip_is_learned() -> None:
     m = _away_with_a_round_trip_learned(20, answers=3)
     m.on_produce(produce_ev(T0 + 100 * MS, T0 + 125 * MS, base=5, n=5))
     s, _ = m.on_fetch(fetch_ev(T0, T0 + 125 * MS, T0 + 125 * MS, offset=5, records=5, hw=10))
-    assert (s.outcome, s.wait_ns) == (WOKEN, 100 * MS)
+    assert (s.outcome, s.wake_lag_ns) == (WOKEN, 25 * MS)  # dated at +100
+    assert s.wait_ns == _answered_wait(T0, T0 + 125 * MS)  # its answer as seen
 
 
 def test_away_from_the_broker_the_answer_never_dates_data_before_its_produce_was_forwarded() -> None:
     m = _away_with_a_round_trip_learned(20, answers=4)
     m.on_produce(produce_ev(T0 + 100 * MS, T0 + 110 * MS, base=5, n=5))  # answered faster than the round trip
     s, _ = m.on_fetch(fetch_ev(T0, T0 + 115 * MS, T0 + 115 * MS, offset=5, records=5, hw=10))
-    assert (s.outcome, s.wait_ns) == (WOKEN, 100 * MS)
+    assert (s.outcome, s.wake_lag_ns) == (WOKEN, 15 * MS)  # dated at +100, not +90
+    # its wait never ends before the data came
+    assert s.wait_ns == 100 * MS - CONSUMER_PARK_NS
 
 
 def test_the_round_trip_is_the_shortest_of_the_recent_ones() -> None:
@@ -247,14 +266,14 @@ def test_a_consumer_answered_before_the_produce_that_woke_it_is_dated_by_that_pr
     m.on_produce_sent(pending.request, T0 + 30 * MS)  # offsets 5-9, not answered yet
     s, _ = m.on_fetch(fetch_ev(T0, T0 + 34 * MS, T0 + 34 * MS, offset=5, records=5, hw=10,
                                first_ts_ms=(T0 - 2 * MS) // MS))
-    assert (s.kind, s.outcome, s.basis, s.wait_ns) == ("consumer", WOKEN, "produce_seen", 30 * MS)
+    assert (s.kind, s.outcome, s.basis, s.wake_lag_ns) == ("consumer", WOKEN, "produce_seen", 4 * MS)
 
 
 def test_acks_zero_produce_dates_the_data_by_its_forwarding() -> None:
     m = LatencyModel(wall_minus_mono_ns=0, beside_broker=True)
     m.on_produce(produce_ev(T0 + 100 * MS, T0 + 100 * MS, base=0, n=5, acks=0))
     s, _ = m.on_fetch(fetch_ev(T0, T0 + 103 * MS, T0 + 103 * MS, records=5, hw=5))
-    assert (s.outcome, s.wait_ns) == (WOKEN, 100 * MS)
+    assert (s.outcome, s.wake_lag_ns) == (WOKEN, 3 * MS)
 
 
 def test_a_rejected_batch_is_not_produced_until_the_retry_is_accepted() -> None:
@@ -295,7 +314,7 @@ def test_create_time_arrival_uses_the_wall_clock_pair() -> None:
     arrival_wall_ms = (T0 + wall_minus_mono) // MS + 40
     s, _ = m.on_fetch(fetch_ev(T0, T0 + 45 * MS, T0 + 45 * MS, records=1, hw=1, first_ts_ms=arrival_wall_ms,
                                max_ts_ms=arrival_wall_ms))
-    assert (s.outcome, s.basis, s.wait_ns, s.confident) == (WOKEN, "create_time", 40 * MS, False)
+    assert (s.outcome, s.basis, s.wake_lag_ns, s.confident) == (WOKEN, "create_time", 5 * MS, False)
     assert s.partitions[0].record_latency_ns == 5 * MS  # KIP-489: response time - newest record
 
 
@@ -491,7 +510,7 @@ def test_a_follower_serving_a_consumer_dates_its_data_by_the_answer() -> None:
     assert not m.cluster.leaders_wanted
     s, _ = m.on_fetch(ev, broker_node=2)
     assert (s.outcome, s.basis, s.confident) == (WOKEN, "replica_high_watermark", False)
-    assert s.wait_ns == 40 * MS - m.first_byte_ns
+    assert s.wake_lag_ns == m.first_byte_ns and s.wait_ns == _answered_wait(T0, T0 + 40 * MS)
     s, _ = LatencyModel(wall_minus_mono_ns=wall_minus_mono).on_fetch(ev, broker_node=1)
     assert (s.outcome, s.basis) == (IMMEDIATE, "create_time")
 
@@ -513,7 +532,7 @@ def test_a_read_committed_fetch_woken_by_a_commit_marker_is_dated_by_the_answer(
     ev.response.partitions[0].batches.control_batches = 1
     s, _ = m.on_fetch(ev)
     assert (s.outcome, s.basis, s.confident) == (WOKEN, "transaction_marker", False)
-    assert s.wait_ns == 200 * MS - m.first_byte_ns
+    assert s.wake_lag_ns == m.first_byte_ns and s.wait_ns == _answered_wait(T0, T0 + 200 * MS)
     m2 = LatencyModel(wall_minus_mono_ns=0)  # read_uncommitted: the produce made it visible
     m2.on_produce(produce_ev(T0 - 5 * MS, T0 - 4 * MS, base=3, n=5))
     s, _ = m2.on_fetch(fetch_ev(T0, T0 + 1 * MS, T0 + 1 * MS, offset=3, records=5, hw=9))

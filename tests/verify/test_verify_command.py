@@ -94,21 +94,26 @@ def test_what_a_user_gets_wrong(tmp_path: Path, capsys: pytest.CaptureFixture[st
 
 def test_parts_say_where_the_error_lies(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The expired fetches: the broker parked them after its queue and local time (0.1 + 0.5 ms)
-    and let them go 101.0 ms later; fetchlat's wait began at the forwarding and lasted 100.4 ms.
-    Its start is 0.6 ms early, its end 1.2 ms early: its wait 0.6 ms short. Its total is 0.1 ms
-    beyond the broker's: the bias of true local is 0.1 + 0.6."""
+    and let them go 101.0 ms later; fetchlat's wait began at a consumer's park and lasted
+    100.4 ms: its wait 0.6 ms short. Its total is 0.1 ms beyond the broker's: the bias of true
+    local is 0.1 + 0.6."""
+    from fetchlat.metrics.broker_timing import CONSUMER_PARK_NS
+
+    park = CONSUMER_PARK_NS / MS
     log, traces = _setup(tmp_path)
     assert main(["verify", "--request-log", str(log), "--traces", str(traces), "--json", "--parts"]) == 0
     parts = json.loads(capsys.readouterr().out)["kinds"]["consumer"]["parts"]
     assert set(parts) == {"expired"} and parts["expired"]["n"] == 10  # the immediate ones have no wait to split
     got = {name: round(parts["expired"][name]["p50"], 3) for name in ("start", "end", "error", "beyond the log",
                                                                         "bias")}
-    assert got == {"start": -0.6, "end": -1.2, "error": -0.6, "beyond the log": 0.1, "bias": 0.7}
+    assert got == {"start": round(park - 0.6, 3), "end": round(park + 100.4 - 101.6, 3), "error": -0.6,
+                   "beyond the log": 0.1, "bias": 0.7}
     assert math.isnan(parts["expired"]["start, answer known"]["p50"])  # the rows carry no first byte
     assert main(["verify", "--request-log", str(log), "--traces", str(traces), "--parts"]) == 0
     out = capsys.readouterr().out
     assert "consumer expired (10), ms" in out
-    assert next(line for line in out.splitlines() if line.strip().startswith("end")).split()[1:3] == ["-1.20", "-1.20"]
+    end = f"{park + 100.4 - 101.6:+.2f}"
+    assert next(line for line in out.splitlines() if line.strip().startswith("end")).split()[1:3] == [end, end]
     # only some clients: none of them here
     assert main(["verify", "--request-log", f"0={log}", "--traces", str(traces), "--client", "c2"]) == 1
     assert "no fetch in" in capsys.readouterr().err
@@ -118,7 +123,7 @@ def test_parts_say_where_the_error_lies(tmp_path: Path, capsys: pytest.CaptureFi
 def test_a_followers_wait_begins_at_its_park() -> None:
     """A follower's fetch parks after the leader recorded its progress: fetchlat starts its wait
     ``FOLLOWER_PARK_NS`` in, and judges that start against the broker's queue and local time."""
-    from fetchlat.metrics.model import FOLLOWER_PARK_NS
+    from fetchlat.metrics.broker_timing import FOLLOWER_PARK_NS
     from fetchlat.verify import parts
     from fetchlat.verify import request_log as rl
 
