@@ -442,7 +442,7 @@ APPEND_UNSEEN = ("a follower's fetch is woken by the end of the leader's append,
 # after the fetch was forwarded, in every one): to the sidecar the same as a fetch parked until then
 QUEUED_NOT_PARKED = ("the follower fetches the broker answers at once were queued behind the produce that fed "
                      "them; the sidecar sees the same as a park until the append ended")
-# figures: five runs with the park (2026-12-05), then earlier ones
+# figures: six runs with the park (2026-12-05), then earlier ones
 FOLLOWERS_KNOWN = [
     KnownMiss("outcome_agree_share", "99.3-99.8 % (98.8-99.9 % before the park); 96.1 % beside a soak's warm-up "
               "(2026-11-28)", APPEND_UNSEEN + "; " + QUEUED_NOT_PARKED),
@@ -451,10 +451,10 @@ FOLLOWERS_KNOWN = [
     KnownMiss("abs_err_p99_ms", "7.3-19.5 ms; 13-249 ms before", APPEND_UNSEEN + "; a leader's appends queue behind "
               "each other (with the broker's own times before parking and after waking taken as known, still "
               "3.7-8.7 ms: fetchlat verify --parts)"),
-    KnownMiss("local_bias_ms:woken", "-0.12 to +0.35 ms (-0.82 to -1.09 ms before the park); -6.5 ms beside a soak's "
+    KnownMiss("local_bias_ms:woken", "-0.12 to +0.37 ms (-0.82 to -1.09 ms before the park); -6.5 ms beside a soak's "
               "warm-up", APPEND_UNSEEN),
     KnownMiss("local_bias_ms:immediate",
-              "-2.1 to -11.9 ms over 2-8 fetches; -7.9 ms over 12 quiet, -31.6 ms over 33 beside a soak's warm-up",
+              "-2.1 to -13.3 ms over 2-8 fetches; -7.9 ms over 12 quiet, -31.6 ms over 33 beside a soak's warm-up",
               QUEUED_NOT_PARKED),
     KnownMiss("local_bias_ms:expired", "+0.11 to +0.50 ms; -0.99 ms beside a soak's warm-up",
               "the leader's expiry lateness, learned by each sidecar from its own probes"),
