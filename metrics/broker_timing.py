@@ -36,7 +36,7 @@ CONSUMER_ANSWER_NS: Final = 200_000
 # inside it), at a moment the leader is busy with the append the followers just took. Three
 # brokers behind their sidecars (2026-12-05, three runs): the woken ones' requestQueueTimeMs +
 # localTimeMs p50 0.85 ms (p10 0.34, p90 2.9); dated from the forwarding, their local time came
-# out 0.87-1.09 ms short. (A follower's data is dated by its answer already: ``append_end``.)
+# out 0.82-1.09 ms short (four runs). (A follower's data is dated by its answer already: ``append_end``.)
 FOLLOWER_PARK_NS: Final = 900_000
 # A share fetch parks once the broker has done its share-group work on it (the share session,
 # trying to acquire): the parked ones' requestQueueTimeMs + localTimeMs p50 0.93-0.98 ms ...

@@ -571,7 +571,8 @@ class LatencyModel:
         kind = fetch_kind(req.replica_id, share)
         parked_ns = ev.t_request_ns + park_ns(kind, req.acknowledgements > 0)
         lead = answer_ns(kind)
-        answer_ready = None if lead is None else self.broker_frame_ns(ev.t_first_ns) - lead
+        # (only a fetch whose data's arrival is known can be woken: the others need no answer date)
+        answer_ready = None if lead is None or arrival is None else self.broker_frame_ns(ev.t_first_ns) - lead
         w = estimate_wait(max_wait_ms=req.max_wait_ms, min_bytes=req.min_bytes, total_ns=total,
                           t_request_ns=parked_ns, error=errored,
                           returned_bytes=returned_bytes,

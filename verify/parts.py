@@ -43,16 +43,15 @@ def split(pair: rl.Pair, network_ms: float = 0.0) -> dict[str, float]:
     """One fetch's figures, fetchlat's less the broker's (ms; NaN: a figure the row lacks)."""
     b, r = pair.broker, pair.row
     before = b.request_queue_ms + b.local_ms
-    wait = (r["wait_ns"] or 0) / rl.NS_PER_MS
-    end = park_ms(pair) + wait
+    park = park_ms(pair)
     answered = (math.nan if r["first_byte_ns"] is None
                 else r["first_byte_ns"] / rl.NS_PER_MS - b.response_queue_ms - b.send_ms)
-    return {"start": park_ms(pair) - before,
-            "end": end - (before + b.remote_ms),
-            "error": wait - b.remote_ms,
+    return {"start": park - before,
+            "end": park + (r["wait_ns"] or 0) / rl.NS_PER_MS - (before + b.remote_ms),
+            "error": pair.wait_error_ms,
             "start, answer known": answered - (before + b.remote_ms),
             "beyond the log": (r["total_ns"] or 0) / rl.NS_PER_MS - b.total_ms,
-            "bias": (r["local_ns"] or 0) / rl.NS_PER_MS - b.broker_local_ms - network_ms}
+            "bias": pair.local_error_ms - network_ms}
 
 
 def parts(pairs: Sequence[rl.Pair], network_ms: float = 0.0) -> dict[str, Any]:

@@ -57,7 +57,7 @@ def bias(pairs: Sequence[rl.Pair], network_ms: Network) -> dict[str, float]:
     net = network_ms if callable(network_ms) else (lambda _p: network_ms)
     out: dict[str, float] = {}
     for name in OUTCOMES:
-        d = [p.row["local_ns"] / rl.NS_PER_MS - p.broker.broker_local_ms - net(p) for p in pairs
+        d = [p.local_error_ms - net(p) for p in pairs
              if rl.broker_outcome(p.broker) == name and p.row["local_ns"] is not None]
         out[name] = rl.quantile(d, 0.5)
     return out
@@ -191,11 +191,10 @@ def table(result: dict[str, Any]) -> str:
     if result["expired_in_log"]:
         lines.append(f"the broker's expiry overshoot (remoteTimeMs - maxWaitMs of its expired fetches, median of "
                      f"{result['expired_in_log']}): {result['expiry_overshoot_ms']:.2f} ms")
-    for kind, f in result["kinds"].items():
-        if "parts" in f:
-            lines += error_parts.table(kind, f["parts"])
-    if any("parts" in f for f in result["kinds"].values()):
-        lines += ["", "per fetch, fetchlat's less the broker's. start / end: when the wait began / ended;",
+    split = [line for kind, f in result["kinds"].items() if "parts" in f
+             for line in error_parts.table(kind, f["parts"])]
+    if split:
+        lines += [*split, "", "per fetch, fetchlat's less the broker's. start / end: when the wait began / ended;",
                   "error: end - start (end: the error were the broker's start known); start, answer known: the",
                   "error were its response queue and send time after waking known too; beyond the log: the total",
                   "less totalTimeMs; bias: beyond the log - error - network"]

@@ -162,6 +162,13 @@ class Pair:
         """fetchlat's wait minus the broker's remote time."""
         return (self.row["wait_ns"] or 0) / NS_PER_MS - self.broker.remote_ms
 
+    @property
+    def local_error_ms(self) -> float:
+        """fetchlat's true local minus the broker's own (``totalTimeMs - remoteTimeMs``); NaN
+        when the row has no local time."""
+        local = self.row["local_ns"]
+        return math.nan if local is None else local / NS_PER_MS - self.broker.broker_local_ms
+
 
 def join(rows: Iterable[dict[str, Any]], requests: Iterable[BrokerRequest]) -> tuple[list[Pair], list[dict[str, Any]]]:
     """Each trace row with the broker's line of the same request: same broker, API, client id
