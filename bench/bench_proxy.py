@@ -409,7 +409,8 @@ def kafka_tools_phase(kind: str, args: argparse.Namespace, work: Path, res: dict
         c = kafka.tool("org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server", bootstrap, "--topic",
                        topic, "--num-records", str(args.records), "--timeout", "60000", heap="512m", timeout_s=600)
         cpu2 = drained_cpu(pid)
-        m = PRODUCER_PERF.search(p.stdout)
+        # the summary is the last such line: a run over 5 s also prints a window's line every 5 s
+        m = next(reversed(list(PRODUCER_PERF.finditer(p.stdout))), None)
         if p.returncode != 0 or m is None or int(m.group(1)) != args.records or c.returncode != 0:
             raise RuntimeError(f"Kafka's perf tools failed through {kind}: {p.stderr[-400:]} {c.stderr[-400:]}")
         header, row = c.stdout.strip().splitlines()[-2:]
