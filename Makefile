@@ -15,7 +15,7 @@ DEB_PACKAGES := kcat haproxy prometheus chromium tcpdump tshark
 # source files), Maven (Kafka's jars), Node.js and npm (the KafkaJS tests), cargo (the native core)
 TOOLS := javac:openjdk-17-jdk-headless mvn:maven node:nodejs npm:npm cargo:cargo
 
-.PHONY: debs test test-long test-pure demo lint typecheck unit integration deps clean bench-observe bench-analyze load soak fuzz bench-proxy \
+.PHONY: debs cargo-test test test-long test-pure demo lint typecheck unit integration deps clean bench-observe bench-analyze load soak fuzz bench-proxy \
 	bench-memory bench-instr bench-codec bench-walk bench-spike bench-gil profile-proxy bench-core bench-rate bench-accuracy profile-api bench-pcap bench-scale bench-prune bench-incremental
 
 $(BIN)/python:
@@ -58,8 +58,18 @@ debs:
 deps: debs $(COMPILED) $(KAFKA_JARS) $(NODE_CLIENTS)
 	@for t in $(TOOLS); do printf '%s: %s\n' $${t%%:*} "$$(command -v $${t%%:*})"; done
 
-lint: $(STAMP)
+# the native core's own checks, linking libpython (the module itself links none): clippy at the
+# oldest Rust it builds with (Cargo.toml's rust-version), and its tests (unit, property, the
+# relay over socketpairs)
+CARGO_CHECK := cd native && PYO3_PYTHON=$(abspath $(BIN)/python) cargo
+lint: $(STAMP) | debs
 	$(BIN)/ruff check $(PACKAGES) tests testkit bench deploy setup.py
+	@if cargo clippy --version >/dev/null 2>&1; then \
+	  $(CARGO_CHECK) clippy --release --no-default-features --all-targets --locked -q -- -D warnings; \
+	else echo "clippy: not installed with this cargo; the native core's lint did not run"; fi
+
+cargo-test: $(STAMP) | debs
+	$(CARGO_CHECK) test --release --no-default-features --locked -q
 
 # mypy reads the packages as fetchlat.* (a tree of links under build/typecheck), so the types
 # of every import between them are checked, as the installed package resolves them
@@ -81,7 +91,7 @@ integration: deps
 # modules it reads only the vocabulary's names), so a second run would test the same code again.
 # The tests that start no broker or proxy run on both cores (pytest-xdist); the integration tests one
 # at a time, since many judge a proxy's timing against a broker's clock on the same two cores.
-test: deps lint typecheck
+test: deps lint typecheck cargo-test
 	$(BIN)/pytest -q -p no:cacheprovider --durations=12 -n 2 -m "not integration and not long"
 	$(BIN)/pytest -q -p no:cacheprovider --durations=12 -m "integration and not long"
 	FETCHLAT_PURE_PYTHON=1 $(BIN)/pytest -q -p no:cacheprovider -n 2 -m "not integration and not long" \

@@ -203,6 +203,8 @@ class ResponseDecoder:
             if self._current is None:
                 # collect the 4-byte size and (for Kafka frames) the 4-byte correlation id
                 in_flight = self.shared.in_flight
+                if not in_flight:  # an answer's first byte with nothing asked: refused at once
+                    raise FramingError("response from the broker matches no request")
                 want = 8 if not (in_flight and in_flight[0].api_key == SASL_TOKEN) else 4
                 take = min(want - len(self._prefix), n - pos)
                 if view is None:

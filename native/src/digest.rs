@@ -22,7 +22,7 @@ pub const STATS_WIDTH: usize = 11;
 /// `stream.MAX_ARRAY`: an array longer than this is corrupt.
 const MAX_ARRAY: i64 = 1 << 24;
 
-#[derive(Default)]
+#[derive(Default, Debug, PartialEq, Eq)]
 pub struct Digest {
     /// a Produce request's size prefix and first bytes (`wire::PEEK_BYTES`), for its header; empty for an answer
     pub head: Vec<u8>,
@@ -30,95 +30,171 @@ pub struct Digest {
     pub stats: Vec<i64>,
 }
 
+/// Why a read of the skeleton stopped: its bytes are not all here yet, or they never will be
+/// (a length past the end of the body, a count that cannot fit it, bytes the codec refuses).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Stop {
+    More,
+    Bad,
+}
+
+type Got<T> = Result<T, Stop>;
+
+/// A reading of the skeleton from the last element read (`Digester::pos`): it never goes back
+/// further, so every byte is read once however the body is cut into pieces. `unfed` is the body's
+/// bytes not fed yet: a read past what is here is `More` while the body has the bytes, `Bad` when
+/// it cannot.
 struct Cursor<'a> {
     b: &'a [u8],
     p: usize,
+    unfed: usize,
 }
 
 impl<'a> Cursor<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        let s = self.b.get(self.p..self.p.checked_add(n)?)?;
-        self.p += n;
-        Some(s)
+    /// The body's bytes from here to its end (here and still to come).
+    fn left(&self) -> usize {
+        (self.b.len() - self.p).saturating_add(self.unfed)
     }
 
-    fn skip(&mut self, n: usize) -> Option<()> {
+    fn take(&mut self, n: usize) -> Got<&'a [u8]> {
+        if n > self.b.len() - self.p {
+            return Err(if n > self.left() { Stop::Bad } else { Stop::More });
+        }
+        let s = &self.b[self.p..self.p + n];
+        self.p += n;
+        Ok(s)
+    }
+
+    fn skip(&mut self, n: usize) -> Got<()> {
         self.take(n).map(|_| ())
     }
 
-    fn i16(&mut self) -> Option<i16> {
-        Some(i16::from_be_bytes(self.take(2)?.try_into().ok()?))
+    fn i16(&mut self) -> Got<i16> {
+        let b = self.take(2)?;
+        Ok(i16::from_be_bytes([b[0], b[1]]))
     }
 
-    fn i32(&mut self) -> Option<i32> {
-        Some(i32::from_be_bytes(self.take(4)?.try_into().ok()?))
+    fn i32(&mut self) -> Got<i32> {
+        let b = self.take(4)?;
+        Ok(i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
     }
 
     /// `primitives.read_uvarint`: at most 10 bytes.
-    fn uvarint(&mut self) -> Option<u64> {
+    fn uvarint(&mut self) -> Got<u64> {
         let mut value: u64 = 0;
         let mut shift = 0u32;
         loop {
-            let byte = *self.b.get(self.p)?;
-            self.p += 1;
-            value |= ((byte & 0x7f) as u64).checked_shl(shift)?;
+            let byte = self.take(1)?[0];
+            value |= ((byte & 0x7f) as u64).checked_shl(shift).ok_or(Stop::Bad)?;
             if byte & 0x80 == 0 {
-                return Some(value);
+                return Ok(value);
             }
             shift += 7;
             if shift > 63 {
-                return None;
+                return Err(Stop::Bad);
             }
         }
     }
 
     /// `stream.length`: a compact length (the varint less one) or an INT32 (an INT16 for strings).
-    fn length(&mut self, flexible: bool, wide: bool) -> Option<i64> {
+    fn length(&mut self, flexible: bool, wide: bool) -> Got<i64> {
         if flexible {
-            Some(i64::try_from(self.uvarint()?).ok()? - 1)
+            Ok(i64::try_from(self.uvarint()?).map_err(|_| Stop::Bad)? - 1)
         } else if wide {
-            Some(self.i32()? as i64)
+            Ok(self.i32()? as i64)
         } else {
-            Some(self.i16()? as i64)
+            Ok(self.i16()? as i64)
         }
     }
 
-    fn array_len(&mut self, flexible: bool) -> Option<i64> {
-        self.length(flexible, true).filter(|&n| n <= MAX_ARRAY)
+    /// An array's length (none: 0), refused where it is beyond any real message or where
+    /// `min_each` bytes an element cannot fit in what is left of the body: such a count ends the
+    /// digest at once, instead of its elements being looked for.
+    fn count(&mut self, flexible: bool, min_each: usize) -> Got<i64> {
+        let n = self.length(flexible, true)?.max(0);
+        if n > MAX_ARRAY || (n as u128) * (min_each as u128) > self.left() as u128 {
+            return Err(Stop::Bad);
+        }
+        Ok(n)
+    }
+
+    /// A tag passed over if its number, size and bytes are all here (None where they are not;
+    /// `Bad` where they never will be).
+    fn whole_tag(&mut self) -> Got<Option<()>> {
+        let at = self.p;
+        let here = Cursor { b: self.b, p: self.p, unfed: 0 };
+        let mut t = here;
+        let read = (|| {
+            t.uvarint()?;
+            let size = usize::try_from(t.uvarint()?).map_err(|_| Stop::Bad)?;
+            t.skip(size)
+        })();
+        match read {
+            Ok(()) => {
+                self.p = t.p;
+                Ok(Some(()))
+            }
+            Err(_) => {
+                self.p = at;
+                Ok(None) // not all here: the steps read it (and say whether it is `Bad`)
+            }
+        }
     }
 
     /// A string passed over (it must be UTF-8, as the codec decodes it).
-    fn string(&mut self, flexible: bool) -> Option<()> {
+    fn string(&mut self, flexible: bool) -> Got<()> {
         let n = self.length(flexible, false)?;
         if n >= 0 {
-            std::str::from_utf8(self.take(usize::try_from(n).ok()?)?).ok()?;
+            let len = usize::try_from(n).map_err(|_| Stop::Bad)?;
+            std::str::from_utf8(self.take(len)?).map_err(|_| Stop::Bad)?;
         }
-        Some(())
-    }
-
-    /// A tag buffer passed over.
-    fn tags(&mut self) -> Option<()> {
-        let count = self.uvarint()?;
-        for _ in 0..count {
-            self.uvarint()?;
-            let size = self.uvarint()?;
-            self.skip(usize::try_from(size).ok()?)?;
-        }
-        Some(())
+        Ok(())
     }
 }
 
-/// Where the reading of the skeleton stands: the next part of the answer to read.
+/// Where the reading of the skeleton stands: the next element of the answer to read. Each
+/// stage reads at most one field of variable length (a count, a string, a tag's number or its
+/// size and bytes), so a piece that ends inside one costs a re-read of that field alone.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Stage {
+    /// a Fetch answer's header tags (flexible versions)
+    HeaderTags,
+    /// a Fetch answer's fixed fields; a Produce request's TransactionalId
     Head,
+    /// a Produce request's Acks and TimeoutMs
+    ProduceAcks,
+    Topics,
     Topic,
+    Partitions,
+    /// a partition's fixed fields up to its aborted transactions (a Produce's: its index)
     Partition,
+    AbortedCount,
+    Aborted,
+    AbortedTags,
+    /// a partition's fields after its aborted transactions, up to its records
+    AfterAborted,
+    Records,
     PartitionTags,
     TopicTags,
     /// every topic read: the rest (the top-level tags) is the skeleton's as it came
     Rest,
 }
+
+/// What of a tag was read (`Digester::tag_step`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum TagRead {
+    Nothing,
+    Number,
+    Size(usize),
+}
+
+/// A tag buffer's least size an element: a tag and a size of one byte each.
+const TAG_MIN: usize = 2;
+/// The most a digest's skeleton may hold (the body less its records): an answer's fields and
+/// tags for some hundred thousand partitions. A body whose skeleton would be bigger is not
+/// followed (`finish` is None): the Python road reports it as not decoded, and the core keeps
+/// none of its bytes from then on.
+pub const SKELETON_MAX: usize = 4 << 20;
 
 /// `walk` of one records field whose bytes arrive in pieces: the same rules, batch by batch,
 /// a batch's 61-byte header gathered where it lies across two pieces.
@@ -214,9 +290,12 @@ impl Walk {
 
 /// A Fetch answer's digest (or a Produce request's) made as its body arrives, piece by piece
 /// (`feed`): the relay's road for one read in many pieces, whose records are walked where they
-/// were read and never copied. The skeleton so far is read as far as it goes after each piece; a records
-/// field's bytes go to its `Walk` instead. A body it cannot follow leaves the rest of the bytes
-/// in the skeleton, and `finish` says so (None).
+/// were read and never copied. The skeleton is read on after each piece from the last element
+/// read, never from further back (`Cursor`); a records field's bytes go to its `Walk` instead.
+/// So its cost is linear in the body's size however the body is cut: the same bytes fed whole,
+/// in 64 KiB reads or a byte at a time cost about the same per byte. A body it cannot follow
+/// (`Stop::Bad`) ends the digest at once: its bytes from then on are passed over, not kept, and
+/// `finish` says so (None).
 pub struct Digester {
     /// a Produce request's body (after its header), not a Fetch answer's
     produce: bool,
@@ -228,32 +307,58 @@ pub struct Digester {
     stage: Stage,
     topics_left: i64,
     partitions_left: i64,
+    aborted_left: i64,
+    /// the tags still to read of the tag buffer under way (None: its count not read yet), and
+    /// what of the one under way was read: nothing, its number, or its number and its size
+    tags_left: Option<u64>,
+    tag_read: TagRead,
     walk: Option<Walk>,
     stats: Vec<i64>,
     followed: bool,
+    /// the body's bytes not fed yet
+    unfed: usize,
+    /// the skeleton's bytes read so far, counted again where a piece ended inside an element:
+    /// the tests hold it to about the body's size however the body is cut
+    examined: usize,
 }
 
 impl Digester {
-    /// A Fetch answer's (after its correlation id); None for a version the codec does not read.
-    pub fn new(version: i16) -> Option<Self> {
-        (4..=18).contains(&version).then(|| Self::made(false, version, version >= 12))
+    /// A Fetch answer's body of `size` bytes (after its correlation id); None for a version the
+    /// codec does not read.
+    pub fn new(version: i16, size: usize) -> Option<Self> {
+        (4..=18).contains(&version).then(|| Self::made(false, version, version >= 12, size))
     }
 
-    /// A Produce request's body (after its header: `ProduceRequest.json`, versions 3 to 13,
-    /// flexible from 9, topics by id from 13, as `protocol/produce.py`'s `parse_request` reads
-    /// it); None for a version the codec does not read.
-    pub fn produce(version: i16) -> Option<Self> {
-        (3..=13).contains(&version).then(|| Self::made(true, version, version >= 9))
+    /// A Produce request's body of `size` bytes (after its header: `ProduceRequest.json`,
+    /// versions 3 to 13, flexible from 9, topics by id from 13, as `protocol/produce.py`'s
+    /// `parse_request` reads it); None for a version the codec does not read.
+    pub fn produce(version: i16, size: usize) -> Option<Self> {
+        (3..=13).contains(&version).then(|| Self::made(true, version, version >= 9, size))
     }
 
-    fn made(produce: bool, version: i16, flex: bool) -> Self {
-        Digester { produce, version, flex, skeleton: Vec::with_capacity(256), pos: 0, stage: Stage::Head,
-                   topics_left: 0, partitions_left: 0, walk: None, stats: Vec::new(), followed: true }
+    fn made(produce: bool, version: i16, flex: bool, size: usize) -> Self {
+        let stage = if flex && !produce { Stage::HeaderTags } else { Stage::Head };
+        Digester { produce, version, flex, skeleton: Vec::with_capacity(256), pos: 0, stage, topics_left: 0,
+                   partitions_left: 0, aborted_left: 0, tags_left: None, tag_read: TagRead::Nothing, walk: None, stats: Vec::new(),
+                   followed: true, unfed: size, examined: 0 }
     }
 
-    /// The next bytes of the body.
+    /// The body could not be followed: what it kept goes, and the rest of the body is passed over.
+    fn refuse(&mut self) {
+        self.followed = false;
+        self.walk = None;
+        self.skeleton = Vec::new();
+        self.stats = Vec::new();
+        self.pos = 0;
+    }
+
+    /// The next bytes of the body (more than its size said: not followed).
     pub fn feed(&mut self, mut d: &[u8]) {
-        while !d.is_empty() {
+        if d.len() > self.unfed {
+            self.refuse();
+        }
+        self.unfed = self.unfed.saturating_sub(d.len());
+        while !d.is_empty() && self.followed {
             if let Some(w) = self.walk.as_mut() {
                 let k = w.feed(d);
                 d = &d[k..];
@@ -265,14 +370,19 @@ impl Digester {
             }
             self.skeleton.extend_from_slice(d);
             self.read_on();
+            if self.skeleton.len() > SKELETON_MAX {
+                self.refuse();
+            }
             return;
         }
     }
 
     /// The digest, once the body's last byte was fed; None where the body could not be followed.
     pub fn finish(mut self) -> Option<Digest> {
-        self.read_on(); // a records field that ended the last piece leaves the rest unread
-        (self.followed && self.walk.is_none() && self.stage == Stage::Rest)
+        if self.followed {
+            self.read_on(); // a records field that ended the last piece leaves the rest unread
+        }
+        (self.followed && self.walk.is_none() && self.stage == Stage::Rest && self.unfed == 0)
             .then_some(Digest { head: Vec::new(), skeleton: self.skeleton, stats: self.stats })
     }
 
@@ -280,115 +390,229 @@ impl Digester {
         if let Some(w) = self.walk.take() {
             match w.figures() {
                 Some(f) => self.stats.extend_from_slice(&f),
-                None => self.followed = false,
+                None => return self.refuse(),
             }
         }
         self.stage = Stage::PartitionTags;
     }
 
-    /// Reads the skeleton on from `pos` as far as its bytes go; the bytes of a records field met
-    /// are taken out of it for the field's `Walk` (and what follows the field put back).
+    /// The least size of a topic and of a partition in this layout (each field at its smallest).
+    fn least(&self) -> (usize, usize) {
+        let (flex, v) = (self.flex, self.version);
+        let len = if flex { 1 } else { 4 }; // an array's or a records field's length
+        let tags = usize::from(flex);
+        let name = if v >= 13 { 16 } else if flex { 1 } else { 2 };
+        let topic = name + len + tags;
+        let partition = if self.produce {
+            4 + len + tags
+        } else {
+            4 + 2 + 8 + 8 + if v >= 5 { 8 } else { 0 } + len + if v >= 11 { 4 } else { 0 } + len + tags
+        };
+        (topic, partition)
+    }
+
+    /// One step of a tag buffer (its count, a tag's number, its size, its bytes): true when the
+    /// buffer is read. Nothing changes unless the step's bytes are all here.
+    fn tag_step(&mut self, c: &mut Cursor) -> Got<bool> {
+        let Some(left) = self.tags_left else {
+            let n = c.uvarint()?;
+            if (n as u128) * (TAG_MIN as u128) > c.left() as u128 {
+                return Err(Stop::Bad);
+            }
+            self.tags_left = (n > 0).then_some(n);
+            return Ok(n == 0);
+        };
+        match self.tag_read {
+            TagRead::Nothing => {
+                // the tags whole here, at once (one step for all of them); then one's number
+                let mut left = left;
+                loop {
+                    let mut whole = Cursor { b: c.b, p: c.p, unfed: c.unfed };
+                    let Ok(Some(())) = whole.whole_tag() else { break };
+                    c.p = whole.p;
+                    left -= 1;
+                    if left == 0 {
+                        self.tags_left = None;
+                        return Ok(true);
+                    }
+                }
+                if left != self.tags_left.unwrap_or(0) {
+                    self.tags_left = Some(left);
+                    return Ok(false);
+                }
+                c.uvarint()?;
+                self.tag_read = TagRead::Number;
+            }
+            TagRead::Number => {
+                let size = usize::try_from(c.uvarint()?).map_err(|_| Stop::Bad)?;
+                self.tag_read = TagRead::Size(size);
+            }
+            TagRead::Size(size) => {
+                c.skip(size)?;
+                self.tag_read = TagRead::Nothing;
+                self.tags_left = (left > 1).then_some(left - 1);
+                return Ok(left == 1);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Reads the skeleton on from `pos` as far as its bytes go, an element at a time; the bytes
+    /// of a records field met are taken out of it for the field's `Walk` (and what follows the
+    /// field put back).
     fn read_on(&mut self) {
-        let (flex, version, produce) = (self.flex, self.version, self.produce);
-        loop {
-            let mut c = Cursor { b: &self.skeleton, p: self.pos };
-            let stage = self.stage;
-            let next = match stage {
-                Stage::Head => (|| {
-                    if produce {
-                        c.string(flex)?; // TransactionalId
-                        c.skip(2 + 4)?; // Acks, TimeoutMs
-                    } else {
-                        if flex {
-                            c.tags()?; // the response header's
-                        }
-                        c.skip(4)?; // ThrottleTimeMs
-                        if version >= 7 {
-                            c.skip(2 + 4)?; // ErrorCode, SessionId
-                        }
-                    }
-                    Some(c.array_len(flex)?.max(0))
-                })().map(|n| {
-                    self.topics_left = n;
-                    if n > 0 { Stage::Topic } else { Stage::Rest }
-                }),
-                Stage::Topic => (|| {
-                    if version >= 13 {
-                        c.skip(16)?; // TopicId
-                    } else {
-                        c.string(flex)?;
-                    }
-                    c.array_len(flex).map(|n| n.max(0))
-                })().map(|n| {
-                    self.partitions_left = n;
-                    if n > 0 { Stage::Partition } else { Stage::TopicTags }
-                }),
-                Stage::Partition => {
-                    let Some((at, n)) = (|| {
-                        if produce {
-                            c.skip(4)?; // Index
-                            let at = c.p;
-                            return Some((at, c.length(flex, true)?));
-                        }
-                        c.skip(4 + 2 + 8 + 8)?; // PartitionIndex, ErrorCode, HighWatermark, LastStableOffset
-                        if version >= 5 {
-                            c.skip(8)?; // LogStartOffset
-                        }
-                        for _ in 0..c.array_len(flex)?.max(0) {
-                            c.skip(16)?; // AbortedTransactions: ProducerId, FirstOffset
-                            if flex {
-                                c.tags()?;
-                            }
-                        }
-                        if version >= 11 {
-                            c.skip(4)?; // PreferredReadReplica
-                        }
-                        let at = c.p;
-                        Some((at, c.length(flex, true)?))
-                    })() else { return };
-                    if n < 0 {
-                        self.pos = c.p;
-                        self.stage = Stage::PartitionTags;
-                        continue;
-                    }
-                    let Ok(size) = usize::try_from(n) else { return };
-                    // the field's bytes read so far leave the skeleton for its walk; an empty field stays
-                    let start = c.p;
-                    let mut walk = Walk::new(size);
-                    let tail = self.skeleton.split_off(start);
-                    self.skeleton.truncate(at);
-                    self.skeleton.push(1); // a compact length of 0 ...
-                    if !flex {
-                        self.skeleton.pop();
-                        self.skeleton.extend_from_slice(&0i32.to_be_bytes()); // ... or an INT32 one
-                    }
-                    self.pos = self.skeleton.len();
-                    let k = walk.feed(&tail);
-                    self.walk = Some(walk);
-                    if self.walk.as_ref().is_some_and(|w| w.left > 0) {
-                        return; // the field goes on in the next pieces
-                    }
-                    self.field_walked();
-                    self.skeleton.extend_from_slice(&tail[k..]);
-                    continue;
-                }
-                Stage::PartitionTags => (if flex { c.tags() } else { Some(()) }).map(|_| {
-                    self.partitions_left -= 1;
-                    if self.partitions_left > 0 { Stage::Partition } else { Stage::TopicTags }
-                }),
-                Stage::TopicTags => (if flex { c.tags() } else { Some(()) }).map(|_| {
-                    self.topics_left -= 1;
-                    if self.topics_left > 0 { Stage::Topic } else { Stage::Rest }
-                }),
-                Stage::Rest => return,
-            };
-            match next {
-                Some(stage) => {
-                    self.pos = c.p;
-                    self.stage = stage;
-                }
-                None => return, // its bytes are not all here yet (or never will be: `finish` says)
+        while self.followed && self.walk.is_none() && self.stage != Stage::Rest {
+            let skeleton = std::mem::take(&mut self.skeleton);
+            let mut c = Cursor { b: &skeleton, p: self.pos, unfed: self.unfed };
+            let got = self.step(&mut c);
+            let p = c.p;
+            self.examined += p - self.pos;
+            self.skeleton = skeleton;
+            match got {
+                Ok(None) => self.pos = p,
+                Ok(Some((at, start, size))) => self.records(at, start, size),
+                Err(Stop::More) => return, // its bytes are not all here yet
+                Err(Stop::Bad) => return self.refuse(),
             }
         }
     }
+
+    /// A records field of `size` bytes whose length begins at `at` of the skeleton and its bytes
+    /// at `start`: those read so far leave the skeleton for its walk (the field left as an empty
+    /// one), and what follows the field, if it is here, is put back.
+    fn records(&mut self, at: usize, start: usize, size: usize) {
+        let tail = self.skeleton.split_off(start);
+        self.skeleton.truncate(at);
+        if self.flex {
+            self.skeleton.push(1); // a compact length of 0 ...
+        } else {
+            self.skeleton.extend_from_slice(&0i32.to_be_bytes()); // ... or an INT32 one
+        }
+        self.pos = self.skeleton.len();
+        let mut walk = Walk::new(size);
+        let k = walk.feed(&tail);
+        let more = walk.left > 0;
+        self.walk = Some(walk);
+        if more {
+            return; // the field goes on in the next pieces
+        }
+        self.field_walked();
+        self.skeleton.extend_from_slice(&tail[k..]);
+    }
+
+    /// One element read from `c`, the stage moved on; for a records field, where it lies
+    /// (`records`' arguments) instead of its being read.
+    fn step(&mut self, c: &mut Cursor) -> Got<Option<(usize, usize, usize)>> {
+        let (flex, version) = (self.flex, self.version);
+        let (topic_least, partition_least) = self.least();
+        match self.stage {
+            Stage::HeaderTags => {
+                if self.tag_step(c)? {
+                    self.stage = Stage::Head;
+                }
+            }
+            Stage::Head => {
+                if self.produce {
+                    c.string(flex)?; // TransactionalId
+                    self.stage = Stage::ProduceAcks;
+                } else {
+                    c.skip(if version >= 7 { 4 + 2 + 4 } else { 4 })?; // ThrottleTimeMs, ErrorCode, SessionId
+                    self.stage = Stage::Topics;
+                }
+            }
+            Stage::ProduceAcks => {
+                c.skip(2 + 4)?; // Acks, TimeoutMs
+                self.stage = Stage::Topics;
+            }
+            Stage::Topics => {
+                let n = c.count(flex, topic_least)?;
+                self.topics_left = n;
+                self.stage = if n > 0 { Stage::Topic } else { Stage::Rest };
+            }
+            Stage::Topic => {
+                if version >= 13 {
+                    c.skip(16)?; // TopicId
+                } else {
+                    c.string(flex)?;
+                }
+                self.stage = Stage::Partitions;
+            }
+            Stage::Partitions => {
+                let n = c.count(flex, partition_least)?;
+                self.partitions_left = n;
+                self.stage = if n > 0 { Stage::Partition } else { Stage::TopicTags };
+            }
+            Stage::Partition => {
+                if self.produce {
+                    c.skip(4)?; // Index
+                    self.stage = Stage::Records;
+                } else {
+                    // PartitionIndex, ErrorCode, HighWatermark, LastStableOffset, LogStartOffset
+                    c.skip(4 + 2 + 8 + 8 + if version >= 5 { 8 } else { 0 })?;
+                    self.stage = Stage::AbortedCount;
+                }
+            }
+            Stage::AbortedCount => {
+                // AbortedTransactions: ProducerId, FirstOffset (and tags)
+                let n = c.count(flex, 16 + usize::from(flex))?;
+                self.aborted_left = n;
+                self.stage = if n > 0 { Stage::Aborted } else { Stage::AfterAborted };
+            }
+            Stage::Aborted => {
+                c.skip(16)?;
+                if flex {
+                    self.stage = Stage::AbortedTags;
+                } else {
+                    self.aborted_done();
+                }
+            }
+            Stage::AbortedTags => {
+                if self.tag_step(c)? {
+                    self.aborted_done();
+                }
+            }
+            Stage::AfterAborted => {
+                if version >= 11 {
+                    c.skip(4)?; // PreferredReadReplica
+                }
+                self.stage = Stage::Records;
+            }
+            Stage::Records => {
+                let at = c.p;
+                let n = c.length(flex, true)?;
+                if n < 0 {
+                    self.stage = Stage::PartitionTags;
+                    return Ok(None);
+                }
+                let size = usize::try_from(n).map_err(|_| Stop::Bad)?;
+                if size > c.left() {
+                    return Err(Stop::Bad); // a records field past the end of the body
+                }
+                return Ok(Some((at, c.p, size)));
+            }
+            Stage::PartitionTags => {
+                if !flex || self.tag_step(c)? {
+                    self.partitions_left -= 1;
+                    self.stage = if self.partitions_left > 0 { Stage::Partition } else { Stage::TopicTags };
+                }
+            }
+            Stage::TopicTags => {
+                if !flex || self.tag_step(c)? {
+                    self.topics_left -= 1;
+                    self.stage = if self.topics_left > 0 { Stage::Topic } else { Stage::Rest };
+                }
+            }
+            Stage::Rest => {}
+        }
+        Ok(None)
+    }
+
+    fn aborted_done(&mut self) {
+        self.aborted_left -= 1;
+        self.stage = if self.aborted_left > 0 { Stage::Aborted } else { Stage::AfterAborted };
+    }
 }
+
+#[cfg(test)]
+#[path = "tests/digest.rs"]
+mod tests;

@@ -95,6 +95,7 @@ pub fn recv_stamped(fd: libc::c_int, buf: &mut [u8]) -> std::io::Result<Read> {
 /// The `SO_TIMESTAMPNS` time among the control messages, if any (bounds-checked: a message
 /// must lie wholly inside what the kernel filled).
 fn stamp(msg: &libc::msghdr, control: &[u64]) -> Option<i64> {
+    #[allow(clippy::unnecessary_cast)] // a usize on glibc, a u32 on other C libraries
     let filled = (msg.msg_controllen as usize).min(control.len() * 8);
     let base = control.as_ptr() as usize;
     // SAFETY: CMSG_FIRSTHDR/CMSG_NXTHDR only compute addresses inside msg_control..+msg_controllen
@@ -344,7 +345,8 @@ fn digest_fetch<'py>(py: Python<'py>, body: &Bound<'_, PyAny>, version: i16, cut
                      -> PyResult<Option<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)>> {
     let n = PyBuffer::<u8>::get(body)?.len_bytes();
     let got = with_range(body, 0, n, |b| {
-        let mut d = if produce { digest::Digester::produce(version)? } else { digest::Digester::new(version)? };
+        let size = b.len();
+        let mut d = if produce { digest::Digester::produce(version, size)? } else { digest::Digester::new(version, size)? };
         let mut at = 0;
         for cut in cuts.iter().copied().chain([b.len()]) {
             let cut = cut.clamp(at, b.len());

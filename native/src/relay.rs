@@ -132,7 +132,7 @@ fn digest_request(g: &mut Gather, wire: &Wire) {
     if h.api_key != PRODUCE || size <= PEEK_BYTES {
         return;
     }
-    let Some(mut d) = Digester::produce(h.api_version) else { return };
+    let Some(mut d) = Digester::produce(h.api_version, size.saturating_sub(h.body_start)) else { return };
     d.feed(&g.bytes[4 + h.body_start..]);
     g.bytes.truncate(4 + want);
     g.digester = Some(d);
@@ -890,7 +890,8 @@ impl Looper {
         if let Some(q) = open {
             // an answer the Python road parses begins its body here: a Fetch answer's digested
             // from here on, another's gathered
-            let digester = p.wire.answer_api().and_then(|(k, v)| if k == FETCH { Digester::new(v) } else { None });
+            let body = (n - q).saturating_add(p.wire.answer_left());
+            let digester = p.wire.answer_api().and_then(|(k, v)| if k == FETCH { Digester::new(v, body) } else { None });
             let mut bytes = Vec::new();
             match digester {
                 Some(mut d) => {

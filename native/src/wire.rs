@@ -157,6 +157,8 @@ fn string_span(b: &[u8], at: usize, flexible: bool) -> Option<(Option<(usize, us
     Some((Some((p, end)), end))
 }
 
+// `from_client` / `from_broker`: the bytes from each side, as the Python road names them
+#[allow(clippy::wrong_self_convention)]
 impl Wire {
     /// `apis.request_header_version`.
     fn request_header_version(&self, key: i16, version: i16) -> u8 {
@@ -259,7 +261,7 @@ pub struct Routed {
     pub spans: Vec<(usize, usize)>,
     pub rest: Option<usize>,
     pub pending: usize,
-    pub whole: Vec<(usize, usize, Option<(i16, i16)>)>,
+    pub whole: Vec<WholeRange>,
     pub open_from: Option<usize>,
     pub ended_at: Option<usize>,
 }
@@ -285,6 +287,9 @@ impl Routed {
         }
     }
 }
+
+/// A range of a chunk that belongs to an answer held whole: `(start, end, ends)` (`Routed::whole`).
+pub type WholeRange = (usize, usize, Option<(i16, i16)>);
 
 /// A framing error, in the Python road's words (`FramingError`).
 #[derive(Debug, PartialEq, Eq)]
@@ -343,6 +348,8 @@ pub struct Wire {
     asked_at_answer: bool,
 }
 
+// `from_client` / `from_broker`: the bytes from each side, as the Python road names them
+#[allow(clippy::wrong_self_convention)]
 impl Wire {
     pub fn new(max_frame: i64, flexible: Ranges, observed: Ranges) -> Self {
         Wire { max_frame, flexible, observed, whole: Ranges::default(), last_client: None, rq_size_buf: Vec::with_capacity(4), rq_left: 0,
@@ -573,8 +580,13 @@ impl Wire {
         while pos < n {
             if self.rs_current.is_none() {
                 // the size and the correlation id; only the size before a raw token's answer
-                let head = self.in_flight.front();
-                let want = if head.is_some_and(|h| h.api_key == SASL_TOKEN) { 4 } else { 8 };
+                let Some(head) = self.in_flight.front() else {
+                    // an answer's first bytes with nothing asked (the prefix only ever grows for
+                    // the request it began for): refused at once, as the Python road refuses it
+                    return Err(Framing("response from the broker matches no request".into()));
+                };
+                let head = Some(head);
+                let want: usize = if head.is_some_and(|h| h.api_key == SASL_TOKEN) { 4 } else { 8 };
                 if self.rs_prefix.is_empty() && head.is_some_and(|h| h.hands_over) {
                     self.broker_handed_over = true;
                     out.rest = Some(pos);
@@ -586,7 +598,7 @@ impl Wire {
                     self.rs_whole = head.is_some_and(|h| h.held_whole);
                 }
                 let at = pos;
-                let take = (want - self.rs_prefix.len()).min(n - pos);
+                let take = want.saturating_sub(self.rs_prefix.len()).min(n - pos);
                 self.rs_prefix.extend_from_slice(&data[pos..pos + take]);
                 pos += take;
                 if self.rs_route == Route::Python {
@@ -780,6 +792,8 @@ pub(crate) fn client_id<'py>(py: Python<'py>, id: &[u8]) -> Bound<'py, PyString>
     PyString::new(py, std::str::from_utf8(id).unwrap_or(""))
 }
 
+// `from_client` / `from_broker`: the bytes from each side, as the Python road names them
+#[allow(clippy::wrong_self_convention)]
 impl PyWire {
     fn answer<'py>(&mut self, py: Python<'py>, out: Routed, n: usize) -> PyResult<Bound<'py, PyAny>> {
         let records = if self.take_records {
@@ -801,6 +815,8 @@ impl PyWire {
 }
 
 #[pymethods]
+// `from_client` / `from_broker`: the bytes from each side, as the Python road names them
+#[allow(clippy::wrong_self_convention)]
 impl PyWire {
     /// `take_records`: every read's answer carries the records it made (`drain_native`), instead
     /// of their waiting for `drain()`.
