@@ -171,6 +171,13 @@ PROXY = [
         Q(f"sum by (instance) (increase(fetchlat_relay_handovers_total[{RI}]))", "handed over {{instance}}"),
     ), unit="short", description="With relay: native a sidecar's plaintext connections go to the native core's "
                                  "thread after their first answer; the rest stay on the event loop."),
+    Panel("Native relay's queue to the event loop", (
+        Q("max by (instance) (fetchlat_relay_queue_items)", "items {{instance}}"),
+        Q("max by (instance) (fetchlat_relay_queue_bytes) / 1048576", "MiB {{instance}}"),
+        Q(f"sum by (instance) (increase(fetchlat_relay_queue_full_total[{RI}]))", "full {{instance}}"),
+    ), unit="short", description="What the relay's thread queued and the event loop has not taken yet. At its "
+                                 "bound (65 536 items or 64 MiB) the relay reads no socket until the loop drains "
+                                 "it: 'full' counts those stops, which only a stalled event loop causes."),
     Panel("Connections accepted", (
         Q(f"sum by (instance, listener) (rate(fetchlat_connections_total[{RI}]))", "{{instance}} {{listener}}"),
     ), unit="cps"),

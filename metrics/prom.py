@@ -67,6 +67,19 @@ class ProxyMetrics:
             "Client connections carried by the native core's relay now (relay: native), of fetchlat_connections_active",
             registry=r,
         )
+        self.relay_queue_items = Gauge(
+            "fetchlat_relay_queue_items",
+            "Items the native core's relay has queued for the event loop and the loop has not taken yet", registry=r,
+        )
+        self.relay_queue_bytes = Gauge(
+            "fetchlat_relay_queue_bytes",
+            "Bytes for the event loop in the relay's queue (of fetchlat_relay_queue_items)", registry=r,
+        )
+        self.relay_queue_full = Counter(
+            "fetchlat_relay_queue_full",
+            "Times the relay's queue reached its bound and the relay stopped reading until the event loop drained it",
+            registry=r,
+        )
         self.handovers = Counter(
             "fetchlat_relay_handovers", "Client connections handed to the native core's relay (relay: native)",
             registry=r,

@@ -43,8 +43,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 from ..metrics.prom import ProxyMetrics
 from ..protocol import apis
@@ -61,8 +62,22 @@ from ..protocol.routed import (
     whole_ranges,
 )
 
-if TYPE_CHECKING:  # session imports this module; the compiled build calls its class directly (no boxed args)
-    from .session import ClientSide
+log = logging.getLogger("fetchlat.proxy")
+
+
+class Carried(Protocol):
+    """What the drain hands a connection the core carries (``session.py``'s ``ClientSide``): a
+    protocol, so that the drain's own rules can be tested with a connection of the test's."""
+
+    def relayed(self, from_broker: bool, data: bytes, t_ns: int, t_written_ns: int, records: Records | None,
+                client_bytes: int, broker_bytes: int, handed: bytes | None = None,
+                digest: tuple[bytes, bytes, bytes] | None = None) -> None: ...
+
+    def relayed_timers(self, now_ns: int, counts: tuple[int, int], client_read_ns: int, partial_since_ns: int,
+                       stalled_since_ns: int, rtt_ns: int) -> None: ...
+
+    def relayed_closed(self, reason: str, counts: tuple[int, int]) -> None: ...
+
 
 # a drain is flat (``relay.rs``, ``PyRelay::drain``): each item's fixed fields in ``heads`` (the
 # records' width, read as they are), its variable parts in ``parts``, those its ``present`` names
@@ -164,7 +179,11 @@ class RelayRoad:
                                 ask_at_answer=True)  # an exchange it settles alone: one record, its answer's
         if (tuple(core.RELAY_KINDS), core.RELAY_ITEM_WIDTH, tuple(core.RELAY_PRESENT)) != (KINDS, ITEM_WIDTH, PRESENT):
             raise RuntimeError("the native core's drain is not this build's (rebuild it: make .venv/.compiled)")
-        self.conns: dict[int, ClientSide] = {}
+        self.conns: dict[int, Carried] = {}
+        self._queue_full = 0  # the core's count of the times its queue filled, counted
+        relay = self.relay
+        metrics.relay_queue_items.set_function(lambda: float(relay.queue_depth()[0]))
+        metrics.relay_queue_bytes.set_function(lambda: float(relay.queue_depth()[1]))
         # Any: the compiled build checks what a call returns against its declared type, and
         # uvloop's loop gives its own handles (not asyncio's) and None from remove_reader
         self._loop: Any = None
@@ -184,7 +203,7 @@ class RelayRoad:
         self.relay.close()
         self.drain()
 
-    def add(self, client: ClientSide, client_fd: int, broker_fd: int) -> int:
+    def add(self, client: Carried, client_fd: int, broker_fd: int) -> int:
         """Hands the two descriptors to the core (it owns and closes them from here): the id."""
         conn = int(self.relay.add(client_fd, broker_fd))
         self.conns[conn] = client
@@ -218,13 +237,27 @@ class RelayRoad:
             client = conns.get(conn)
             if client is None:
                 continue
-            if kind == CLOSED:
-                del conns[conn]
-                client.relayed_closed(reason, (c_in, c_out))
-            elif kind == REWRITE:
-                self._answer(conn, data, api_of(api))
-            else:
-                client.relayed(kind == FROM_BROKER, data, t_ns, t_written_ns, records, c_in, c_out, handed, digest)
+            try:
+                if kind == CLOSED:
+                    del conns[conn]
+                    client.relayed_closed(reason, (c_in, c_out))
+                elif kind == REWRITE:
+                    self._answer(conn, data, api_of(api))
+                else:
+                    client.relayed(kind == FROM_BROKER, data, t_ns, t_written_ns, records, c_in, c_out, handed,
+                                   digest)
+            except Exception:  # one bad item costs its own connection, never the rest of the batch
+                self._item_failed(conn, kind)
+
+    def _item_failed(self, conn: int, kind: int) -> None:
+        """An item raised on its way to its connection: logged with its trace (which names no
+        record nor SASL byte: the item's bytes are not in it), counted, and the connection ended
+        (its CLOSED item comes back as every close's; one that was closing is forgotten here)."""
+        log.exception("relayed connection %d: its item (kind %d) failed; closing this connection only", conn, kind)
+        self.metrics.connection_errors.labels("relay_item_failed").inc()
+        if kind == CLOSED:
+            return  # already gone from the core and from conns
+        self.relay.end(conn)
 
     def _answer(self, conn: int, frame: bytes, api: tuple[int, int]) -> None:
         answer, res = held_answer(self.rewriter, frame, api)
@@ -236,6 +269,10 @@ class RelayRoad:
     def tick(self, now_ns: int) -> None:
         """The core's counters and timers of every connection it carries, to its conversation
         (the proxy's tick, every second): bytes, timeouts, the client RTT."""
+        full = int(self.relay.queue_depth()[4])
+        if full > self._queue_full:
+            self.metrics.relay_queue_full.inc(full - self._queue_full)
+            self._queue_full = full
         seen = self._memo_rewrites
         for key, n in self.relay.memo_rewrites().items():
             if n > seen.get(key, 0):

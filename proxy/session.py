@@ -309,7 +309,14 @@ class ClientSide:  # an asyncio protocol (duck-typed: a native class when compil
         if broker.reader is not None:
             broker.reader.stop()
         self.conv.handed_over()
-        self.relay_id = road.add(self, fds[0], fds[1])
+        try:
+            self.relay_id = road.add(self, fds[0], fds[1])
+        except RuntimeError:  # the relay is closed (the proxy stopping): the connection ends here
+            for fd in fds:
+                os.close(fd)
+            for t in (self.transport, broker.transport):
+                t.abort()
+            return
         self.ctx.core.observer.metrics.handovers.inc()
         for t in (self.transport, broker.transport):
             t.abort()

@@ -51,7 +51,7 @@ pub const READ_BYTES: usize = 256 << 10;
 /// Room for one control message carrying a `struct timespec`.
 const CONTROL_BYTES: usize = 64;
 /// Linux's `SO_TIMESTAMPNS` (`SO_TIMESTAMPNS_OLD`), also the control message type it yields.
-const SO_TIMESTAMPNS: libc::c_int = 35;
+pub(crate) const SO_TIMESTAMPNS: libc::c_int = 35;
 
 /// What one `recvmsg` gave: the byte count (0: the peer closed), and the kernel's receive time
 /// of the last packet (epoch ns) when a control message carried one.
@@ -379,6 +379,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("RELAY_BATCH_NS", relay::BATCH_NS)?;
     m.add("RELAY_NOTIFY_ITEMS", relay::NOTIFY_ITEMS)?;
     m.add("RELAY_NOTIFY_BYTES", relay::NOTIFY_BYTES)?;
+    m.add("RELAY_QUEUE_MAX_ITEMS", relay::QUEUE_MAX_ITEMS)?;
+    m.add("RELAY_QUEUE_MAX_BYTES", relay::QUEUE_MAX_BYTES)?;
     m.add("RELAY_SPARE_HELD_BYTES", relay::SPARE_HELD_BYTES)?;
     m.add("RELAY_PRESENT", (relay::HAS_DATA, relay::HAS_RECORDS, relay::HAS_HANDED, relay::HAS_DIGEST, relay::HAS_REASON))?;
     m.add("DIGEST_STATS_WIDTH", digest::STATS_WIDTH)?;

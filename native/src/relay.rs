@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering}
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use pyo3::exceptions::PyOSError;
+use pyo3::exceptions::{PyOSError, PyRuntimeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString};
 
@@ -155,6 +155,14 @@ pub const BATCH_NS: i64 = 1_200_000_000;
 /// against 107, two probes each); at 1 024 and 1 MiB it ended at 104-112.
 pub const NOTIFY_ITEMS: usize = 1024;
 pub const NOTIFY_BYTES: usize = 1 << 20;
+/// The queue's bound: at this many items, or bytes for Python, the relay reads no socket until
+/// Python drains it (`Looper::wait_for_drain`). Python is woken at a sixty-fourth of it
+/// (`NOTIFY_*`), so only an event loop stalled for that long meets it; the memory the queue
+/// holds stays within it (and one read's items) whatever the rate.
+pub const QUEUE_MAX_ITEMS: usize = 64 * NOTIFY_ITEMS;
+pub const QUEUE_MAX_BYTES: usize = 64 * NOTIFY_BYTES;
+/// How often a relay stopped on a full queue looks again without being woken (ms).
+const PAUSE_POLL_MS: libc::c_int = 100;
 /// How long the relay's thread sleeps with nothing due. It is woken for anything Python asks
 /// (a pair to adopt, an answer, an end, the stop: `wake_fd`) and by its sockets, and nothing of
 /// its own falls due while no batch is under way (the connections' timers are Python's, read at
@@ -400,6 +408,9 @@ struct Pair {
     gather: Option<Gather>,
     /// the bytes so far of the client's request under way that the Python road parses
     gather_rq: Option<Gather>,
+    /// the broker is gone (why) while bytes were still owed to the client: its socket is out of
+    /// the epoll set, and the pair ends once the client has them all
+    broker_gone: Option<String>,
 }
 
 struct Shared {
@@ -408,7 +419,9 @@ struct Shared {
     queue_spare: Mutex<Vec<Item>>,
     /// buffers of drained items, for the relay's thread to fill again (`Spare`)
     spare: Mutex<Spare>,
-    added: Mutex<Vec<(u64, RawFd, RawFd)>>,
+    /// pairs handed over and not adopted yet; None once the relay's thread has ended (`add` is
+    /// refused from then: nothing would own the fds)
+    added: Mutex<Option<Vec<(u64, RawFd, RawFd)>>>,
     answers: Mutex<Vec<(u64, Vec<u8>)>>,
     /// pairs Python ends (`end`)
     ends: Mutex<Vec<u64>>,
@@ -423,6 +436,13 @@ struct Shared {
     /// which `drain` sets), and the bytes for Python queued since the last drain
     notify_at: AtomicI64,
     queued_bytes: AtomicUsize,
+    queued_items: AtomicUsize,
+    /// how often the queue was full and the relay stopped reading until Python drained it, and
+    /// whether it is stopped now (`drain` wakes it)
+    queue_full: AtomicU64,
+    paused: AtomicBool,
+    /// the queue's bound: items, bytes for Python (`QUEUE_MAX_*` unless the tests ask less)
+    queue_max: (usize, usize),
     wake_fd: RawFd,
     notify_fd: RawFd,
     urgent_fd: RawFd,
@@ -439,16 +459,49 @@ fn clock_ns(clock: libc::clockid_t) -> i64 {
     ts.tv_sec * 1_000_000_000 + ts.tv_nsec
 }
 
+/// Wakes whoever waits on an eventfd. Its only failure, EAGAIN (the counter at its top), leaves
+/// the eventfd readable, which is all a wake is; any other is a bug of ours (a closed fd).
 fn bump(fd: RawFd) {
     let one: u64 = 1;
     // SAFETY: writes 8 bytes from a u64 that lives for the call; an eventfd takes exactly that
-    unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+    let n = unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+    debug_assert!(n == 8 || std::io::Error::last_os_error().kind() == std::io::ErrorKind::WouldBlock);
 }
 
-fn epoll_set(ep: RawFd, op: libc::c_int, fd: RawFd, events: u32, token: u64) {
+/// Reads an eventfd's count (clears it): EAGAIN (nothing there) is a wake that another read took.
+fn clear(fd: RawFd) {
+    let mut v: u64 = 0;
+    // SAFETY: reads the eventfd's 8 bytes into a u64
+    let n = unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
+    debug_assert!(n == 8 || std::io::Error::last_os_error().kind() == std::io::ErrorKind::WouldBlock);
+}
+
+fn epoll_set(ep: RawFd, op: libc::c_int, fd: RawFd, events: u32, token: u64) -> std::io::Result<()> {
     let mut ev = libc::epoll_event { events, u64: token };
     // SAFETY: ev lives for the call; the kernel checks the fds
-    unsafe { libc::epoll_ctl(ep, op, fd, &mut ev) };
+    if unsafe { libc::epoll_ctl(ep, op, fd, &mut ev) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `fcntl(F_SETFL, O_NONBLOCK)`: a socket the relay reads must never block its thread.
+fn nonblocking(fd: RawFd) -> std::io::Result<()> {
+    // SAFETY: no pointers; the kernel checks the fd
+    let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    // SAFETY: as above
+    if fl < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `setsockopt` of an int option to 1.
+fn sockopt_on(fd: RawFd, level: libc::c_int, name: libc::c_int) -> std::io::Result<()> {
+    let on: libc::c_int = 1;
+    // SAFETY: a valid option value for the call's duration
+    let r = unsafe { libc::setsockopt(fd, level, name, (&on as *const libc::c_int).cast(), 4) };
+    if r < 0 { Err(std::io::Error::last_os_error()) } else { Ok(()) }
 }
 
 /// Writes what it can of `data` to `fd`: the count written, or the error (EAGAIN is 0 written).
@@ -473,9 +526,12 @@ fn write_some(fd: RawFd, data: &[u8]) -> std::io::Result<usize> {
 /// Each side's epoll interest: read it while the other side has nothing waiting for its socket
 /// (back-pressure), and wait to write to it while it has.
 /// (Only what changed since the last call: the common read changes nothing, and costs no call.)
-fn rearm(ep: RawFd, id: u64, p: &mut Pair) {
+fn rearm(ep: RawFd, id: u64, p: &mut Pair) -> Result<(), String> {
     let sides = [(CLIENT, &p.client, &p.broker), (BROKER, &p.broker, &p.client)];
     for (i, (side, me, other)) in sides.into_iter().enumerate() {
+        if side == BROKER && p.broker_gone.is_some() {
+            continue; // out of the epoll set
+        }
         let mut ev = 0u32;
         if other.lets_other_read() && !(side == CLIENT && p.client_eof) {
             ev |= libc::EPOLLIN as u32;
@@ -485,19 +541,25 @@ fn rearm(ep: RawFd, id: u64, p: &mut Pair) {
         }
         if p.armed[i] != ev {
             p.armed[i] = ev;
-            epoll_set(ep, libc::EPOLL_CTL_MOD, me.fd, ev, id << 1 | side);
+            epoll_set(ep, libc::EPOLL_CTL_MOD, me.fd, ev, id << 1 | side).map_err(|e| format!("relay epoll: {e}"))?;
         }
     }
-    if p.client_eof && !p.shut && p.broker.queue.is_empty() {
+    if p.client_eof && !p.shut && p.broker.queue.is_empty() && p.broker_gone.is_none() {
         p.shut = true;
         // SAFETY: the pair's own fd
-        unsafe { libc::shutdown(p.broker.fd, libc::SHUT_WR) };
+        if unsafe { libc::shutdown(p.broker.fd, libc::SHUT_WR) } < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::ENOTCONN) {
+                return Err(format!("passing the client's end of stream to the broker: {e}"));
+            }
+        }
     }
     let waits = matches!(p.client.queue.front(), Some(Seg::Bytes(_)));
     let since = &p.stats.stalled_since_ns;
     if waits != (since.load(Ordering::Relaxed) != 0) {
         since.store(if waits { mono_ns() } else { 0 }, Ordering::Relaxed);
     }
+    Ok(())
 }
 
 /// The bytes of `data` the Python road is fed (`Routed`), after `v`'s, up to offset `upto` of the
@@ -562,6 +624,7 @@ impl Looper {
         q.push(item);
         let items = q.len();
         drop(q);
+        self.shared.queued_items.store(items, Ordering::Relaxed);
         // urgent first: Python, woken by either, must find it set whenever the item is there
         if urgent {
             bump(self.shared.urgent_fd);
@@ -599,7 +662,10 @@ impl Looper {
         if let Some(mut p) = self.pairs.remove(&id) {
             self.shared.stats.lock().unwrap().remove(&id);
             for fd in [p.client.fd, p.broker.fd] {
-                // SAFETY: the pair owned these fds; removing it from the map gives them up once
+                // SAFETY: the pair owned these fds; removing it from the map gives them up once.
+                // Closing the fd takes it out of the epoll set whatever the DEL says (ENOENT for
+                // a broker already taken out: `broker_hung_up`); close's own error (EINTR, EIO)
+                // leaves nothing to do, the fd being released either way on Linux.
                 unsafe {
                     libc::epoll_ctl(self.ep, libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut());
                     libc::close(fd);
@@ -633,24 +699,36 @@ impl Looper {
     }
 
     fn adopt(&mut self) {
-        let added = std::mem::take(&mut *self.shared.added.lock().unwrap());
+        let added = match self.shared.added.lock().unwrap().as_mut() {
+            Some(v) => std::mem::take(v),
+            None => Vec::new(),
+        };
+        self.adopt_pairs(added);
+    }
+
+    fn adopt_pairs(&mut self, added: Vec<(u64, RawFd, RawFd)>) {
         for (id, cfd, bfd) in added {
-            for fd in [cfd, bfd] {
-                // SAFETY: fds handed over by add(); the kernel checks them
+            // the kernel's stamps: without them the broker's reads are dated by the clock (and
+            // counted so, `stamps`); without TCP_NODELAY small answers may wait for Nagle: neither
+            // ends the pair. A socket that cannot be made non-blocking, or watched, is refused.
+            let _stamped = sockopt_on(bfd, libc::SOL_SOCKET, crate::SO_TIMESTAMPNS);
+            let _nodelay = (sockopt_on(cfd, libc::IPPROTO_TCP, libc::TCP_NODELAY),
+                            sockopt_on(bfd, libc::IPPROTO_TCP, libc::TCP_NODELAY));
+            let set_up = nonblocking(cfd).and_then(|()| nonblocking(bfd))
+                .and_then(|()| epoll_set(self.ep, libc::EPOLL_CTL_ADD, cfd, libc::EPOLLIN as u32, id << 1 | CLIENT))
+                .and_then(|()| epoll_set(self.ep, libc::EPOLL_CTL_ADD, bfd, libc::EPOLLIN as u32, id << 1 | BROKER));
+            if let Err(e) = set_up {
+                // SAFETY: fds handed over by add(), owned here alone; closing takes them out of the set
                 unsafe {
-                    let fl = libc::fcntl(fd, libc::F_GETFL);
-                    libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK);
+                    libc::close(cfd);
+                    libc::close(bfd);
                 }
+                let t = mono_ns();
+                self.push(Item { conn: id, kind: CLOSED, t_ns: t, t_written_ns: t, python: Vec::new(), records: None,
+                                 reason: format!("relay could not take the connection: {e}"), api: None,
+                                 counts: (0, 0), handed: Vec::new(), digest: None });
+                continue;
             }
-            let on: libc::c_int = 1;
-            // SAFETY: a valid option value for the call's duration
-            unsafe {
-                libc::setsockopt(bfd, libc::SOL_SOCKET, 35, (&on as *const libc::c_int).cast(), 4);
-                libc::setsockopt(cfd, libc::IPPROTO_TCP, libc::TCP_NODELAY, (&on as *const libc::c_int).cast(), 4);
-                libc::setsockopt(bfd, libc::IPPROTO_TCP, libc::TCP_NODELAY, (&on as *const libc::c_int).cast(), 4);
-            }
-            epoll_set(self.ep, libc::EPOLL_CTL_ADD, cfd, libc::EPOLLIN as u32, id << 1 | CLIENT);
-            epoll_set(self.ep, libc::EPOLL_CTL_ADD, bfd, libc::EPOLLIN as u32, id << 1 | BROKER);
             let mut wire = Wire::new(self.max_frame, self.flexible.clone(), self.observed.clone());
             wire.hold_whole(&self.whole);
             if self.ask_at_answer {
@@ -662,7 +740,7 @@ impl Looper {
             self.pairs.insert(id, Pair { client: Side { fd: cfd, queue: VecDeque::new() },
                                          broker: Side { fd: bfd, queue: VecDeque::new() }, whole: Vec::new(),
                                          armed: [libc::EPOLLIN as u32; 2], wire, stats, client_eof: false,
-                                         shut: false, gather: None, gather_rq: None });
+                                         shut: false, gather: None, gather_rq: None, broker_gone: None });
         }
     }
 
@@ -711,8 +789,7 @@ impl Looper {
         if n == 0 {
             if side == CLIENT {
                 p.client_eof = true;  // a half-close, passed on: the answers still come back
-                rearm(self.ep, id, p);
-                return Ok(());
+                return rearm(self.ep, id, p);
             }
             return Err(if p.client_eof { "broker closed the connection after the client's end of stream".into() }
                        else { "broker closed the connection".into() });
@@ -784,7 +861,7 @@ impl Looper {
             }
             to.flush().map_err(|e| format!("{write_err}: {e}"))?;
         }
-        rearm(self.ep, id, p);
+        rearm(self.ep, id, p)?;
         let t_written_ns = mono_ns();
         if side == BROKER && t_written_ns - p.stats.rtt_at_ns.load(Ordering::Relaxed) > RTT_EVERY_NS {
             p.stats.rtt_at_ns.store(t_written_ns, Ordering::Relaxed);
@@ -920,7 +997,42 @@ impl Looper {
         if let Err(e) = to.flush() {
             return self.close(id, format!("write to the {what}: {e}"));
         }
-        rearm(self.ep, id, p);
+        if let Err(e) = rearm(self.ep, id, p) {
+            return self.close(id, e);
+        }
+        self.owed_done(id);
+    }
+
+    /// A pair whose broker hung up while bytes were owed to the client: once they are written,
+    /// its socket is watched again, to be read to its end (what the kernel still holds of it
+    /// is owed too); the read of its end closes the pair.
+    fn owed_done(&mut self, id: u64) {
+        let Some(p) = self.pairs.get_mut(&id) else { return };
+        if p.broker_gone.is_none() || !p.client.queue.is_empty() {
+            return;
+        }
+        let ev = libc::EPOLLIN as u32;
+        if let Err(e) = epoll_set(self.ep, libc::EPOLL_CTL_ADD, p.broker.fd, ev, id << 1 | BROKER) {
+            return self.close(id, format!("relay epoll: {e}"));
+        }
+        p.broker_gone = None;
+        p.armed[1] = ev;
+    }
+
+    /// The broker's socket hung up (`reason`): with bytes still owed to the client the pair goes
+    /// on until they are written (the broker's socket out of the epoll set, which reports a
+    /// hang-up whatever it is asked), and then its socket is read to its end; otherwise it ends.
+    fn broker_hung_up(&mut self, id: u64, reason: String) {
+        let Some(p) = self.pairs.get_mut(&id) else { return };
+        if p.client.queue.is_empty() || p.broker_gone.is_some() {
+            return self.close(id, reason);
+        }
+        // SAFETY: the pair's own fds, still open
+        if unsafe { libc::epoll_ctl(self.ep, libc::EPOLL_CTL_DEL, p.broker.fd, std::ptr::null_mut()) } < 0 {
+            let e = std::io::Error::last_os_error();
+            return self.close(id, format!("relay epoll: {e}"));
+        }
+        p.broker_gone = Some(reason);
     }
 
     /// Python's answers to the answers held whole, each in its place.
@@ -939,27 +1051,71 @@ impl Looper {
                 self.close(id, format!("write to the client: {e}"));
                 continue;
             }
-            rearm(self.ep, id, p);
+            if let Err(e) = rearm(self.ep, id, p) {
+                self.close(id, e);
+                continue;
+            }
+            self.owed_done(id);
         }
+    }
+
+    /// What Python asked for (`wake_fd`): pairs to adopt, answers, ends.
+    fn woken(&mut self) {
+        clear(self.shared.wake_fd);
+        self.adopt();
+        self.answered();
+        let ends = std::mem::take(&mut *self.shared.ends.lock().unwrap());
+        for id in ends {
+            self.close(id, "closed by the proxy".into());
+        }
+    }
+
+    fn queue_full(&self) -> bool {
+        let (items, bytes) = self.shared.queue_max;
+        self.shared.queued_items.load(Ordering::Relaxed) >= items || self.shared.queued_bytes.load(Ordering::Relaxed) >= bytes
+    }
+
+    /// The queue is full (Python has not drained it: its loop is stalled): no socket is read
+    /// until it drains, so that the queue, and what the pairs hold, stay bounded (back-pressure
+    /// to every client and broker, as a stalled event loop gives on its own road). Python's asks
+    /// are still served; the relay waits on `wake_fd`, which `drain` writes.
+    fn wait_for_drain(&mut self) {
+        self.shared.queue_full.fetch_add(1, Ordering::Relaxed);
+        self.shared.paused.store(true, Ordering::Relaxed);
+        bump(self.shared.notify_fd);
+        while self.queue_full() && !self.shared.stop.load(Ordering::Relaxed) {
+            let mut pfd = libc::pollfd { fd: self.shared.wake_fd, events: libc::POLLIN, revents: 0 };
+            // SAFETY: one pollfd that lives for the call
+            let n = unsafe { libc::poll(&mut pfd, 1, PAUSE_POLL_MS) };
+            if n > 0 {
+                self.woken();
+            }
+        }
+        self.shared.paused.store(false, Ordering::Relaxed);
     }
 
     fn run(&mut self) {
         let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; MAX_EVENTS];
+        let mut failed = None;
         while !self.shared.stop.load(Ordering::Relaxed) {
+            if self.queue_full() {
+                self.wait_for_drain();
+                continue;
+            }
             // SAFETY: events has MAX_EVENTS entries for the kernel to fill
             let n = unsafe { libc::epoll_wait(self.ep, events.as_mut_ptr(), MAX_EVENTS as libc::c_int, self.wait_ms()) };
-            for ev in events.iter().take(n.max(0) as usize) {
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                failed = Some(format!("the relay stopped: epoll_wait failed: {e}"));
+                break;
+            }
+            for ev in events.iter().take(n as usize) {
                 let (token, flags) = (ev.u64, ev.events);
                 if token == WAKE {
-                    let mut v: u64 = 0;
-                    // SAFETY: reads the eventfd's 8 bytes into a u64
-                    unsafe { libc::read(self.shared.wake_fd, (&mut v as *mut u64).cast(), 8) };
-                    self.adopt();
-                    self.answered();
-                    let ends = std::mem::take(&mut *self.shared.ends.lock().unwrap());
-                    for id in ends {
-                        self.close(id, "closed by the proxy".into());
-                    }
+                    self.woken();
                     continue;
                 }
                 let (id, side) = (token >> 1, token & 1);
@@ -970,17 +1126,32 @@ impl Looper {
                     self.readable(id, side);
                 } else if flags & (libc::EPOLLHUP | libc::EPOLLERR) as u32 != 0 {
                     // reported even while this side is not read (back-pressure): the peer is gone
-                    let who = if side == CLIENT { "client" } else { "broker" };
-                    let what = if flags & libc::EPOLLERR as u32 != 0 { "connection failed" } else { "closed the connection" };
-                    self.close(id, format!("{who} {what}"));
+                    let err = flags & libc::EPOLLERR as u32 != 0;
+                    if side == BROKER {
+                        let eof = self.pairs.get(&id).is_some_and(|p| p.client_eof);
+                        let reason = match (err, eof) {
+                            (true, _) => "broker connection failed",
+                            (false, true) => "broker closed the connection after the client's end of stream",
+                            (false, false) => "broker closed the connection",
+                        };
+                        self.broker_hung_up(id, reason.into());
+                    } else {
+                        let what = if err { "connection failed" } else { "closed the connection" };
+                        self.close(id, format!("client {what}"));
+                    }
                 }
             }
             self.notify_due();
         }
+        // pairs handed over and not adopted yet are adopted to be closed; none is taken from here
+        let late = self.shared.added.lock().unwrap().take().unwrap_or_default();
+        self.adopt_pairs(late);
         let ids: Vec<u64> = self.pairs.keys().copied().collect();
+        let reason = failed.unwrap_or_else(|| "the relay stopped".into());
         for id in ids {
-            self.close(id, "the relay stopped".into());
+            self.close(id, reason.clone());
         }
+        bump(self.shared.notify_fd);
     }
 }
 
@@ -1006,23 +1177,27 @@ impl PyRelay {
     /// one record, its answer's (`Wire::ask_at_answer`; a request unanswered at the end is
     /// recorded then).
     #[new]
-    #[pyo3(signature = (max_frame_bytes, flexible, observed, whole=Vec::new(), ask_at_answer=false))]
+    /// `queue_max`: `(items, bytes)`, the queue's bound (`QUEUE_MAX_*` when None; the tests ask less).
+    #[pyo3(signature = (max_frame_bytes, flexible, observed, whole=Vec::new(), ask_at_answer=false, queue_max=None))]
     fn new(max_frame_bytes: i64, flexible: Vec<(i16, i16, i16)>, observed: Vec<(i16, i16, i16)>,
-           whole: Vec<(i16, i16, i16)>, ask_at_answer: bool) -> PyResult<Self> {
+           whole: Vec<(i16, i16, i16)>, ask_at_answer: bool, queue_max: Option<(usize, usize)>) -> PyResult<Self> {
         // SAFETY: no pointers
         let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
         if ep < 0 {
             return Err(PyOSError::new_err(std::io::Error::last_os_error().to_string()));
         }
         let shared = Arc::new(Shared { queue: Mutex::new(Vec::new()), queue_spare: Mutex::new(Vec::new()),
-                                       spare: Mutex::new(Spare::default()), added: Mutex::new(Vec::new()),
+                                       spare: Mutex::new(Spare::default()), added: Mutex::new(Some(Vec::new())),
                                        answers: Mutex::new(Vec::new()), ends: Mutex::new(Vec::new()),
                                        stats: Mutex::new(HashMap::new()), kernel_reads: AtomicU64::new(0),
                                        clock_reads: AtomicU64::new(0), memo_rewrites: Mutex::new(HashMap::new()),
                                        stop: AtomicBool::new(false), notify_at: AtomicI64::new(0),
-                                       queued_bytes: AtomicUsize::new(0),
+                                       queued_bytes: AtomicUsize::new(0), queued_items: AtomicUsize::new(0),
+                                       queue_full: AtomicU64::new(0), paused: AtomicBool::new(false),
+                                       queue_max: queue_max.unwrap_or((QUEUE_MAX_ITEMS, QUEUE_MAX_BYTES)),
                                        wake_fd: eventfd()?, notify_fd: eventfd()?, urgent_fd: eventfd()? });
-        epoll_set(ep, libc::EPOLL_CTL_ADD, shared.wake_fd, libc::EPOLLIN as u32, WAKE);
+        epoll_set(ep, libc::EPOLL_CTL_ADD, shared.wake_fd, libc::EPOLLIN as u32, WAKE)
+            .map_err(|e| PyOSError::new_err(e.to_string()))?;
         let mut looper = Looper { shared: shared.clone(), ep, pairs: HashMap::new(), buf: vec![0; READ_BYTES],
                                   max_frame: max_frame_bytes, flexible: Ranges::new(&flexible),
                                   observed: Ranges::new(&observed), whole, memo: Memo { entries: VecDeque::new() },
@@ -1033,12 +1208,27 @@ impl PyRelay {
     }
 
     /// Hands a connected pair over (the relay owns and closes both fds from here): its id.
-    fn add(&mut self, client_fd: RawFd, broker_fd: RawFd) -> u64 {
+    ///
+    /// Refused (`RuntimeError`, the fds left the caller's) once the relay is closed or its
+    /// thread has ended: nothing would own them.
+    fn add(&mut self, client_fd: RawFd, broker_fd: RawFd) -> PyResult<u64> {
+        let mut added = self.shared.added.lock().unwrap();
+        let Some(queue) = added.as_mut().filter(|_| !self.shared.stop.load(Ordering::Relaxed)) else {
+            return Err(PyRuntimeError::new_err("the relay is closed: it takes no connection"));
+        };
         let id = self.next_id;
         self.next_id += 1;
-        self.shared.added.lock().unwrap().push((id, client_fd, broker_fd));
+        queue.push((id, client_fd, broker_fd));
+        drop(added);
         bump(self.shared.wake_fd);
-        id
+        Ok(id)
+    }
+
+    /// The queue to Python now and its bounds: `(items, bytes, max items, max bytes, times full)`:
+    /// `times full`, how often it reached a bound and the relay stopped reading until a drain.
+    fn queue_depth(&self) -> (usize, usize, usize, usize, u64) {
+        (self.shared.queued_items.load(Ordering::Relaxed), self.shared.queued_bytes.load(Ordering::Relaxed),
+         self.shared.queue_max.0, self.shared.queue_max.1, self.shared.queue_full.load(Ordering::Relaxed))
     }
 
     /// Ends pair `conn` (its fds closed, a CLOSED item queued, "closed by the proxy"); nothing
@@ -1126,6 +1316,10 @@ impl PyRelay {
         self.shared.notify_at.store(0, Ordering::Relaxed);
         self.shared.queued_bytes.store(0, Ordering::Relaxed);
         std::mem::swap(&mut items, &mut *self.shared.queue.lock().unwrap());
+        self.shared.queued_items.store(0, Ordering::Relaxed);
+        if self.shared.paused.load(Ordering::Relaxed) {
+            bump(self.shared.wake_fd); // the relay waits for this drain to read again
+        }
         let (mut bytes, mut words, mut idss) = (Vec::new(), Vec::new(), Vec::new());
         let mut heads: Vec<i64> = Vec::with_capacity(items.len() * ITEM_WIDTH);
         let parts = PyList::empty(py);

@@ -397,6 +397,7 @@ impl Wire {
         let n = data.len();
         if self.needs_python {
             out.rest = Some(0);
+            self.frames_only(data);
             return Ok(());
         }
         let mut pos = 0;
@@ -418,6 +419,7 @@ impl Wire {
                     pos += 4 + size;
                     if self.needs_python {
                         out.rest = Some(pos);
+                        self.frames_only(&data[pos..]);
                         return Ok(());
                     }
                     continue;
@@ -488,6 +490,7 @@ impl Wire {
                 r?;
                 if self.needs_python {
                     out.rest = Some(pos);
+                    self.frames_only(&data[pos..]);
                     return Ok(());
                 }
             }
@@ -500,6 +503,30 @@ impl Wire {
             out.open_from = Some(fstart); // a routed request goes on past this chunk
         }
         Ok(())
+    }
+
+    /// The client's bytes once they are the Python road's alone (after a SaslHandshake v0): only
+    /// where its frames begin and end is followed (a raw SASL token has a size prefix too), so
+    /// that `client_mid_frame` still tells a frame begun and not finished, and the partial-frame
+    /// timeout holds there as before the hand-over. The Python road judges the frames themselves.
+    fn frames_only(&mut self, mut data: &[u8]) {
+        while !data.is_empty() {
+            if self.rq_left == 0 {
+                let take = (4 - self.rq_size_buf.len()).min(data.len());
+                self.rq_size_buf.extend_from_slice(&data[..take]);
+                data = &data[take..];
+                if self.rq_size_buf.len() == 4 {
+                    let size = i32::from_be_bytes([self.rq_size_buf[0], self.rq_size_buf[1], self.rq_size_buf[2],
+                                                   self.rq_size_buf[3]]);
+                    self.rq_size_buf.clear();
+                    self.rq_left = usize::try_from(size).unwrap_or(0);
+                }
+                continue;
+            }
+            let take = self.rq_left.min(data.len());
+            self.rq_left -= take;
+            data = &data[take..];
+        }
     }
 
     /// A request ended (`requests.py`'s `_done`): its first bytes `peek`.

@@ -187,18 +187,23 @@ def test_the_policies_hold_on_a_connection_the_core_carries(sidecars: Sidecars) 
     oversized = after_api_versions(n.listen_port)
     partial = after_api_versions(n.listen_port)
     idle = after_api_versions(n.listen_port)
-    assert n.health()["relayed"] >= 4
+    sasl = Client(n.listen_port)  # after a SaslHandshake v0 its bytes are the Python road's alone
+    sasl.call(apis.API_VERSIONS, 3, {"ClientSoftwareName": "relay-test", "ClientSoftwareVersion": "1"})
+    sasl.call(apis.SASL_HANDSHAKE, 0, {"Mechanism": "PLAIN"})
+    assert n.health()["relayed"] >= 5
     oversized.sendall(struct.pack(">i", 4 << 20) + b"\x00" * 16)  # past max_frame_bytes (1 MiB)
     partial.sendall(struct.pack(">i", 100) + b"\x00\x03")  # a request begun, never finished
+    sasl.sock.sendall(struct.pack(">i", 100) + b"\x00\x03")  # a raw token begun, never finished
     assert closed_within(oversized, 3.0)
     for _ in range(6):  # the healthy one keeps talking: it is never idle
         healthy.call(apis.METADATA, 12, {"Topics": []})
         time.sleep(0.5)
     assert closed_within(partial, 3.0)
+    assert closed_within(sasl.sock, 1.0)
     assert closed_within(idle, 3.0)
     healthy.call(apis.METADATA, 12, {"Topics": []})  # still served
     healthy.close()
-    for s in (oversized, partial, idle):
+    for s in (oversized, partial, idle, sasl.sock):
         s.close()
     metrics = n.metrics()
     for reason in ("request_framing", "partial_frame_timeout", "idle_timeout"):

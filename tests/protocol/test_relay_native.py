@@ -706,3 +706,105 @@ def test_the_buffers_handed_back_to_the_relay_thread_hold_a_bounded_memory(rig: 
                     "every answer handed to Python")
     kept, held = rig.relay.spare_held()
     assert kept > 0 and 0 < held <= core.RELAY_SPARE_HELD_BYTES
+
+
+def test_after_a_sasl_handshake_v0_a_token_begun_and_not_finished_is_still_mid_frame(rig: Rig) -> None:
+    """Once the client's bytes are the Python road's alone (raw SASL tokens may follow a
+    SaslHandshake v0), the core still follows where its frames begin and end: the partial-frame
+    timeout holds there as before the hand-over."""
+    body = struct.pack(">hhih", 17, 0, 9, -1) + struct.pack(">h", 5) + b"PLAIN"
+    rig.client.sendall(struct.pack(">i", len(body)) + body)
+    assert _recv_exactly(rig.broker, 4 + len(body))[4:] == body
+    answer = struct.pack(">i", 9) + b"\x00\x00" + struct.pack(">i", 1) + struct.pack(">h", 5) + b"PLAIN"
+    rig.broker.sendall(struct.pack(">i", len(answer)) + answer)
+    assert _recv_exactly(rig.client, 4 + len(answer))[4:] == answer
+    token = b"\x00user\x00secret"
+    rig.client.sendall(struct.pack(">i", len(token)) + token[:3])  # a raw token begun
+    deadline = time.monotonic() + DEADLINE_S
+    while _timers(rig)[4] == 0:
+        assert time.monotonic() < deadline, "the token begun is not seen as a partial frame"
+        time.sleep(0.002)
+    rig.client.sendall(token[3:])
+    assert _recv_exactly(rig.broker, 4 + len(token))[4:] == token
+    assert _timers(rig)[4] == 0  # finished: no longer mid-frame
+
+
+def test_broker_bytes_that_answer_nothing_end_the_pair_with_a_framing_error(rig: Rig) -> None:
+    rig.broker.sendall(b"\x00\x00\x00")  # an answer's first bytes with no request in flight
+    rig.drain_until(lambda: any(it[1] == rig.kinds[2] for it in rig.items), "end of the pair")
+    assert [it[7] for it in rig.items if it[1] == rig.kinds[2]] == ["response from the broker matches no request"]
+    assert rig.client.recv(1) == b""
+
+
+def test_a_broker_gone_after_the_clients_half_close_still_delivers_every_byte_owed(rig: Rig) -> None:
+    """The client half-closes; the broker answers with more than the client's socket takes at
+    once and closes: the pair ends only once the client has every byte (the broker's hang-up,
+    reported while it is not read, waits for them)."""
+    req = struct.pack(">hhih", 18, 0, 7, -1)
+    rig.client.sendall(struct.pack(">i", len(req)) + req)
+    rig.client.shutdown(socket.SHUT_WR)
+    assert _recv_exactly(rig.broker, 4 + len(req))[4:] == req
+    assert rig.broker.recv(1) == b""
+    body = struct.pack(">i", 7) + bytes(range(256)) * (32 * 1024)  # 8 MiB
+    frame = struct.pack(">i", len(body)) + body
+    t = threading.Thread(target=lambda: (rig.broker.sendall(frame), rig.broker.close()))
+    t.start()
+    time.sleep(0.5)  # the broker's close (a hang-up: both directions shut) while most of it waits
+    assert _recv_exactly(rig.client, len(frame)) == frame
+    t.join(DEADLINE_S)
+    assert rig.client.recv(1) == b""
+    rig.drain_until(lambda: any(it[1] == rig.kinds[2] for it in rig.items), "end of the pair")
+    assert [it[7] for it in rig.items if it[1] == rig.kinds[2]] == [
+        "broker closed the connection after the client's end of stream"]
+
+
+def test_a_closed_relay_takes_no_connection() -> None:
+    core = native.core()
+    assert core is not None
+    relay = core.Relay(MAX_FRAME, flexible_ranges(), route_ranges(None))
+    relay.close()
+    a, b = _pair()
+    try:
+        with pytest.raises(RuntimeError, match="closed"):
+            relay.add(a.fileno(), b.fileno())
+        a.getsockopt(socket.SOL_SOCKET, socket.SO_TYPE)  # still the caller's, still open
+    finally:
+        a.close()
+        b.close()
+
+
+def test_the_queue_to_python_is_bounded_and_says_how_deep_it_is() -> None:
+    """Nobody drains: at the queue's bound the relay stops reading (back-pressure: a request sent
+    then is not passed on), says how deep the queue is and how often it filled, and reads on once
+    Python drains it."""
+    core = native.core()
+    assert core is not None
+    relay = core.Relay(MAX_FRAME, flexible_ranges(), route_ranges(None), queue_max=(20, 1 << 20))
+    relay_client, client = _pair()
+    relay_broker, broker = _pair()
+    relay.add(relay_client.detach(), relay_broker.detach())
+    try:
+        assert relay.queue_depth() == (0, 0, 20, 1 << 20, 0)
+        req = struct.pack(">hhih", 18, 0, 0, -1)
+        frame = struct.pack(">i", len(req)) + req
+        for i in range(20):  # one read, one item (its record) each
+            client.sendall(frame)
+            assert _recv_exactly(broker, len(frame)) == frame, i
+        deadline = time.monotonic() + DEADLINE_S
+        while relay.queue_depth()[4] == 0:
+            assert time.monotonic() < deadline, f"the queue never filled: {relay.queue_depth()}"
+            time.sleep(0.002)
+        assert relay.queue_depth()[:2] == (20, 0)
+        client.sendall(frame)
+        broker.settimeout(0.3)
+        with pytest.raises(TimeoutError):
+            broker.recv(64)  # not read meanwhile: the queue does not grow
+        assert relay.queue_depth()[0] == 20
+        assert len(items(*relay.drain())) == 20
+        broker.settimeout(DEADLINE_S)
+        assert _recv_exactly(broker, len(frame)) == frame  # read on once drained
+        assert relay.queue_depth()[4] == 1
+    finally:
+        relay.close()
+        client.close()
+        broker.close()
