@@ -118,29 +118,6 @@ impl<'a> Cursor<'a> {
         Ok(n)
     }
 
-    /// A tag passed over if its number, size and bytes are all here (None where they are not;
-    /// `Bad` where they never will be).
-    fn whole_tag(&mut self) -> Got<Option<()>> {
-        let at = self.p;
-        let here = Cursor { b: self.b, p: self.p, unfed: 0 };
-        let mut t = here;
-        let read = (|| {
-            t.uvarint()?;
-            let size = usize::try_from(t.uvarint()?).map_err(|_| Stop::Bad)?;
-            t.skip(size)
-        })();
-        match read {
-            Ok(()) => {
-                self.p = t.p;
-                Ok(Some(()))
-            }
-            Err(_) => {
-                self.p = at;
-                Ok(None) // not all here: the steps read it (and say whether it is `Bad`)
-            }
-        }
-    }
-
     /// A string passed over (it must be UTF-8, as the codec decodes it).
     fn string(&mut self, flexible: bool) -> Got<()> {
         let n = self.length(flexible, false)?;
@@ -178,6 +155,35 @@ enum Stage {
     TopicTags,
     /// every topic read: the rest (the top-level tags) is the skeleton's as it came
     Rest,
+}
+
+/// A varint at `p` of `b`: its value and the position after it; None where it runs past `b`
+/// or is longer than ten bytes.
+#[inline]
+fn varint_at(b: &[u8], p: usize) -> Option<(u64, usize)> {
+    let first = *b.get(p)?;
+    if first & 0x80 == 0 {
+        return Some((u64::from(first), p + 1)); // nearly every tag's number and size
+    }
+    let mut c = Cursor { b, p, unfed: 0 };
+    let v = c.uvarint().ok()?;
+    Some((v, c.p))
+}
+
+/// Up to `left` tags lying whole in `b` from `p`, passed over in one loop: the position after
+/// them and the tags still to read. A tag not whole here (or not readable) stops it, for the
+/// steps to read (`Digester::tag_step`).
+fn whole_tags(b: &[u8], mut p: usize, mut left: u64) -> (usize, u64) {
+    while left > 0 {
+        let Some((_, q)) = varint_at(b, p) else { break };
+        let Some((size, q)) = varint_at(b, q) else { break };
+        let Some(end) = usize::try_from(size).ok().and_then(|n| q.checked_add(n)).filter(|&e| e <= b.len()) else {
+            break;
+        };
+        p = end;
+        left -= 1;
+    }
+    (p, left)
 }
 
 /// What of a tag was read (`Digester::tag_step`).
@@ -425,20 +431,11 @@ impl Digester {
         match self.tag_read {
             TagRead::Nothing => {
                 // the tags whole here, at once (one step for all of them); then one's number
-                let mut left = left;
-                loop {
-                    let mut whole = Cursor { b: c.b, p: c.p, unfed: c.unfed };
-                    let Ok(Some(())) = whole.whole_tag() else { break };
-                    c.p = whole.p;
-                    left -= 1;
-                    if left == 0 {
-                        self.tags_left = None;
-                        return Ok(true);
-                    }
-                }
-                if left != self.tags_left.unwrap_or(0) {
-                    self.tags_left = Some(left);
-                    return Ok(false);
+                let (p, rest) = whole_tags(c.b, c.p, left);
+                if rest != left {
+                    c.p = p;
+                    self.tags_left = (rest > 0).then_some(rest);
+                    return Ok(rest == 0);
                 }
                 c.uvarint()?;
                 self.tag_read = TagRead::Number;

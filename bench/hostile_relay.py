@@ -1,0 +1,256 @@
+"""Hostile uploads through a sidecar whose connections the native relay carries, while an
+unrelated client does ApiVersions round trips on its own connection (also relayed) and is
+timed: what one client's bytes cost every other connection. Each upload is a Produce v9 request
+of ``--mb`` MiB sent in 64 KiB writes, after the connection's first exchange (so the relay
+carries it): well formed (one-record batches: the baseline), or whose counts claim more than
+the frame holds (a partition's tags 2^32-1, topics 2^31-1, partitions 2^31-1), or whose tags
+fit (a partition's tag buffer of as many two-byte tags as the frame holds); then a slow trickle
+(2 bytes every 250 ms on a connection mid-upload). Real Tansu, the real proxy.
+
+    .venv/bin/python bench/hostile_relay.py [--mb 32] [--rounds 2] [--out hostile.json]
+
+Per stream, the medians over ``--rounds`` interleaved rounds: the unrelated client's p50, p99 and
+max round trip during the stream's ``--uploads`` back-to-back uploads (and idle, before any), the relay thread's CPU per MiB uploaded
+and over the well-formed upload's, the proxy's RSS growth, and how the hostile connection ended.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import statistics
+import struct
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from fetchlat.protocol import apis
+from fetchlat.protocol.encoder import encode
+from fetchlat.protocol.framing import request_frame
+
+from bench.procs import TANSU_NODE_ID, broker_and_proxy, rss_mb, thread_cpu_s
+
+WRITE = 64 << 10
+PROBE_EVERY_S = 0.005
+RELAY_THREAD = "fetchlat-relay"
+
+
+def uvarint(v: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        if v == 0:
+            return bytes(out + bytes([b]))
+        out.append(b | 0x80)
+
+
+def api_versions_frame(corr: int) -> bytes:
+    body = encode(apis.table()[apis.API_VERSIONS].request(), 3,
+                  {"ClientSoftwareName": "hostile-bench", "ClientSoftwareVersion": "1"})
+    return request_frame(apis.API_VERSIONS, 3, corr, "hostile-bench", body)
+
+
+def read_answer(s: socket.socket) -> bytes:
+    def exactly(n: int) -> bytes:
+        got = bytearray()
+        while len(got) < n:
+            chunk = s.recv(n - len(got))
+            if not chunk:
+                raise ConnectionError("closed")
+            got += chunk
+        return bytes(got)
+
+    return exactly(struct.unpack(">i", exactly(4))[0])
+
+
+def connected(port: int) -> socket.socket:
+    """A connection whose first exchange is done: the relay carries it from here."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    s.sendall(api_versions_frame(1))
+    read_answer(s)
+    return s
+
+
+def batch(base: int, size: int) -> bytes:
+    b = bytearray(size)
+    struct.pack_into(">qi", b, 0, base, size - 12)
+    b[16] = 2
+    struct.pack_into(">i", b, 57, 1)
+    return bytes(b)
+
+
+def produce_head(topics: int = 1, partitions: int = 1) -> bytes:
+    """A Produce v9 body (no transactional id, acks 1) up to its first partition's records."""
+    return (uvarint(0) + struct.pack(">hi", 1, 30_000) + uvarint(topics + 1) + uvarint(2) + b"t"
+            + uvarint(partitions + 1) + struct.pack(">i", 0))
+
+
+def produce_frame(body: bytes) -> bytes:
+    header = struct.pack(">hhi", apis.PRODUCE, 9, 2) + struct.pack(">h", 13) + b"hostile-bench" + b"\x00"
+    return struct.pack(">i", len(header) + len(body)) + header + body
+
+
+def well_formed(size: int) -> bytes:
+    records = b"".join(batch(i, 1000) for i in range(size // 1000))
+    return produce_frame(produce_head() + uvarint(len(records) + 1) + records + b"\x00\x00\x00")
+
+
+def padded(head: bytes, size: int) -> bytes:
+    return produce_frame(head + bytes(max(0, size - len(head))))
+
+
+STREAMS: dict[str, Callable[[int], bytes]] = {
+    "well-formed": well_formed,
+    "partition tags 2^32-1": lambda n: padded(produce_head() + uvarint(1) + uvarint((1 << 32) - 1), n),
+    "topics 2^31-1": lambda n: padded(uvarint(0) + struct.pack(">hi", 1, 30_000) + uvarint(1 << 31), n),
+    "partitions 2^31-1": lambda n: padded(uvarint(0) + struct.pack(">hi", 1, 30_000) + uvarint(2) + uvarint(2)
+                                          + b"t" + uvarint(1 << 31), n),
+    "partition tags that fit": lambda n: padded(produce_head() + uvarint(1) + uvarint(n // 2 - 64), n),
+}
+
+
+class Probe(threading.Thread):
+    """ApiVersions round trips on one relayed connection, each timed, every 5 ms."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__(daemon=True)
+        self.sock = connected(port)
+        self.times: list[tuple[float, float]] = []  # (when, seconds)
+        self.stop = threading.Event()
+        self.errors = 0
+
+    def run(self) -> None:
+        corr = 10
+        frames = [api_versions_frame(c) for c in range(corr, corr + 100)]
+        i = 0
+        while not self.stop.is_set():
+            t = time.perf_counter()
+            try:
+                self.sock.sendall(frames[i % 100])
+                read_answer(self.sock)
+            except OSError:
+                self.errors += 1
+                return
+            self.times.append((t, time.perf_counter() - t))
+            i += 1
+            time.sleep(PROBE_EVERY_S)
+
+    def between(self, a: float, b: float) -> list[float]:
+        return [d for t, d in self.times if a <= t <= b]
+
+
+def relay_cpu(pid: int) -> float:
+    return sum(c for name, c in thread_cpu_s(pid) if name == RELAY_THREAD)
+
+
+def upload(port: int, frame: bytes, trickle_s: float) -> str:
+    """Sends ``frame`` in 64 KiB writes (a trickle of 2 bytes every 250 ms for ``trickle_s``
+    after the first half, on the same connection), then reads: how the connection ended."""
+    s = connected(port)
+    s.settimeout(30)
+    try:
+        half = len(frame) // 2 // WRITE * WRITE
+        for at in range(0, len(frame), WRITE):
+            if trickle_s and at == half:
+                end = time.monotonic() + trickle_s
+                for k in range(at, len(frame), 2):
+                    if time.monotonic() >= end:
+                        break
+                    s.sendall(frame[k:k + 2])
+                    time.sleep(0.25)
+                return "trickled"
+            s.sendall(frame[at:at + WRITE])
+        try:
+            read_answer(s)
+            return "answered"
+        except (ConnectionError, OSError) as e:
+            return f"closed ({type(e).__name__})"
+    except OSError as e:
+        return f"closed while sending ({type(e).__name__})"
+    finally:
+        s.close()
+
+
+def quantile(xs: list[float], q: float) -> float:
+    if not xs:
+        return float("nan")
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mb", type=int, default=32)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--uploads", type=int, default=5, help="uploads of each stream a round, back to back")
+    ap.add_argument("--trickle-s", type=float, default=5.0)
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    size = args.mb << 20
+    frames = {name: make(size) for name, make in STREAMS.items()}
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in [*frames, "trickle", "idle"]}
+    with tempfile.TemporaryDirectory() as tmp, broker_and_proxy(
+            Path(tmp), "--sidecar-node", str(TANSU_NODE_ID), "--relay", "native", "--log-level", "WARNING") as run:
+        port = run.proxy_port
+        probe = Probe(port)
+        probe.start()
+        time.sleep(1.0)
+        rss0 = rss_mb(run.proxy_pid)
+        for _ in range(args.rounds):
+            a = time.perf_counter()
+            time.sleep(2.0)
+            lat = probe.between(a, time.perf_counter())
+            runs["idle"].append({"p50_ms": quantile(lat, 0.5) * 1e3, "p99_ms": quantile(lat, 0.99) * 1e3,
+                                 "max_ms": max(lat) * 1e3})
+            for name in [*frames, "trickle"]:
+                frame = frames.get(name, frames["partition tags 2^32-1"])
+                trickle = name == "trickle"
+                n = 1 if trickle else args.uploads
+                cpu0, a = relay_cpu(run.proxy_pid), time.perf_counter()
+                ended = ", ".join(sorted({upload(port, frame, args.trickle_s if trickle else 0.0) for _ in range(n)}))
+                b = time.perf_counter()
+                time.sleep(0.3)
+                cpu = (relay_cpu(run.proxy_pid) - cpu0) / n
+                lat = probe.between(a, b)
+                runs[name].append({"ended": ended, "p50_ms": quantile(lat, 0.5) * 1e3,
+                                   "p99_ms": quantile(lat, 0.99) * 1e3, "max_ms": max(lat, default=0) * 1e3,
+                                   "relay_cpu_ms": cpu * 1e3, "relay_cpu_ms_per_mib": cpu * 1e3 / args.mb,
+                                   "rss_mb": rss_mb(run.proxy_pid) - rss0})
+        probe.stop.set()
+        probe.join(5)
+        errors = probe.errors
+        metrics = run.metrics_text()
+    base = statistics.median(r["relay_cpu_ms_per_mib"] for r in runs["well-formed"])
+    print(f"{args.mb} MiB uploads in 64 KiB writes, {args.rounds} rounds (medians); probe errors: {errors}")
+    print(f"{'stream':26} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} {'relay ms/MiB':>12} {'x well-formed':>13} "
+          f"{'RSS +MB':>8}  ended")
+    out: dict[str, Any] = {"mb": args.mb, "rounds": args.rounds, "probe_errors": errors, "streams": {}}
+    for name, rs in runs.items():
+        med = {k: statistics.median(r[k] for r in rs) for k in rs[0] if k != "ended"}
+        med["ended"] = sorted({r["ended"] for r in rs if "ended" in r})
+        out["streams"][name] = med
+        cpu = med.get("relay_cpu_ms_per_mib")
+        ratio = "" if cpu is None or name == "trickle" else f"{cpu / base:.2f}"
+        cpu_s = "" if cpu is None else f"{cpu:.2f}"
+        rss = "" if "rss_mb" not in med else f"{med['rss_mb']:.1f}"
+        print(f"{name:26} {med['p50_ms']:7.2f} {med['p99_ms']:7.2f} {med['max_ms']:7.2f} {cpu_s:>12} {ratio:>13} "
+              f"{rss:>8}  {', '.join(med['ended'])}")
+    errs = [line for line in metrics.splitlines() if line.startswith("fetchlat_connection_errors_total")]
+    print("\n".join(errs))
+    out["connection_errors"] = errs
+    if args.out:
+        args.out.write_text(json.dumps(out, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
