@@ -9,9 +9,10 @@ fit (a partition's tag buffer of as many two-byte tags as the frame holds); then
 
     .venv/bin/python bench/hostile_relay.py [--mb 32] [--rounds 2] [--out hostile.json]
 
-Per stream, the medians over ``--rounds`` interleaved rounds: the unrelated client's p50, p99 and
-max round trip during the stream's ``--uploads`` back-to-back uploads (and idle, before any), the relay thread's CPU per MiB uploaded
-and over the well-formed upload's, the proxy's RSS growth, and how the hostile connection ended.
+Per stream, the medians over ``--rounds`` interleaved rounds: the unrelated client's p50, p99
+and max round trip during the stream's ``--uploads`` back-to-back uploads (and idle, before
+any), the relay thread's CPU per MiB uploaded and over the well-formed upload's, the proxy's
+RSS growth, and how the hostile connection ended.
 """
 
 from __future__ import annotations
