@@ -226,3 +226,77 @@ def routed_disagreement(chunks: list[Chunk], rewriter: ResponseRewriter | None =
         if counts[0] != counts[1]:
             return f"{where}: in flight and mid-frame {counts[0]} on the Python road, {counts[1]} routed"
     return None
+
+
+RELAY_DEADLINE_S = 5.0
+
+
+def _loopback_pair() -> tuple[Any, Any]:
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as lst:
+        outer = socket.create_connection(lst.getsockname())
+        inner, _ = lst.accept()
+    outer.settimeout(RELAY_DEADLINE_S)
+    outer.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # each chunk a write of its own, at once
+    return inner, outer
+
+
+def relay_disagreement(chunks: list[Chunk]) -> str | None:
+    """The core's relay itself (``relay.rs``, over loopback sockets, each chunk written by the
+    test's client or broker end) against the Python road: where the Python road loses its framing
+    (before any SaslHandshake v0, after which the core frames the broker no more), the relay ends
+    the pair in the same words; otherwise it hands every byte on, in order, both ways. None when
+    they agree."""
+    import time
+
+    from fetchlat.proxy.relayed import items
+
+    assert CORE is not None
+    chunks = list(chunks)
+    steps = python_road(chunks)
+    _, handed = native_road(chunks)
+    error = steps[-1] if steps and isinstance(steps[-1], str) else None
+    upto = len(steps) if error is not None else len(chunks)
+    if error is not None and handed is not None and len(steps) - 1 >= handed:
+        error, upto = None, len(chunks)  # the Python road's alone by then: the relay passes it on
+    relay = CORE.Relay(MAX_FRAME, flexible_ranges(), route_ranges(None))
+    relay_client, client = _loopback_pair()
+    relay_broker, broker = _loopback_pair()
+    relay.add(relay_client.detach(), relay_broker.detach())
+    try:
+        sent = {True: bytearray(), False: bytearray()}
+        got = {True: bytearray(), False: bytearray()}
+        for i, (from_client, data) in enumerate(chunks[:upto]):
+            src, dst = (client, broker) if from_client else (broker, client)
+            try:
+                src.sendall(data)
+            except OSError as exc:
+                return f"chunk {i}: the relay closed before the Python road's error ({exc})"
+            sent[from_client] += data
+            if error is not None and i == upto - 1:
+                break  # the chunk the Python road refuses: the relay ends the pair on it
+            while len(got[from_client]) < len(sent[from_client]):
+                try:
+                    piece = dst.recv(1 << 20)
+                except (TimeoutError, OSError) as exc:
+                    return f"chunk {i}: {len(got[from_client])} of {len(sent[from_client])} bytes on ({exc})"
+                if not piece:
+                    return f"chunk {i}: the relay closed at {len(got[from_client])} of {len(sent[from_client])} bytes"
+                got[from_client] += piece
+            if got[from_client] != sent[from_client]:
+                return f"chunk {i}: the bytes passed on differ from those sent"
+        if error is None:
+            return None
+        deadline = time.monotonic() + RELAY_DEADLINE_S
+        closed: list[str] = []
+        while not closed:
+            closed = [it[7] for it in items(*relay.drain()) if it[1] == CORE.RELAY_KINDS[2]]
+            if time.monotonic() > deadline:
+                return f"the relay did not end the pair; the Python road: {error}"
+            time.sleep(0.001)
+        return None if closed == [error] else f"the relay ended the pair with {closed}; the Python road: {error}"
+    finally:
+        relay.close()
+        client.close()
+        broker.close()

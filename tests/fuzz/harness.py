@@ -13,7 +13,9 @@ against the codec's reading (``digests_agree``: the skeleton and its figures rea
 are, and no digest only where the codec cannot read them either), and the conversation is
 framed by the
 core's ``Wire`` and by the Python road without a rewriter (``testkit/wire_roads.py``: the same
-requests seen and responses matched, the same framing error), and the routed road (the core
+requests seen and responses matched, the same framing error), the core's relay itself carries it
+over loopback sockets as the Python road frames it (every byte on, or the pair ended in the
+Python road's words: ``relay_disagreement``), and the routed road (the core
 first, the frames the Python road parses routed to it, with a rewriter) must forward and observe
 as the Python road alone: a difference is a crash. Seeds are
 the captured conversations of four real clients."""
@@ -33,7 +35,7 @@ from fetchlat.protocol.stream import WALK, Reader, walk_native
 from fetchlat.protocol.stream_now import walk_now
 
 from testkit.digests import codec_reads
-from testkit.wire_roads import CORE, disagreement, routed_disagreement
+from testkit.wire_roads import CORE, disagreement, relay_disagreement, routed_disagreement
 
 MAX_RECORDS = 64
 REWRITER = ResponseRewriter(lambda node, host, port: ("fuzz.example", 40000 + node % 1000))
@@ -113,6 +115,9 @@ def wires_agree(data: bytes, cut: int) -> None:
     d = routed_disagreement(fed, REWRITER)
     if d is not None:
         raise AssertionError(f"the routed road and the Python road differ: {d}")
+    d = relay_disagreement(fed)
+    if d is not None:
+        raise AssertionError(f"the relay and the Python road differ: {d}")
 
 
 def one_input(data: bytes) -> None:
