@@ -216,3 +216,65 @@ def test_the_policies_hold_on_a_connection_the_core_carries(sidecars: Sidecars) 
     while n.health()["relayed"] and time.monotonic() < deadline:
         time.sleep(0.1)
     assert n.health()["relayed"] == 0 and n.health()["connections"] == 0
+
+
+def test_hostile_streams_cost_only_their_own_connection(sidecars: Sidecars) -> None:
+    """Hostile bytes through the relay while an unrelated relayed client keeps asking: uploads
+    whose counts claim more than their frame holds or whose tags fill it, frame sizes the wire
+    refuses, a trickle. The unrelated client gets every answer, each hostile connection ends
+    (refused by the proxy with a counted reason where its framing is lost, by the broker where
+    it cannot read the request), and the proxy goes on. How long the client waited is the
+    bench's to say (bench/hostile_relay.py), not a test's."""
+    import threading
+
+    from testkit.hostile import STREAMS
+
+    n = sidecars.native
+    probe = Client(n.listen_port)
+    probe.call(apis.API_VERSIONS, 3, {"ClientSoftwareName": "relay-test", "ClientSoftwareVersion": "1"})
+    stop, answered, failed = threading.Event(), [0], []
+
+    def ask() -> None:
+        while not stop.is_set():
+            try:
+                probe.call(apis.METADATA, 12, {"Topics": []})
+            except Exception as exc:  # noqa: BLE001 - any failure of the unrelated client is the finding
+                failed.append(exc)
+                return
+            answered[0] += 1
+            time.sleep(0.005)
+
+    asking = threading.Thread(target=ask, daemon=True)
+    asking.start()
+    ended = {}
+    size = 4 << 20  # under the sidecar's max_frame_bytes (1 MiB: refused) and over it
+    for name, make in STREAMS.items():
+        for limit in (size, 512 << 10):
+            s = after_api_versions(n.listen_port)
+            frame = make(limit)
+            try:
+                for at in range(0, len(frame), 64 << 10):
+                    s.sendall(frame[at:at + (64 << 10)])
+            except OSError:
+                pass  # refused mid-upload: its end is what counts
+            ended[(name, limit)] = closed_within(s, 10.0)
+            s.close()
+    for raw in (b"\x7f\xff\xff\xff", b"\x80\x00\x00\x00", b"\xff\xff\xff\xfe", b"\x00\x00\x00\x00"):
+        s = after_api_versions(n.listen_port)
+        s.sendall(raw + b"\x00" * 8)
+        ended[("size " + raw.hex(), 0)] = closed_within(s, 3.0)
+        s.close()
+    stop.set()
+    asking.join(10)
+    assert not failed, failed
+    assert answered[0] > 50, answered[0]
+    assert all(ended.values()), [k for k, v in ended.items() if not v]
+    probe.call(apis.METADATA, 12, {"Topics": []})  # still served
+    probe.close()
+    framing = samples(n, "fetchlat_connection_errors_total").get((("reason", "request_framing"),), 0.0)
+    assert framing >= 4 + len(STREAMS)  # the odd sizes, and every upload over max_frame_bytes
+    assert "Traceback" not in n.log()
+    deadline = time.monotonic() + 5  # every connection gone, nothing held for them
+    while n.health()["connections"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert n.health()["relayed"] == 0 and n.health()["connections"] == 0
