@@ -34,10 +34,12 @@ SOURCE_DIR: Final = Path(__file__).resolve().parent / "src"  # lib.rs and the mo
 
 
 def checkout_source() -> str | None:
-    """The checkout's core as the module carries its own: every ``src/*.rs``, in name order
-    (None where the sources are not shipped)."""
-    files = sorted(SOURCE_DIR.glob("*.rs"))
-    return "".join(f.read_text() for f in files) if files else None
+    """The checkout's core as the module carries its own (``build.rs``): every ``src/**/*.rs``
+    but the tests' (``src/tests/``), in the order of their paths under ``src/`` (None where the
+    sources are not shipped)."""
+    files = sorted((f.relative_to(SOURCE_DIR).as_posix(), f) for f in SOURCE_DIR.rglob("*.rs")
+                   if f.relative_to(SOURCE_DIR).parts[0] != "tests")
+    return "".join(f.read_text() for _, f in files) if files else None
 
 
 def off_by_env() -> str | None:

@@ -15,7 +15,12 @@
 //! an empty skeleton, and the Python road reports the answer as not decoded, as it would the
 //! bytes (its reason then names the core, not the byte that is wrong).
 
-use crate::{batch_bytes, Batches, BATCH_HEADER_BYTES};
+use pyo3::buffer::PyBuffer;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use crate::batches::{batch_bytes, Batches, BATCH_HEADER_BYTES};
+use crate::values::{i64_bytes, with_range};
 
 /// i64 values per records field in `Digest::stats`: its size, then `walk_batches`' ten figures.
 pub const STATS_WIDTH: usize = 11;
@@ -608,6 +613,30 @@ impl Digester {
         self.aborted_left -= 1;
         self.stage = if self.aborted_left > 0 { Stage::Aborted } else { Stage::AfterAborted };
     }
+}
+
+/// `digest.rs`'s digest of `body` (a Fetch answer of `version` after its correlation id), fed in
+/// the pieces `cuts` (offsets into it, ascending) cut it into, as `(skeleton, stats)` (`stats`:
+/// native-endian i64s, `DIGEST_STATS_WIDTH` per records field), or None where the codec must
+/// read the bytes itself: what the relay hands Python of a Fetch answer read in pieces (with
+/// `produce`, of a Produce request's body after its header).
+#[pyfunction]
+#[pyo3(signature = (body, version, cuts=Vec::new(), produce=false))]
+pub fn digest_fetch<'py>(py: Python<'py>, body: &Bound<'_, PyAny>, version: i16, cuts: Vec<usize>, produce: bool)
+                     -> PyResult<Option<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)>> {
+    let n = PyBuffer::<u8>::get(body)?.len_bytes();
+    let got = with_range(body, 0, n, |b| {
+        let size = b.len();
+        let mut d = if produce { Digester::produce(version, size)? } else { Digester::new(version, size)? };
+        let mut at = 0;
+        for cut in cuts.iter().copied().chain([b.len()]) {
+            let cut = cut.clamp(at, b.len());
+            d.feed(&b[at..cut]);
+            at = cut;
+        }
+        d.finish()
+    })?;
+    Ok(got.map(|d| (PyBytes::new(py, &d.skeleton), i64_bytes(py, &d.stats))))
 }
 
 #[cfg(test)]

@@ -811,7 +811,7 @@ type Records<'py> = Option<(Bound<'py, PyBytes>, Vec<Bound<'py, PyString>>)>;
 type RoutedTuple<'py> = Option<(Bound<'py, PyBytes>, Vec<(usize, usize)>, i64, usize, Records<'py>)>;
 
 fn records_bytes<'py>(py: Python<'py>, records: Vec<i64>, ids: Vec<Arc<[u8]>>) -> (Bound<'py, PyBytes>, Vec<Bound<'py, PyString>>) {
-    (crate::i64_bytes(py, &records), ids.iter().map(|i| client_id(py, i)).collect())
+    (crate::values::i64_bytes(py, &records), ids.iter().map(|i| client_id(py, i)).collect())
 }
 
 /// A client id, which the core read only where it is UTF-8 (as the Python road reads it), as a str.

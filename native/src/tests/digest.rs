@@ -5,7 +5,7 @@
 use proptest::prelude::*;
 
 use super::*;
-use crate::walk;
+use crate::batches::walk;
 
 /// The most bytes of one element (a partition's fields, a tag's header) read again when a piece
 /// ends inside it: every piece costs at most this over the bytes it brings.

@@ -1,0 +1,595 @@
+//! The relay's thread: one epoll loop over its pairs (`Looper::run`): reads, frames, writes
+//! on, queues for Python; adopts, answers and ends what Python asks; stops at a full queue.
+
+use std::collections::{HashMap, VecDeque};
+use std::os::fd::RawFd;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crate::digest::{Digest, Digester};
+use crate::stamps::{recv_stamped, Read};
+use crate::wire::{Framing, Ranges, Routed, Wire};
+use super::gather::{FETCH, GATHER_BYTES, Gather, digest_ended, digest_request, gathered, routed_bytes};
+use super::memo::Memo;
+use super::pair::{rearm, Pair, Seg, Side, Stats, BROKER, CLIENT};
+use super::queue::{BATCH_NS, CLOSED, FROM_BROKER, FROM_CLIENT, Item, NOTIFY_BYTES, NOTIFY_ITEMS, REWRITE};
+use super::shared::Shared;
+use super::spare::Stock;
+use super::sys::{bump, clear, clock_ns, epoll_set, mono_ns, nonblocking, sockopt_on, tcp_rtt_ns, write_some};
+
+
+
+
+/// The epoll token of the wake-up eventfd (no connection has it: ids start at 1).
+pub(super) const WAKE: u64 = u64::MAX;
+
+pub(super) const MAX_EVENTS: usize = 64;
+
+/// How often a relay stopped on a full queue looks again without being woken (ms).
+pub(super) const PAUSE_POLL_MS: libc::c_int = 100;
+
+/// How long the relay's thread sleeps with nothing due. It is woken for anything Python asks
+/// (a pair to adopt, an answer, an end, the stop: `wake_fd`) and by its sockets, and nothing of
+/// its own falls due while no batch is under way (the connections' timers are Python's, read at
+/// the tick): this bound is only a backstop. At 200 ms (before 2026-12-03) an idle sidecar's
+/// relay thread woke five times a second for nothing.
+pub(super) const IDLE_WAIT_MS: libc::c_int = 5_000;
+
+/// how often the client connection's RTT is read (as the asyncio road: once a second at most)
+pub(super) const RTT_EVERY_NS: i64 = 1_000_000_000;
+
+pub(super) struct Looper {
+    pub(super) shared: Arc<Shared>,
+    pub(super) ep: RawFd,
+    pub(super) pairs: HashMap<u64, Pair>,
+    pub(super) buf: Vec<u8>,
+    pub(super) max_frame: i64,
+    pub(super) flexible: Ranges,
+    pub(super) observed: Ranges,
+    pub(super) whole: Vec<(i16, i16, i16)>,
+    pub(super) memo: Memo,
+    pub(super) stock: Stock,
+    /// each pair's `Wire::ask_at_answer`: an exchange the core settles alone queues one record
+    pub(super) ask_at_answer: bool,
+}
+
+impl Looper {
+    pub(super) fn push(&self, item: Item) {
+        let urgent = item.kind == REWRITE;
+        // a pair's end wakes Python soon: its connection's close is not left for the tick
+        let soon = item.kind == CLOSED;
+        let size = item.python.len() + item.digest.as_ref().map_or(0, |d| d.head.len() + d.skeleton.len());
+        let mut q = self.shared.queue.lock().unwrap();
+        q.push(item);
+        let items = q.len();
+        drop(q);
+        self.shared.queued_items.store(items, Ordering::Relaxed);
+        // urgent first: Python, woken by either, must find it set whenever the item is there
+        if urgent {
+            bump(self.shared.urgent_fd);
+        }
+        let before = self.shared.queued_bytes.fetch_add(size, Ordering::Relaxed);
+        if soon || items == NOTIFY_ITEMS || (before < NOTIFY_BYTES && before + size >= NOTIFY_BYTES) {
+            bump(self.shared.notify_fd);
+        }
+        if self.shared.notify_at.load(Ordering::Relaxed) == 0 {
+            // Python is woken once a batch, `BATCH_NS` after its first item (`run` keeps the
+            // time), unless its tick drained the batch first
+            self.shared.notify_at.store(mono_ns() + BATCH_NS, Ordering::Relaxed);
+        }
+    }
+
+    /// The batch under way is due: Python is woken for it.
+    pub(super) fn notify_due(&self) {
+        let at = self.shared.notify_at.load(Ordering::Relaxed);
+        if at != 0 && mono_ns() >= at
+            && self.shared.notify_at.compare_exchange(at, 0, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+        {
+            bump(self.shared.notify_fd);
+        }
+    }
+
+    /// How long `epoll_wait` may sleep (ms): until the batch under way is due, or `IDLE_WAIT_MS`.
+    pub(super) fn wait_ms(&self) -> libc::c_int {
+        match Some(self.shared.notify_at.load(Ordering::Relaxed)).filter(|&at| at != 0) {
+            Some(at) => ((at - mono_ns()).max(0) as u64).div_ceil(1_000_000).min(IDLE_WAIT_MS as u64) as libc::c_int,
+            None => IDLE_WAIT_MS,
+        }
+    }
+
+    pub(super) fn close(&mut self, id: u64, reason: String) {
+        if let Some(mut p) = self.pairs.remove(&id) {
+            self.shared.stats.lock().unwrap().remove(&id);
+            for fd in [p.client.fd, p.broker.fd] {
+                // SAFETY: the pair owned these fds; removing it from the map gives them up once.
+                // Closing the fd takes it out of the epoll set whatever the DEL says (ENOENT for
+                // a broker already taken out: `broker_hung_up`); close's own error (EINTR, EIO)
+                // leaves nothing to do, the fd being released either way on Linux.
+                unsafe {
+                    libc::epoll_ctl(self.ep, libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut());
+                    libc::close(fd);
+                }
+            }
+            if let Some(g) = p.gather_rq {
+                // what the Python road would have been fed of the request cut short
+                let t = mono_ns();
+                self.push(Item { conn: id, kind: FROM_CLIENT, t_ns: t, t_written_ns: t, python: g.bytes, records: None,
+                                 reason: String::new(), api: None, counts: p.stats.counts(), handed: Vec::new(),
+                                 digest: None });
+            }
+            if let Some(g) = p.gather {
+                // what the Python road would have been fed of the answer cut short
+                if let Some(item) = gathered(id, g, p.stats.counts()) {
+                    self.push(item);
+                }
+            }
+            // the requests no answer will stand for (`Wire::ask_at_answer`), counted as they were
+            p.wire.unanswered();
+            if let Some(records) = p.wire.drain_native() {
+                let t = mono_ns();
+                self.push(Item { conn: id, kind: FROM_CLIENT, t_ns: t, t_written_ns: t, python: Vec::new(),
+                                 records: Some(records), reason: String::new(), api: None, counts: p.stats.counts(),
+                                 handed: Vec::new(), digest: None });
+            }
+            let t = mono_ns();
+            self.push(Item { conn: id, kind: CLOSED, t_ns: t, t_written_ns: t, python: Vec::new(), records: None,
+                             reason, api: None, counts: p.stats.counts(), handed: Vec::new(), digest: None });
+        }
+    }
+
+    pub(super) fn adopt(&mut self) {
+        let added = match self.shared.added.lock().unwrap().as_mut() {
+            Some(v) => std::mem::take(v),
+            None => Vec::new(),
+        };
+        self.adopt_pairs(added);
+    }
+
+    pub(super) fn adopt_pairs(&mut self, added: Vec<(u64, RawFd, RawFd)>) {
+        for (id, cfd, bfd) in added {
+            // the kernel's stamps: without them the broker's reads are dated by the clock (and
+            // counted so, `stamps`); without TCP_NODELAY small answers may wait for Nagle: neither
+            // ends the pair. A socket that cannot be made non-blocking, or watched, is refused.
+            let _stamped = sockopt_on(bfd, libc::SOL_SOCKET, crate::stamps::SO_TIMESTAMPNS);
+            let _nodelay = (sockopt_on(cfd, libc::IPPROTO_TCP, libc::TCP_NODELAY),
+                            sockopt_on(bfd, libc::IPPROTO_TCP, libc::TCP_NODELAY));
+            let set_up = nonblocking(cfd).and_then(|()| nonblocking(bfd))
+                .and_then(|()| epoll_set(self.ep, libc::EPOLL_CTL_ADD, cfd, libc::EPOLLIN as u32, id << 1 | CLIENT))
+                .and_then(|()| epoll_set(self.ep, libc::EPOLL_CTL_ADD, bfd, libc::EPOLLIN as u32, id << 1 | BROKER));
+            if let Err(e) = set_up {
+                // SAFETY: fds handed over by add(), owned here alone; closing takes them out of the set
+                unsafe {
+                    libc::close(cfd);
+                    libc::close(bfd);
+                }
+                let t = mono_ns();
+                self.push(Item { conn: id, kind: CLOSED, t_ns: t, t_written_ns: t, python: Vec::new(), records: None,
+                                 reason: format!("relay could not take the connection: {e}"), api: None,
+                                 counts: (0, 0), handed: Vec::new(), digest: None });
+                continue;
+            }
+            let mut wire = Wire::new(self.max_frame, self.flexible.clone(), self.observed.clone());
+            wire.hold_whole(&self.whole);
+            if self.ask_at_answer {
+                wire.ask_at_answer();
+            }
+            let stats = Arc::new(Stats::default());
+            stats.client_read_ns.store(mono_ns(), Ordering::Relaxed);
+            self.shared.stats.lock().unwrap().insert(id, stats.clone());
+            self.pairs.insert(id, Pair { client: Side { fd: cfd, queue: VecDeque::new() },
+                                         broker: Side { fd: bfd, queue: VecDeque::new() }, whole: Vec::new(),
+                                         armed: [libc::EPOLLIN as u32; 2], wire, stats, client_eof: false,
+                                         shut: false, gather: None, gather_rq: None, broker_gone: None });
+        }
+    }
+
+    /// A side is readable: one read, framed, written on, queued for Python.
+    pub(super) fn readable(&mut self, id: u64, side: u64) {
+        let mut items = Vec::new();
+        match self.read_one(id, side, &mut items) {
+            Ok(()) => {
+                for item in items {
+                    self.push(item);
+                }
+            }
+            Err(reason) => self.close(id, reason),
+        }
+    }
+
+    /// `readable`'s work: the items to queue, or why the pair ends.
+    pub(super) fn read_one(&mut self, id: u64, side: u64, items: &mut Vec<Item>) -> Result<(), String> {
+        let Some(p) = self.pairs.get_mut(&id) else { return Ok(()) };
+        let (from, to) = if side == CLIENT { (&p.client, &mut p.broker) } else { (&p.broker, &mut p.client) };
+        let (n, t_ns) = if side == BROKER {
+            match recv_stamped(from.fd, &mut self.buf) {
+                Ok(Read::WouldBlock) => return Ok(()),
+                Ok(Read::Data { n, wall_ns }) => {
+                    let now = mono_ns();
+                    let source = if wall_ns.is_some() { &self.shared.kernel_reads } else { &self.shared.clock_reads };
+                    source.fetch_add(1, Ordering::Relaxed);
+                    // the kernel's wall stamp onto the monotonic clock, never after the read itself
+                    let t = wall_ns.map_or(now, |w| (w - (clock_ns(libc::CLOCK_REALTIME) - now)).min(now));
+                    (n, t)
+                }
+                Err(e) => return Err(format!("broker read: {e}")),
+            }
+        } else {
+            // SAFETY: reads at most buf.len() bytes into buf
+            let r = unsafe { libc::recv(from.fd, self.buf.as_mut_ptr().cast(), self.buf.len(), 0) };
+            if r < 0 {
+                let e = std::io::Error::last_os_error();
+                if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted) {
+                    return Ok(());
+                }
+                return Err(format!("client read: {e}"));
+            }
+            ((r as usize).min(self.buf.len()), mono_ns())
+        };
+        if n == 0 {
+            if side == CLIENT {
+                p.client_eof = true;  // a half-close, passed on: the answers still come back
+                return rearm(self.ep, id, p);
+            }
+            return Err(if p.client_eof { "broker closed the connection after the client's end of stream".into() }
+                       else { "broker closed the connection".into() });
+        }
+        let data = &self.buf[..n];
+        let mut out = Routed::default();
+        let framed = if side == CLIENT { p.wire.from_client(data, t_ns, &mut out) }
+                     else { p.wire.from_broker(data, t_ns, &mut out) };
+        framed.map_err(|Framing(m)| m)?;
+        let stats = &p.stats;
+        if side == CLIENT {
+            stats.from_client.fetch_add(n as u64, Ordering::Relaxed);
+            stats.client_read_ns.store(t_ns, Ordering::Relaxed);
+            let partial = &stats.partial_since_ns;
+            if !p.wire.client_mid_frame() {
+                partial.store(0, Ordering::Relaxed);
+            } else if partial.load(Ordering::Relaxed) == 0 {
+                partial.store(t_ns, Ordering::Relaxed);
+            }
+        } else {
+            // what goes to the client: an answer held whole is counted when its answer is written in its place
+            let held: usize = out.whole.iter().map(|&(start, end, _)| end - start).sum();
+            stats.from_broker.fetch_add((n - held.min(n)) as u64, Ordering::Relaxed);
+        }
+        let write_err = if side == CLIENT { "write to the broker" } else { "write to the client" };
+        // the bytes as read go on first (but for answers held whole); what Python must see of them after
+        if out.whole.is_empty() && to.queue.is_empty() {
+            let k = write_some(to.fd, data).map_err(|e| format!("{write_err}: {e}"))?;
+            if k < n {
+                to.queue.push_back(Seg::Bytes(data[k..].to_vec()));
+            }
+        } else {
+            let mut at = 0;
+            for &(start, end, ends) in &out.whole {
+                if start > at {
+                    to.queue.push_back(Seg::Bytes(data[at..start].to_vec()));
+                }
+                if p.whole.is_empty() {
+                    to.queue.push_back(Seg::Answer { asked: false, key: None });
+                }
+                p.whole.extend_from_slice(&data[start..end]);
+                if let Some(api) = ends {
+                    let whole = std::mem::take(&mut p.whole);
+                    let known = self.memo.answer(api, &whole);
+                    let slot = to.queue.iter_mut().rev().find(|s| matches!(s, Seg::Answer { .. }));
+                    match (known, slot) {
+                        (Some((frame, rewritten)), Some(slot)) => {
+                            p.stats.from_broker.fetch_add(frame.len() as u64, Ordering::Relaxed);
+                            *slot = Seg::Bytes(frame);
+                            if rewritten {
+                                *self.shared.memo_rewrites.lock().unwrap().entry(api.0).or_insert(0) += 1;
+                            }
+                        }
+                        (_, slot) => {
+                            if let Some(Seg::Answer { asked, key }) = slot {
+                                *asked = true;
+                                *key = whole.get(8..).map(|b| (api.0, api.1, b.to_vec()));
+                            }
+                            items.push(Item { conn: id, kind: REWRITE, t_ns, t_written_ns: t_ns, python: whole,
+                                              records: None, reason: String::new(), api: Some(api), counts: (0, 0),
+                                              handed: Vec::new(), digest: None });
+                        }
+                    }
+                }
+                at = end;
+            }
+            if at < n {
+                to.queue.push_back(Seg::Bytes(data[at..].to_vec()));
+            }
+            to.flush().map_err(|e| format!("{write_err}: {e}"))?;
+        }
+        rearm(self.ep, id, p)?;
+        let t_written_ns = mono_ns();
+        if side == BROKER && t_written_ns - p.stats.rtt_at_ns.load(Ordering::Relaxed) > RTT_EVERY_NS {
+            p.stats.rtt_at_ns.store(t_written_ns, Ordering::Relaxed);
+            if let Some(rtt) = tcp_rtt_ns(p.client.fd) {
+                p.stats.rtt_ns.store(rtt, Ordering::Relaxed);
+            }
+        }
+        let records = if p.wire.has_native_records() {
+            let (fresh_records, fresh_ids) = self.stock.records(&self.shared.spare);
+            p.wire.drain_native_into(fresh_records, fresh_ids)
+        } else {
+            p.wire.drain_native()
+        };
+        let kind = if side == CLIENT { FROM_CLIENT } else { FROM_BROKER };
+        if side == CLIENT {
+            // a request the Python road parses that goes on past this read is gathered (whole, up
+            // to GATHER_BYTES), a big Produce digested: the Python road dates a request by its
+            // last byte, and parses it whole
+            let open = if out.rest.is_none() { out.open_from } else { None };
+            let gathered_before = p.gather_rq.take();
+            if open == Some(0) {
+                // the request gathered (or one begun in an earlier read) goes on through the whole read
+                let mut g = gathered_before.unwrap_or_else(|| Gather::new(self.stock.bytes(&self.shared.spare)));
+                match g.digester.as_mut() {
+                    Some(d) => d.feed(data), // its route was known before: nothing `held`
+                    None => {
+                        g.bytes = routed_bytes(std::mem::take(&mut g.bytes), data, &out, n);
+                        digest_request(&mut g, &p.wire);
+                    }
+                }
+                let counts = p.stats.counts();
+                if g.digester.is_none() && g.bytes.len() >= GATHER_BYTES {
+                    items.push(Item { conn: id, kind, t_ns, t_written_ns: t_ns, python: g.bytes, records,
+                                      reason: String::new(), api: None, counts, handed: Vec::new(), digest: None });
+                    return Ok(());
+                }
+                p.gather_rq = Some(g);
+                if records.is_some() {
+                    items.push(Item { conn: id, kind, t_ns, t_written_ns: t_ns, python: Vec::new(), records,
+                                      reason: String::new(), api: None, counts, handed: Vec::new(), digest: None });
+                }
+                return Ok(());
+            }
+            // the request gathered ended in this read: it (or its digest) first, then the rest routed
+            let mut digested = None;
+            let before = match gathered_before {
+                Some(Gather { bytes, digester: Some(d), .. }) => {
+                    digested = Some(Digest { head: bytes, ..digest_ended(d, data, &mut out) });
+                    Vec::new()
+                }
+                Some(g) => g.bytes,
+                None => Vec::new(),
+            };
+            let before = if before.is_empty() && !out.is_empty() { self.stock.bytes(&self.shared.spare) } else { before };
+            let python = if out.is_empty() { before } else { routed_bytes(before, data, &out, open.unwrap_or(n)) };
+            if let Some(q) = open {
+                let mut g = Gather::new(self.stock.bytes(&self.shared.spare));
+                g.bytes.extend_from_slice(&data[q..]);
+                digest_request(&mut g, &p.wire);
+                p.gather_rq = Some(g);
+            }
+            if python.is_empty() && records.is_none() && digested.is_none() {
+                return Ok(());
+            }
+            items.push(Item { conn: id, kind, t_ns, t_written_ns, python, records, reason: String::new(), api: None,
+                              counts: p.stats.counts(), handed: Vec::new(), digest: digested });
+            return Ok(());
+        }
+        let open = if out.rest.is_none() { out.open_from } else { None };
+        if let (Some(g), Some(0)) = (p.gather.as_mut(), open) {
+            // the answer gathered goes on through the whole read
+            g.handed.extend_from_slice(&[t_ns, t_written_ns]);
+            match g.digester.as_mut() {
+                Some(d) => d.feed(data),
+                None => {
+                    g.bytes = routed_bytes(std::mem::take(&mut g.bytes), data, &out, n);
+                    if g.bytes.len() >= GATHER_BYTES {
+                        let g = std::mem::replace(g, Gather::new(Vec::new()));
+                        items.extend(gathered(id, g, p.stats.counts()));
+                    }
+                }
+            }
+            return Ok(());
+        }
+        // an answer gathered that ended in this read: its body (or its digest) first, then the
+        // rest of what is routed
+        let mut before = Vec::new();
+        let mut digested = None;
+        let handed = match p.gather.take() {
+            Some(g) => {
+                match g.digester {
+                    Some(d) => digested = Some(digest_ended(d, data, &mut out)),
+                    None => before = g.bytes,
+                }
+                g.handed
+            }
+            None => Vec::new(),
+        };
+        if before.is_empty() && !out.is_empty() {
+            before = self.stock.bytes(&self.shared.spare); // a spare buffer, filled by routed_bytes
+        }
+        let python = if out.is_empty() { before } else { routed_bytes(before, data, &out, open.unwrap_or(n)) };
+        if let Some(q) = open {
+            // an answer the Python road parses begins its body here: a Fetch answer's digested
+            // from here on, another's gathered
+            let body = (n - q).saturating_add(p.wire.answer_left());
+            let digester = p.wire.answer_api().and_then(|(k, v)| if k == FETCH { Digester::new(v, body) } else { None });
+            let mut bytes = Vec::new();
+            match digester {
+                Some(mut d) => {
+                    d.feed(&data[q..]);
+                    p.gather = Some(Gather { digester: Some(d), ..Gather::new(bytes) });
+                }
+                None => {
+                    bytes.reserve(p.wire.answer_left().saturating_add(n - q).min(GATHER_BYTES));
+                    bytes.extend_from_slice(&data[q..]);
+                    p.gather = Some(Gather::new(bytes));
+                }
+            }
+        }
+        if python.is_empty() && records.is_none() && digested.is_none() {
+            return Ok(());
+        }
+        items.push(Item { conn: id, kind, t_ns, t_written_ns, python, records, reason: String::new(), api: None,
+                          counts: p.stats.counts(), handed, digest: digested });
+        Ok(())
+    }
+
+    /// A side that had bytes waiting can take more.
+    pub(super) fn writable(&mut self, id: u64, side: u64) {
+        let Some(p) = self.pairs.get_mut(&id) else { return };
+        let (to, what) = if side == CLIENT { (&mut p.client, "client") } else { (&mut p.broker, "broker") };
+        if let Err(e) = to.flush() {
+            return self.close(id, format!("write to the {what}: {e}"));
+        }
+        if let Err(e) = rearm(self.ep, id, p) {
+            return self.close(id, e);
+        }
+        self.owed_done(id);
+    }
+
+    /// A pair whose broker hung up while bytes were owed to the client: once they are written,
+    /// its socket is watched again, to be read to its end (what the kernel still holds of it
+    /// is owed too); the read of its end closes the pair.
+    pub(super) fn owed_done(&mut self, id: u64) {
+        let Some(p) = self.pairs.get_mut(&id) else { return };
+        if p.broker_gone.is_none() || !p.client.queue.is_empty() {
+            return;
+        }
+        let ev = libc::EPOLLIN as u32;
+        if let Err(e) = epoll_set(self.ep, libc::EPOLL_CTL_ADD, p.broker.fd, ev, id << 1 | BROKER) {
+            return self.close(id, format!("relay epoll: {e}"));
+        }
+        p.broker_gone = None;
+        p.armed[1] = ev;
+    }
+
+    /// The broker's socket hung up (`reason`): with bytes still owed to the client the pair goes
+    /// on until they are written (the broker's socket out of the epoll set, which reports a
+    /// hang-up whatever it is asked), and then its socket is read to its end; otherwise it ends.
+    pub(super) fn broker_hung_up(&mut self, id: u64, reason: String) {
+        let Some(p) = self.pairs.get_mut(&id) else { return };
+        if p.client.queue.is_empty() || p.broker_gone.is_some() {
+            return self.close(id, reason);
+        }
+        // SAFETY: the pair's own fds, still open
+        if unsafe { libc::epoll_ctl(self.ep, libc::EPOLL_CTL_DEL, p.broker.fd, std::ptr::null_mut()) } < 0 {
+            let e = std::io::Error::last_os_error();
+            return self.close(id, format!("relay epoll: {e}"));
+        }
+        p.broker_gone = Some(reason);
+    }
+
+    /// Python's answers to the answers held whole, each in its place.
+    pub(super) fn answered(&mut self) {
+        let answers = std::mem::take(&mut *self.shared.answers.lock().unwrap());
+        for (id, frame) in answers {
+            let Some(p) = self.pairs.get_mut(&id) else { continue };
+            let slot = p.client.queue.iter_mut().find(|s| matches!(s, Seg::Answer { asked: true, .. }));
+            let Some(slot) = slot else { continue }; // nothing asked: an answer to nothing is dropped
+            if let Seg::Answer { key: Some(key), .. } = std::mem::replace(slot, Seg::Bytes(Vec::new())) {
+                self.memo.remember(key, &frame);
+            }
+            p.stats.from_broker.fetch_add(frame.len() as u64, Ordering::Relaxed);
+            *slot = Seg::Bytes(frame);
+            if let Err(e) = p.client.flush() {
+                self.close(id, format!("write to the client: {e}"));
+                continue;
+            }
+            if let Err(e) = rearm(self.ep, id, p) {
+                self.close(id, e);
+                continue;
+            }
+            self.owed_done(id);
+        }
+    }
+
+    /// What Python asked for (`wake_fd`): pairs to adopt, answers, ends.
+    pub(super) fn woken(&mut self) {
+        clear(self.shared.wake_fd);
+        self.adopt();
+        self.answered();
+        let ends = std::mem::take(&mut *self.shared.ends.lock().unwrap());
+        for id in ends {
+            self.close(id, "closed by the proxy".into());
+        }
+    }
+
+    pub(super) fn queue_full(&self) -> bool {
+        let (items, bytes) = self.shared.queue_max;
+        self.shared.queued_items.load(Ordering::Relaxed) >= items || self.shared.queued_bytes.load(Ordering::Relaxed) >= bytes
+    }
+
+    /// The queue is full (Python has not drained it: its loop is stalled): no socket is read
+    /// until it drains, so that the queue, and what the pairs hold, stay bounded (back-pressure
+    /// to every client and broker, as a stalled event loop gives on its own road). Python's asks
+    /// are still served; the relay waits on `wake_fd`, which `drain` writes.
+    pub(super) fn wait_for_drain(&mut self) {
+        self.shared.queue_full.fetch_add(1, Ordering::Relaxed);
+        self.shared.paused.store(true, Ordering::Relaxed);
+        bump(self.shared.notify_fd);
+        while self.queue_full() && !self.shared.stop.load(Ordering::Relaxed) {
+            let mut pfd = libc::pollfd { fd: self.shared.wake_fd, events: libc::POLLIN, revents: 0 };
+            // SAFETY: one pollfd that lives for the call
+            let n = unsafe { libc::poll(&mut pfd, 1, PAUSE_POLL_MS) };
+            if n > 0 {
+                self.woken();
+            }
+        }
+        self.shared.paused.store(false, Ordering::Relaxed);
+    }
+
+    pub(super) fn run(&mut self) {
+        let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; MAX_EVENTS];
+        let mut failed = None;
+        while !self.shared.stop.load(Ordering::Relaxed) {
+            if self.queue_full() {
+                self.wait_for_drain();
+                continue;
+            }
+            // SAFETY: events has MAX_EVENTS entries for the kernel to fill
+            let n = unsafe { libc::epoll_wait(self.ep, events.as_mut_ptr(), MAX_EVENTS as libc::c_int, self.wait_ms()) };
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                failed = Some(format!("the relay stopped: epoll_wait failed: {e}"));
+                break;
+            }
+            for ev in events.iter().take(n as usize) {
+                let (token, flags) = (ev.u64, ev.events);
+                if token == WAKE {
+                    self.woken();
+                    continue;
+                }
+                let (id, side) = (token >> 1, token & 1);
+                if flags & libc::EPOLLOUT as u32 != 0 {
+                    self.writable(id, side);
+                }
+                if flags & libc::EPOLLIN as u32 != 0 {
+                    self.readable(id, side);
+                } else if flags & (libc::EPOLLHUP | libc::EPOLLERR) as u32 != 0 {
+                    // reported even while this side is not read (back-pressure): the peer is gone
+                    let err = flags & libc::EPOLLERR as u32 != 0;
+                    if side == BROKER {
+                        let eof = self.pairs.get(&id).is_some_and(|p| p.client_eof);
+                        let reason = match (err, eof) {
+                            (true, _) => "broker connection failed",
+                            (false, true) => "broker closed the connection after the client's end of stream",
+                            (false, false) => "broker closed the connection",
+                        };
+                        self.broker_hung_up(id, reason.into());
+                    } else {
+                        let what = if err { "connection failed" } else { "closed the connection" };
+                        self.close(id, format!("client {what}"));
+                    }
+                }
+            }
+            self.notify_due();
+        }
+        // pairs handed over and not adopted yet are adopted to be closed; none is taken from here
+        let late = self.shared.added.lock().unwrap().take().unwrap_or_default();
+        self.adopt_pairs(late);
+        let ids: Vec<u64> = self.pairs.keys().copied().collect();
+        let reason = failed.unwrap_or_else(|| "the relay stopped".into());
+        for id in ids {
+            self.close(id, reason.clone());
+        }
+        bump(self.shared.notify_fd);
+    }
+}

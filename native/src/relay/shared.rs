@@ -1,0 +1,47 @@
+//! What Python's thread and the relay's share (`Shared`): the queue, the pairs handed over and
+//! the asks not served yet, the counters, the eventfds.
+
+use std::collections::HashMap;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize};
+use std::sync::{Arc, Mutex};
+use super::pair::Stats;
+use super::queue::Item;
+use super::spare::Spare;
+
+
+
+pub(super) struct Shared {
+    pub(super) queue: Mutex<Vec<Item>>,
+    /// the queue's buffer from the drain before the last, emptied, for the next drain to swap in
+    pub(super) queue_spare: Mutex<Vec<Item>>,
+    /// buffers of drained items, for the relay's thread to fill again (`Spare`)
+    pub(super) spare: Mutex<Spare>,
+    /// pairs handed over and not adopted yet; None once the relay's thread has ended (`add` is
+    /// refused from then: nothing would own the fds)
+    pub(super) added: Mutex<Option<Vec<(u64, RawFd, RawFd)>>>,
+    pub(super) answers: Mutex<Vec<(u64, Vec<u8>)>>,
+    /// pairs Python ends (`end`)
+    pub(super) ends: Mutex<Vec<u64>>,
+    pub(super) stats: Mutex<HashMap<u64, Arc<Stats>>>,
+    /// reads of broker sockets stamped by the kernel, and by the clock (no stamp came with them)
+    pub(super) kernel_reads: AtomicU64,
+    pub(super) clock_reads: AtomicU64,
+    /// the answers the memo rewrote, by api key
+    pub(super) memo_rewrites: Mutex<HashMap<i16, u64>>,
+    pub(super) stop: AtomicBool,
+    /// when Python is to be woken for the batch under way (monotonic ns; 0: no batch under way,
+    /// which `drain` sets), and the bytes for Python queued since the last drain
+    pub(super) notify_at: AtomicI64,
+    pub(super) queued_bytes: AtomicUsize,
+    pub(super) queued_items: AtomicUsize,
+    /// how often the queue was full and the relay stopped reading until Python drained it, and
+    /// whether it is stopped now (`drain` wakes it)
+    pub(super) queue_full: AtomicU64,
+    pub(super) paused: AtomicBool,
+    /// the queue's bound: items, bytes for Python (`QUEUE_MAX_*` unless the tests ask less)
+    pub(super) queue_max: (usize, usize),
+    pub(super) wake_fd: RawFd,
+    pub(super) notify_fd: RawFd,
+    pub(super) urgent_fd: RawFd,
+}
