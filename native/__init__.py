@@ -10,12 +10,13 @@ core is not used when
 - the checkout's ``native/src/`` is not the source it was built from (the module carries its
   own source: an edited checkout must not run yesterday's core; ``make`` rebuilds it).
 
-What it does today (``docs/architecture.md``, "The native core"): ``StampedRecv.recv(fd)``, one
-``recvmsg`` of a broker socket with the kernel's receive stamp, for ``proxy/stamps.py``; the
-record batch walk, for ``protocol/stream.py``; ``Columns``, trace rows as columns of machine
-values, for ``metrics/rows.py``; ``Wire``, a connection's framing and correlation as records (held
-to the Python road by its tests; the proxy's road through ``protocol/routed.py`` with
-``FETCHLAT_ROUTED=1``).
+What it does today (``docs/architecture.md``, "The native core"): ``Relay``, the road that
+carries a sidecar's plaintext client connections after their first answer (the default,
+``relay: auto``; ``proxy/relayed.py``), with the digest of the Fetch answers and Produce requests
+it reads; ``Wire``, a connection's framing and correlation as records (held to the Python road by
+its tests); ``StampedRecv.recv(fd)``, one ``recvmsg`` of a broker socket with the kernel's
+receive stamp, for ``proxy/stamps.py``; the record batch walk, for ``protocol/stream.py``;
+``Columns``, trace rows as columns of machine values, for ``metrics/rows.py``.
 Imports nothing of fetchlat: it is the floor the others stand on.
 """
 

@@ -1,7 +1,7 @@
 """The connections the native core carries: a sidecar's plaintext connection, once its first
 exchange is answered, goes from the asyncio road to the core's relay (``native/src/relay.rs``,
-``Relay``) and stays there until it closes (``relay: auto`` or ``native``; off by default,
-``docs/performance.md``, "The relay road as deployed"; ``docs/architecture.md``, "The native core").
+``Relay``) and stays there until it closes (``relay: auto``, the default, or ``native``;
+``docs/architecture.md``, "The native core"; its bounds and timeouts: ``docs/proxy.md``).
 
 The hand-over (``ClientSide.hand_over`` in ``session.py``): at a moment nothing of the
 connection is in flight or half read either way, both transports stop reading, their sockets are

@@ -3,31 +3,29 @@
 //! The door is `native/__init__.py`: it loads this module, or says why not (the Python road
 //! then runs). What lives here, bytes in and values out:
 //!
-//! - `StampedRecv.recv(fd)`: one `recvmsg` of a broker socket into a buffer this object owns,
-//!   with the kernel's receive time of the last packet it returned (`SO_TIMESTAMPNS`), as
-//!   `(bytes, wall_ns)`; what `proxy/stamps.py` does with `recvmsg_into` and the ancillary
-//!   data, without the tuples, the list and the struct unpack per read.
+//! - `Relay` (`relay/`): the road that carries a sidecar's plaintext client connections after
+//!   their first answer, the default (`relay: auto`; `proxy/relayed.py`). A thread of the
+//!   core's own reads and writes both sides of each pair it is handed, frames each read with
+//!   that pair's `Wire`, digests the Fetch answers and Produce requests as they come
+//!   (`digest.rs`), and queues what Python must see, which Python takes in batches.
 //!
-//! - `walk_batches(buf, start, n)`: the record batch headers of a fetch partition's records
-//!   (`buf[start..start + n]`), what `protocol/stream.py`'s `walk` reads of them, as one tuple:
-//!   a fetch of one-record batches pays that walk once per record. `walk_whole(buf, start,
-//!   avail, remaining)`: the same over the batches lying whole in a chunk of a frame that
-//!   arrives in pieces, up to the first one that does not (the streaming parser takes that one).
+//! - `Wire` (`wire.rs`): one connection's framing, request headers and correlation, both ways,
+//!   each exchange a fixed-width record: the Python road's rules, held to it by
+//!   `tests/protocol/test_wire_native.py` and the fuzz target.
 //!
-//! - `Columns`: one table's trace rows of a batch as columns of machine values (`columns.rs`),
+//! - `StampedRecv` (`stamps.rs`): one `recvmsg` of a broker socket with the kernel's receive
+//!   time, for the event loop's road (`proxy/stamps.py`); the relay reads its brokers the same way.
+//!
+//! - `walk_batches`, `walk_whole` (`batches.rs`): the record batch headers of a partition's
+//!   records, as `protocol/stream.py`'s `walk` reads them.
+//!
+//! - `digest_fetch` (`digest.rs`): the relay's digest of a Fetch answer or a Produce request
+//!   fed in pieces, for the tests.
+//!
+//! - `Columns` (`columns.rs`): one table's trace rows of a batch as columns of machine values,
 //!   which the trace writer wraps as Arrow arrays without converting a value.
 //!
-//! - `Wire`: one connection's framing, request headers and correlation, both ways (`wire.rs`),
-//!   each exchange a fixed-width record drained in batches: the Python road's rules, held to it
-//!   by `tests/protocol/test_wire_native.py`; each read's answer says which of its bytes the
-//!   Python road must parse (`protocol/routed.py`, the proxy's road with `FETCHLAT_ROUTED=1`).
-//!
-//! - `Relay`: a spike, not the proxy's road (`relay.rs`, `bench/spike/native_relay.py`). A
-//!   thread of the core's own reads and writes both sides of each connection pair it is
-//!   handed, frames each read with that pair's `Wire`, and queues what Python must see, which
-//!   Python takes in batches off the per-read road.
-//!
-//! Every length read from the kernel or the bytes is checked before it is used; nothing here
+//! This file only registers them. //! Every length read from the kernel or the bytes is checked before it is used; nothing here
 //! keeps a pointer past the call that made it. `SOURCE` is the core's source, so the door can tell
 //! a build made from another version of it (a stale build falls back to Python).
 
@@ -50,6 +48,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("SOURCE", SOURCE)?;
     m.add("READ_BYTES", stamps::READ_BYTES)?;
     m.add_class::<stamps::StampedRecv>()?;
+    m.add_function(wrap_pyfunction!(stamps::py_wall_minus_mono_ns, m)?)?;
+    m.add("STAMP_OFFSET", (stamps::OFFSET_REFRESH_NS, stamps::OFFSET_TRIES, stamps::TIGHT_NS))?;
     m.add_class::<columns::Columns>()?;
     m.add_class::<wire::PyWire>()?;
     m.add_class::<relay::PyRelay>()?;

@@ -119,3 +119,80 @@ impl StampedRecv {
         }
     }
 }
+
+/// `proxy/clock.py`'s `OFFSET_REFRESH_NS`, `OFFSET_TRIES`, `TIGHT_NS`: the one rule by which a
+/// kernel stamp goes onto the monotonic clock, on both roads (the module exports these, and
+/// `tests/proxy/test_stamps_native.py` holds them to the Python road's).
+pub const OFFSET_REFRESH_NS: i64 = 100_000_000;
+pub const OFFSET_TRIES: usize = 3;
+pub const TIGHT_NS: i64 = 20_000;
+
+pub fn clock_ns(clock: libc::clockid_t) -> i64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: ts is a valid timespec to write into; the clock ids used here always exist on
+    // Linux, so the call cannot fail
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+}
+
+pub fn mono_ns() -> i64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// `clock.read_wall_minus_mono_ns`: wall - monotonic as of now, the wall clock read between
+/// two monotonic reads and taken at their midpoint; a pair the thread was preempted inside is
+/// read again, up to `OFFSET_TRIES` times, and the tightest kept. (One plain pair of reads
+/// carries a preemption between them into every stamp until the next read.)
+pub fn wall_minus_mono_ns() -> i64 {
+    let mut best_gap = -1;
+    let mut best = 0;
+    for _ in 0..OFFSET_TRIES {
+        let m1 = mono_ns();
+        let w = clock_ns(libc::CLOCK_REALTIME);
+        let m2 = mono_ns();
+        let gap = m2 - m1;
+        if best_gap < 0 || gap < best_gap {
+            best_gap = gap;
+            best = w - (m1 + m2) / 2;
+        }
+        if gap < TIGHT_NS {
+            break;
+        }
+    }
+    best
+}
+
+/// `clock.WallOffset`: wall - monotonic, read again once `OFFSET_REFRESH_NS` has passed (a clock
+/// step or an NTP slew reaches it within 100 ms; a read costs no clock read of its own for it).
+pub struct WallOffset {
+    read_at_ns: i64,
+    offset_ns: i64,
+}
+
+impl Default for WallOffset {
+    fn default() -> Self {
+        WallOffset { read_at_ns: -OFFSET_REFRESH_NS, offset_ns: 0 }
+    }
+}
+
+impl WallOffset {
+    pub fn at(&mut self, mono_now_ns: i64) -> i64 {
+        if mono_now_ns - self.read_at_ns >= OFFSET_REFRESH_NS || mono_now_ns < self.read_at_ns {
+            self.offset_ns = wall_minus_mono_ns();
+            self.read_at_ns = mono_now_ns;
+        }
+        self.offset_ns
+    }
+
+    /// A kernel stamp (`wall_ns`, epoch ns) of a read done by `mono_now_ns`, on the monotonic
+    /// clock: never after the read itself.
+    pub fn mono_of(&mut self, wall_ns: i64, mono_now_ns: i64) -> i64 {
+        (wall_ns - self.at(mono_now_ns)).min(mono_now_ns)
+    }
+}
+
+/// `wall_minus_mono_ns()` for the tests that hold the two roads to one rule.
+#[pyfunction(name = "wall_minus_mono_ns")]
+pub fn py_wall_minus_mono_ns() -> i64 {
+    wall_minus_mono_ns()
+}

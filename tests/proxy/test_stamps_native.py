@@ -160,3 +160,18 @@ def test_nothing_there_and_a_failed_read_are_the_same_on_both_roads() -> None:
         outcome[road] = (len(sink.data), sink.eof, sink.errors[0].errno if sink.errors else None)
         assert r.stopped
     assert outcome["python"] == outcome["native"] and outcome["native"][2] is not None, outcome
+
+
+@needs_core
+def test_both_roads_move_a_kernel_stamp_onto_the_monotonic_clock_by_one_rule() -> None:
+    """The relay's thread (``stamps.rs``, ``WallOffset``) and the event loop (``proxy/clock.py``)
+    read wall - monotonic the same way: the same refresh, tries and tightness, and readings taken
+    side by side agree within the tightness of a pair of reads."""
+    assert CORE is not None
+    assert tuple(CORE.STAMP_OFFSET) == (clock.OFFSET_REFRESH_NS, clock.OFFSET_TRIES, clock.TIGHT_NS)
+    gaps = []
+    for _ in range(50):
+        py = clock.read_wall_minus_mono_ns()
+        core = CORE.wall_minus_mono_ns()
+        gaps.append(abs(core - py))
+    assert sorted(gaps)[len(gaps) // 2] < clock.TIGHT_NS, sorted(gaps)[:10]

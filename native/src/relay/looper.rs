@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::digest::{Digest, Digester};
-use crate::stamps::{recv_stamped, Read};
+use crate::stamps::{recv_stamped, Read, WallOffset};
 use crate::wire::{Framing, Ranges, Routed, Wire};
 use super::gather::{FETCH, GATHER_BYTES, Gather, digest_ended, digest_request, gathered, routed_bytes};
 use super::memo::Memo;
@@ -15,7 +15,7 @@ use super::pair::{rearm, Pair, Seg, Side, Stats, BROKER, CLIENT};
 use super::queue::{BATCH_NS, CLOSED, FROM_BROKER, FROM_CLIENT, Item, NOTIFY_BYTES, NOTIFY_ITEMS, REWRITE};
 use super::shared::Shared;
 use super::spare::Stock;
-use super::sys::{bump, clear, clock_ns, epoll_set, mono_ns, nonblocking, sockopt_on, tcp_rtt_ns, write_some};
+use super::sys::{bump, clear, epoll_set, mono_ns, nonblocking, sockopt_on, tcp_rtt_ns, write_some};
 
 
 
@@ -49,6 +49,8 @@ pub(super) struct Looper {
     pub(super) whole: Vec<(i16, i16, i16)>,
     pub(super) memo: Memo,
     pub(super) stock: Stock,
+    /// wall - monotonic, for the kernel's stamps (`stamps.rs`: the rule of `proxy/clock.py`)
+    pub(super) offset: WallOffset,
     /// each pair's `Wire::ask_at_answer`: an exchange the core settles alone queues one record
     pub(super) ask_at_answer: bool,
 }
@@ -208,7 +210,7 @@ impl Looper {
                     let source = if wall_ns.is_some() { &self.shared.kernel_reads } else { &self.shared.clock_reads };
                     source.fetch_add(1, Ordering::Relaxed);
                     // the kernel's wall stamp onto the monotonic clock, never after the read itself
-                    let t = wall_ns.map_or(now, |w| (w - (clock_ns(libc::CLOCK_REALTIME) - now)).min(now));
+                    let t = wall_ns.map_or(now, |w| self.offset.mono_of(w, now));
                     (n, t)
                 }
                 Err(e) => return Err(format!("broker read: {e}")),

@@ -1,7 +1,7 @@
 //! A connection pair's reads and writes owned by the core: the step of the native road past
-//! `Wire` (`docs/architecture.md`, "The native core"): the proxy's road for a sidecar's
-//! plaintext connections with `relay: native` (`proxy/relayed.py`), and the spike's
-//! (`bench/spike/native_relay.py`; `docs/performance.md`, "A native relay").
+//! `Wire` (`docs/architecture.md`, "The native core"), the road that carries a sidecar's
+//! plaintext client connections after their first answer (`relay: auto`, the default;
+//! `proxy/relayed.py`). This file is its Python face (`PyRelay`); the thread is `looper.rs`.
 //!
 //! One thread of its own runs an epoll loop over the connection pairs handed to it (`add`): it
 //! reads a side (the broker's with the kernel's receive stamp, `recv_stamped`), frames it with
@@ -27,8 +27,10 @@
 //! its answers still go back until it closes too.
 //!
 //! Back-pressure: bytes a side's socket does not take at once wait in its own queue, and the
-//! other side is not read until they are written. Every length the kernel returns is checked
-//! against the buffer it was given.
+//! other side is not read until they are written; at a full queue to Python no socket is read
+//! until Python drains it (`QUEUE_MAX_*`). Every length the kernel returns is checked against
+//! the buffer it was given, and every system call's result is checked (`sys.rs`). The bounds
+//! and timeouts, and what happens at each: `docs/proxy.md`.
 
 mod gather;
 mod looper;
@@ -109,7 +111,7 @@ impl PyRelay {
         let mut looper = Looper { shared: shared.clone(), ep, pairs: HashMap::new(), buf: vec![0; READ_BYTES],
                                   max_frame: max_frame_bytes, flexible: Ranges::new(&flexible),
                                   observed: Ranges::new(&observed), whole, memo: Memo { entries: VecDeque::new() },
-                                  stock: Stock::default(), ask_at_answer };
+                                  stock: Stock::default(), offset: Default::default(), ask_at_answer };
         let thread = std::thread::Builder::new().name("fetchlat-relay".into()).spawn(move || looper.run())
             .map_err(|e| PyOSError::new_err(e.to_string()))?;
         Ok(PyRelay { shared, thread: Some(thread), next_id: 1, ep })

@@ -3,6 +3,8 @@
 
 use std::os::fd::RawFd;
 
+pub(super) use crate::stamps::mono_ns;
+
 
 
 /// The kernel's smoothed RTT of a TCP socket in ns (Linux `TCP_INFO`'s `tcpi_rtt`, in µs), or None.
@@ -20,17 +22,6 @@ pub(super) fn tcp_rtt_ns(fd: RawFd) -> Option<i64> {
 
 /// struct tcp_info: 8 u8 fields, then u32s; tcpi_rtt is the 16th (as `proxy/session.py` reads it)
 pub(super) const TCP_INFO_RTT_OFFSET: usize = 68;
-
-pub(super) fn mono_ns() -> i64 {
-    clock_ns(libc::CLOCK_MONOTONIC)
-}
-
-pub(super) fn clock_ns(clock: libc::clockid_t) -> i64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: ts is a valid timespec to write into
-    unsafe { libc::clock_gettime(clock, &mut ts) };
-    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
-}
 
 /// Wakes whoever waits on an eventfd. Its only failure, EAGAIN (the counter at its top), leaves
 /// the eventfd readable, which is all a wake is; any other is a bug of ours (a closed fd).
