@@ -903,3 +903,7 @@ impl PyWire {
         self.wire.needs_python
     }
 }
+
+#[cfg(test)]
+#[path = "tests/wire.rs"]
+mod tests;
