@@ -175,6 +175,7 @@ PROXY = [
         Q("max by (instance) (fetchlat_relay_queue_items)", "items {{instance}}"),
         Q("max by (instance) (fetchlat_relay_queue_bytes) / 1048576", "MiB {{instance}}"),
         Q(f"sum by (instance) (increase(fetchlat_relay_queue_full_total[{RI}]))", "full {{instance}}"),
+        Q("max by (instance) (fetchlat_relay_held_bytes) / 1048576", "MiB held for connections {{instance}}"),
     ), unit="short", description="What the relay's thread queued and the event loop has not taken yet. At its "
                                  "bound (65 536 items or 64 MiB) the relay reads no socket until the loop drains "
                                  "it: 'full' counts those stops, which only a stalled event loop causes."),

@@ -75,6 +75,11 @@ class ProxyMetrics:
             "fetchlat_relay_queue_bytes",
             "Bytes for the event loop in the relay's queue (of fetchlat_relay_queue_items)", registry=r,
         )
+        self.relay_held_bytes = Gauge(
+            "fetchlat_relay_held_bytes",
+            "Bytes the native core's relay holds for its connections (waiting for a socket, held whole, gathered)",
+            registry=r,
+        )
         self.relay_queue_full = Counter(
             "fetchlat_relay_queue_full",
             "Times the relay's queue reached its bound and the relay stopped reading until the event loop drained it",

@@ -184,6 +184,7 @@ class RelayRoad:
         relay = self.relay
         metrics.relay_queue_items.set_function(lambda: float(relay.queue_depth()[0]))
         metrics.relay_queue_bytes.set_function(lambda: float(relay.queue_depth()[1]))
+        metrics.relay_held_bytes.set_function(lambda: float(relay.held()[0]))
         # Any: the compiled build checks what a call returns against its declared type, and
         # uvloop's loop gives its own handles (not asyncio's) and None from remove_reader
         self._loop: Any = None

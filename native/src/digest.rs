@@ -354,6 +354,11 @@ impl Digester {
                    followed: true, unfed: size, examined: 0 }
     }
 
+    /// The bytes it keeps now (the skeleton so far).
+    pub fn held(&self) -> usize {
+        self.skeleton.len()
+    }
+
     /// The body could not be followed: what it kept goes, and the rest of the body is passed over.
     fn refuse(&mut self) {
         self.followed = false;

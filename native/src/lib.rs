@@ -61,6 +61,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("RELAY_NOTIFY_BYTES", relay::NOTIFY_BYTES)?;
     m.add("RELAY_QUEUE_MAX_ITEMS", relay::QUEUE_MAX_ITEMS)?;
     m.add("RELAY_QUEUE_MAX_BYTES", relay::QUEUE_MAX_BYTES)?;
+    m.add("RELAY_HELD_MAX", (relay::HELD_MAX_PAIR, relay::HELD_MAX_TOTAL))?;
     m.add("RELAY_SPARE_HELD_BYTES", relay::SPARE_HELD_BYTES)?;
     m.add("RELAY_PRESENT", (relay::HAS_DATA, relay::HAS_RECORDS, relay::HAS_HANDED, relay::HAS_DIGEST, relay::HAS_REASON))?;
     m.add("DIGEST_STATS_WIDTH", digest::STATS_WIDTH)?;

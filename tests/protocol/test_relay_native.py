@@ -808,3 +808,54 @@ def test_the_queue_to_python_is_bounded_and_says_how_deep_it_is() -> None:
         relay.close()
         client.close()
         broker.close()
+
+
+def _stuck_pair(relay: object, hold: int) -> tuple[socket.socket, socket.socket, int]:
+    """A pair whose client does not read, with small socket buffers: an answer of ``hold`` bytes
+    from its broker is mostly held by the relay. (client, broker, id)."""
+    relay_client, client = _pair()
+    relay_client.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    relay_broker, broker = _pair()
+    conn = relay.add(relay_client.detach(), relay_broker.detach())  # type: ignore[attr-defined]
+    req = struct.pack(">hhih", 18, 0, 7, -1)
+    client.sendall(struct.pack(">i", len(req)) + req)
+    assert _recv_exactly(broker, 4 + len(req))[4:] == req
+    body = struct.pack(">i", 7) + b"\x00" * hold
+    threading.Thread(target=lambda: broker.sendall(struct.pack(">i", len(body)) + body), daemon=True).start()
+    return client, broker, conn
+
+
+@pytest.mark.parametrize("bound", ["pair", "total"])
+def test_bytes_held_past_a_bound_close_the_connection_that_holds_them(bound: str) -> None:
+    """What a connection holds after a read (here: an answer its client does not read) is bounded
+    per connection and over all of them: past either, that connection ends, in words the event
+    loop counts (``relay_buffers``); the relay says how much it holds."""
+    core = native.core()
+    assert core is not None
+    held_max = (20_000, 1 << 30) if bound == "pair" else (1 << 30, 150_000)
+    relay = core.Relay(MAX_FRAME, flexible_ranges(), route_ranges(None), held_max=held_max)
+    ends: list[socket.socket] = []
+    try:
+        assert relay.held()[1:] == held_max
+        got: list[tuple[object, ...]] = []
+        deadline = time.monotonic() + DEADLINE_S
+        for _ in range(8):  # stuck pairs (each holds what one read of its broker brought) until one ends
+            client, broker, _ = _stuck_pair(relay, 2 << 20)
+            ends += [client, broker]
+            while time.monotonic() < deadline and relay.held()[0] < 20_000 and not got:
+                got += [it for it in items(*relay.drain()) if it[1] == core.RELAY_KINDS[2]]
+                time.sleep(0.01)
+            time.sleep(0.1)
+            got += [it for it in items(*relay.drain()) if it[1] == core.RELAY_KINDS[2]]
+            if got:
+                break
+        assert got, f"nothing closed; the relay holds {relay.held()}"
+        (reason,) = [it[7] for it in got if it[1] == core.RELAY_KINDS[2]]
+        want = "the connection holds" if bound == "pair" else "the connections hold"
+        assert reason.startswith("relay buffers: " + want), reason
+        assert relay.held()[0] <= held_max[0 if bound == "pair" else 1]
+    finally:
+        relay.close()
+        for s in ends:
+            s.close()

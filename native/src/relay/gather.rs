@@ -28,6 +28,11 @@ pub(super) struct Gather {
 }
 
 impl Gather {
+    /// The bytes it keeps now: those gathered, and its digest's.
+    pub(super) fn held(&self) -> usize {
+        self.bytes.len() + self.digester.as_ref().map_or(0, Digester::held)
+    }
+
     pub(super) fn new(bytes: Vec<u8>) -> Self {
         Gather { bytes, handed: Vec::new(), digester: None, tried: false }
     }

@@ -53,6 +53,8 @@ pub(super) struct Looper {
     pub(super) offset: WallOffset,
     /// each pair's `Wire::ask_at_answer`: an exchange the core settles alone queues one record
     pub(super) ask_at_answer: bool,
+    /// the bytes all pairs held after their last reads (each pair's `held`)
+    pub(super) held_total: usize,
 }
 
 impl Looper {
@@ -101,6 +103,8 @@ impl Looper {
 
     pub(super) fn close(&mut self, id: u64, reason: String) {
         if let Some(mut p) = self.pairs.remove(&id) {
+            self.held_total -= p.held;
+            self.shared.held_now.store(self.held_total, Ordering::Relaxed);
             self.shared.stats.lock().unwrap().remove(&id);
             for fd in [p.client.fd, p.broker.fd] {
                 // SAFETY: the pair owned these fds; removing it from the map gives them up once.
@@ -181,7 +185,8 @@ impl Looper {
             self.pairs.insert(id, Pair { client: Side { fd: cfd, queue: VecDeque::new() },
                                          broker: Side { fd: bfd, queue: VecDeque::new() }, whole: Vec::new(),
                                          armed: [libc::EPOLLIN as u32; 2], wire, stats, client_eof: false,
-                                         shut: false, gather: None, gather_rq: None, broker_gone: None });
+                                         shut: false, gather: None, gather_rq: None, broker_gone: None,
+                                         held: 0 });
         }
     }
 
@@ -193,9 +198,31 @@ impl Looper {
                 for item in items {
                     self.push(item);
                 }
+                if let Some(reason) = self.over_bounds(id) {
+                    self.close(id, reason);
+                }
             }
             Err(reason) => self.close(id, reason),
         }
+    }
+
+    /// What the pair holds after a read, counted in the total: past its bound or the relay's,
+    /// why the pair ends (its reason begins `relay buffers`, counted so by the Python road).
+    fn over_bounds(&mut self, id: u64) -> Option<String> {
+        let (pair_max, total_max) = self.shared.held_max;
+        let p = self.pairs.get_mut(&id)?;
+        let held = p.held();
+        self.held_total = self.held_total + held - p.held;
+        p.held = held;
+        self.shared.held_now.store(self.held_total, Ordering::Relaxed);
+        if held > pair_max {
+            return Some(format!("relay buffers: the connection holds {held} bytes, more than its bound of {pair_max}"));
+        }
+        if self.held_total > total_max {
+            return Some(format!("relay buffers: the connections hold {} bytes, more than the relay's bound of {total_max}",
+                                self.held_total));
+        }
+        None
     }
 
     /// `readable`'s work: the items to queue, or why the pair ends.
@@ -441,6 +468,7 @@ impl Looper {
         if let Err(e) = rearm(self.ep, id, p) {
             return self.close(id, e);
         }
+        let _fewer = self.over_bounds(id); // a write only lowers what it holds: counted, never past a bound
         self.owed_done(id);
     }
 

@@ -87,10 +87,13 @@ impl PyRelay {
     /// one record, its answer's (`Wire::ask_at_answer`; a request unanswered at the end is
     /// recorded then).
     #[new]
-    /// `queue_max`: `(items, bytes)`, the queue's bound (`QUEUE_MAX_*` when None; the tests ask less).
-    #[pyo3(signature = (max_frame_bytes, flexible, observed, whole=Vec::new(), ask_at_answer=false, queue_max=None))]
+    /// `queue_max`: `(items, bytes)`, the queue's bound (`QUEUE_MAX_*` when None); `held_max`:
+    /// `(one pair, all pairs)`, the bytes they may hold (`HELD_MAX_*` when None). The tests ask less.
+    #[pyo3(signature = (max_frame_bytes, flexible, observed, whole=Vec::new(), ask_at_answer=false, queue_max=None,
+                        held_max=None))]
     fn new(max_frame_bytes: i64, flexible: Vec<(i16, i16, i16)>, observed: Vec<(i16, i16, i16)>,
-           whole: Vec<(i16, i16, i16)>, ask_at_answer: bool, queue_max: Option<(usize, usize)>) -> PyResult<Self> {
+           whole: Vec<(i16, i16, i16)>, ask_at_answer: bool, queue_max: Option<(usize, usize)>,
+           held_max: Option<(usize, usize)>) -> PyResult<Self> {
         // SAFETY: no pointers
         let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
         if ep < 0 {
@@ -105,13 +108,16 @@ impl PyRelay {
                                        queued_bytes: AtomicUsize::new(0), queued_items: AtomicUsize::new(0),
                                        queue_full: AtomicU64::new(0), paused: AtomicBool::new(false),
                                        queue_max: queue_max.unwrap_or((QUEUE_MAX_ITEMS, QUEUE_MAX_BYTES)),
+                                       held_max: held_max.unwrap_or((HELD_MAX_PAIR, HELD_MAX_TOTAL)),
+                                       held_now: AtomicUsize::new(0),
                                        wake_fd: eventfd()?, notify_fd: eventfd()?, urgent_fd: eventfd()? });
         epoll_set(ep, libc::EPOLL_CTL_ADD, shared.wake_fd, libc::EPOLLIN as u32, WAKE)
             .map_err(|e| PyOSError::new_err(e.to_string()))?;
         let mut looper = Looper { shared: shared.clone(), ep, pairs: HashMap::new(), buf: vec![0; READ_BYTES],
                                   max_frame: max_frame_bytes, flexible: Ranges::new(&flexible),
                                   observed: Ranges::new(&observed), whole, memo: Memo { entries: VecDeque::new() },
-                                  stock: Stock::default(), offset: Default::default(), ask_at_answer };
+                                  stock: Stock::default(), offset: Default::default(), ask_at_answer,
+                                  held_total: 0 };
         let thread = std::thread::Builder::new().name("fetchlat-relay".into()).spawn(move || looper.run())
             .map_err(|e| PyOSError::new_err(e.to_string()))?;
         Ok(PyRelay { shared, thread: Some(thread), next_id: 1, ep })
@@ -132,6 +138,12 @@ impl PyRelay {
         drop(added);
         bump(self.shared.wake_fd);
         Ok(id)
+    }
+
+    /// The bytes all pairs hold now and the bounds: `(held, one pair's bound, all pairs' bound)`.
+    fn held(&self) -> (usize, usize, usize) {
+        let (pair, total) = self.shared.held_max;
+        (self.shared.held_now.load(Ordering::Relaxed), pair, total)
     }
 
     /// The queue to Python now and its bounds: `(items, bytes, max items, max bytes, times full)`:

@@ -94,6 +94,18 @@ pub(super) struct Pair {
     /// the broker is gone (why) while bytes were still owed to the client: its socket is out of
     /// the epoll set, and the pair ends once the client has them all
     pub(super) broker_gone: Option<String>,
+    /// the bytes it held after its last read (`held`), as counted in the relay's total
+    pub(super) held: usize,
+}
+
+impl Pair {
+    /// The bytes the pair holds now: waiting for either socket, the answer held whole so far,
+    /// what is gathered or digested of a message either way.
+    pub(super) fn held(&self) -> usize {
+        let queued = |s: &Side| s.queue.iter().map(|seg| if let Seg::Bytes(b) = seg { b.len() } else { 0 }).sum::<usize>();
+        queued(&self.client) + queued(&self.broker) + self.whole.len()
+            + self.gather.as_ref().map_or(0, Gather::held) + self.gather_rq.as_ref().map_or(0, Gather::held)
+    }
 }
 
 /// Each side's epoll interest: read it while the other side has nothing waiting for its socket

@@ -80,3 +80,8 @@ pub const NOTIFY_BYTES: usize = 1 << 20;
 pub const QUEUE_MAX_ITEMS: usize = 64 * NOTIFY_ITEMS;
 
 pub const QUEUE_MAX_BYTES: usize = 64 * NOTIFY_BYTES;
+/// The most one pair may hold after a read (bytes waiting for a socket, an answer held whole, a
+/// message gathered or digested: about 10 MiB at worst for a real one), and all pairs together;
+/// past either the pair ends, counted (`relay buffers`).
+pub const HELD_MAX_PAIR: usize = 16 << 20;
+pub const HELD_MAX_TOTAL: usize = 256 << 20;

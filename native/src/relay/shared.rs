@@ -41,6 +41,10 @@ pub(super) struct Shared {
     pub(super) paused: AtomicBool,
     /// the queue's bound: items, bytes for Python (`QUEUE_MAX_*` unless the tests ask less)
     pub(super) queue_max: (usize, usize),
+    /// the most one pair, and all pairs, may hold (`HELD_MAX_*` unless the tests ask less)
+    pub(super) held_max: (usize, usize),
+    /// the bytes all pairs hold now (`Looper::held_total`, for Python's gauge)
+    pub(super) held_now: AtomicUsize,
     pub(super) wake_fd: RawFd,
     pub(super) notify_fd: RawFd,
     pub(super) urgent_fd: RawFd,
