@@ -59,8 +59,8 @@ deps: debs $(COMPILED) $(KAFKA_JARS) $(NODE_CLIENTS)
 	@for t in $(TOOLS); do printf '%s: %s\n' $${t%%:*} "$$(command -v $${t%%:*})"; done
 
 # the native core's own checks, linking libpython (the module itself links none): clippy at the
-# oldest Rust it builds with (Cargo.toml's rust-version), and its tests (unit, property, the
-# relay over socketpairs)
+# oldest Rust it builds with (Cargo.toml's rust-version), and its tests (unit and property tests
+# of the digest and the wire; the relay itself is driven over sockets from Python: tests/fuzz)
 CARGO_CHECK := cd native && PYO3_PYTHON=$(abspath $(BIN)/python) cargo
 lint: $(STAMP) | debs
 	$(BIN)/ruff check $(PACKAGES) tests testkit bench deploy setup.py

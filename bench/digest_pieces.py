@@ -16,33 +16,19 @@ import argparse
 import struct
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fetchlat import native
+from fetchlat.protocol.primitives import encode_uvarint as uvarint
 
-
-def uvarint(v: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = v & 0x7F
-        v >>= 7
-        if v == 0:
-            out.append(b)
-            return bytes(out)
-        out.append(b | 0x80)
-
-
-def batch(base: int) -> bytes:
-    """One record batch of one record, 100 bytes, magic 2."""
-    b = bytearray(100)
-    struct.pack_into(">qi", b, 0, base, len(b) - 12)
-    b[16] = 2
-    struct.pack_into(">i", b, 57, 1)
-    return bytes(b)
+from testkit.hostile import batch
 
 
 def well_formed(size: int) -> bytes:
     """A Fetch v12 body (after the correlation id): one topic, one partition, one-record batches."""
-    records = b"".join(batch(i) for i in range(size // 100))
+    records = b"".join(batch(i, 100) for i in range(size // 100))
     b = bytearray(b"\x00")  # header tags
     b += struct.pack(">ihi", 0, 0, 1) + uvarint(2) + uvarint(2) + b"t" + uvarint(2)
     b += struct.pack(">ihqqq", 0, 0, 1, 1, 0) + uvarint(1) + struct.pack(">i", -1)

@@ -388,9 +388,7 @@ class Conversation:
             if reason.startswith(side + " "):
                 return False, self._framing_lost(side, FramingError(reason))
         if reason.startswith("relay buffers"):
-            self.ctx.observer.metrics.connection_errors.labels("relay_buffers").inc()
-            return False, Close(f"client {self.peer} via {self.listener}: {reason}; closing this connection only",
-                                reason="relay_buffers")
+            return False, self._refuse(Refusal("relay_buffers", f"{reason}; closing this connection only"))
         if reason.endswith("after the client's end of stream"):
             return False, None  # expected: the client half-closed first
         return reason.startswith(("broker", "write to the broker")), None

@@ -9,19 +9,11 @@ import struct
 from collections.abc import Callable
 
 from fetchlat.protocol import apis
-
-
-def uvarint(v: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = v & 0x7F
-        v >>= 7
-        if v == 0:
-            return bytes(out + bytes([b]))
-        out.append(b | 0x80)
+from fetchlat.protocol.primitives import encode_uvarint as uvarint
 
 
 def batch(base: int, size: int) -> bytes:
+    """A record batch header (magic 2) of one record, the batch ``size`` bytes in all."""
     b = bytearray(size)
     struct.pack_into(">qi", b, 0, base, size - 12)
     b[16] = 2

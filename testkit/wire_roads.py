@@ -15,6 +15,7 @@ may turn the connection to raw tokens), so outputs are compared up to that chunk
 
 from __future__ import annotations
 
+import socket
 import struct
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -231,14 +232,15 @@ def routed_disagreement(chunks: list[Chunk], rewriter: ResponseRewriter | None =
 RELAY_DEADLINE_S = 5.0
 
 
-def _loopback_pair() -> tuple[Any, Any]:
-    import socket
-
+def loopback_pair(timeout_s: float = RELAY_DEADLINE_S) -> tuple[socket.socket, socket.socket]:
+    """A connected loopback TCP pair: (the end handed to a relay, the test's end, which times out
+    after ``timeout_s`` and writes each chunk at once: no Nagle wait behind a chunk not yet
+    acknowledged)."""
     with socket.create_server(("127.0.0.1", 0)) as lst:
         outer = socket.create_connection(lst.getsockname())
         inner, _ = lst.accept()
-    outer.settimeout(RELAY_DEADLINE_S)
-    outer.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # each chunk a write of its own, at once
+    outer.settimeout(timeout_s)
+    outer.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return inner, outer
 
 
@@ -261,8 +263,8 @@ def relay_disagreement(chunks: list[Chunk]) -> str | None:
     if error is not None and handed is not None and len(steps) - 1 >= handed:
         error, upto = None, len(chunks)  # the Python road's alone by then: the relay passes it on
     relay = CORE.Relay(MAX_FRAME, flexible_ranges(), route_ranges(None))
-    relay_client, client = _loopback_pair()
-    relay_broker, broker = _loopback_pair()
+    relay_client, client = loopback_pair()
+    relay_broker, broker = loopback_pair()
     relay.add(relay_client.detach(), relay_broker.detach())
     try:
         sent = {True: bytearray(), False: bytearray()}

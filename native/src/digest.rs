@@ -331,6 +331,8 @@ pub struct Digester {
     /// the skeleton's bytes read so far, counted again where a piece ended inside an element:
     /// the tests hold it to about the body's size however the body is cut
     examined: usize,
+    /// the least size of a topic and of a partition in this layout (`least`): what a count must fit
+    least: (usize, usize),
 }
 
 impl Digester {
@@ -351,7 +353,7 @@ impl Digester {
         let stage = if flex && !produce { Stage::HeaderTags } else { Stage::Head };
         Digester { produce, version, flex, skeleton: Vec::with_capacity(256), pos: 0, stage, topics_left: 0,
                    partitions_left: 0, aborted_left: 0, tags_left: None, tag_read: TagRead::Nothing, walk: None, stats: Vec::new(),
-                   followed: true, unfed: size, examined: 0 }
+                   followed: true, unfed: size, examined: 0, least: Self::least(produce, version, flex) }
     }
 
     /// The bytes it keeps now (the skeleton so far).
@@ -413,13 +415,12 @@ impl Digester {
     }
 
     /// The least size of a topic and of a partition in this layout (each field at its smallest).
-    fn least(&self) -> (usize, usize) {
-        let (flex, v) = (self.flex, self.version);
+    fn least(produce: bool, v: i16, flex: bool) -> (usize, usize) {
         let len = if flex { 1 } else { 4 }; // an array's or a records field's length
         let tags = usize::from(flex);
         let name = if v >= 13 { 16 } else if flex { 1 } else { 2 };
         let topic = name + len + tags;
-        let partition = if self.produce {
+        let partition = if produce {
             4 + len + tags
         } else {
             4 + 2 + 8 + 8 + if v >= 5 { 8 } else { 0 } + len + if v >= 11 { 4 } else { 0 } + len + tags
@@ -511,7 +512,7 @@ impl Digester {
     /// (`records`' arguments) instead of its being read.
     fn step(&mut self, c: &mut Cursor) -> Got<Option<(usize, usize, usize)>> {
         let (flex, version) = (self.flex, self.version);
-        let (topic_least, partition_least) = self.least();
+        let (topic_least, partition_least) = self.least;
         match self.stage {
             Stage::HeaderTags => {
                 if self.tag_step(c)? {

@@ -612,17 +612,16 @@ impl Wire {
                     // the request it began for): refused at once, as the Python road refuses it
                     return Err(Framing("response from the broker matches no request".into()));
                 };
-                let head = Some(head);
-                let want: usize = if head.is_some_and(|h| h.api_key == SASL_TOKEN) { 4 } else { 8 };
-                if self.rs_prefix.is_empty() && head.is_some_and(|h| h.hands_over) {
+                let want: usize = if head.api_key == SASL_TOKEN { 4 } else { 8 };
+                if self.rs_prefix.is_empty() && head.hands_over {
                     self.broker_handed_over = true;
                     out.rest = Some(pos);
                     return Ok(());
                 }
                 if self.rs_prefix.is_empty() {
                     // known from the first byte: none of an answer routed to Python is written alone
-                    self.rs_route = if head.is_some_and(|h| h.routed) { Route::Python } else { Route::Native };
-                    self.rs_whole = head.is_some_and(|h| h.held_whole);
+                    self.rs_route = if head.routed { Route::Python } else { Route::Native };
+                    self.rs_whole = head.held_whole;
                 }
                 let at = pos;
                 let take = want.saturating_sub(self.rs_prefix.len()).min(n - pos);

@@ -9,6 +9,7 @@ read holds the broker back, and gets every byte once it reads."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
 import threading
@@ -47,6 +48,7 @@ from fetchlat.proxy.relayed import items
 from testkit.captures import RUNS, Frame, conversations
 from testkit.frames import fetch_request, record_batch
 from testkit.procfs import thread_named, voluntary_switches
+from testkit.wire_roads import loopback_pair
 
 pytestmark = pytest.mark.skipif(native.core() is None, reason=f"native core not loaded: {native.reason()}")
 REWRITER = ResponseRewriter(lambda node, host, port: ("proxy.example", 9000 + node))
@@ -56,11 +58,7 @@ DEADLINE_S = 10.0
 
 def _pair() -> tuple[socket.socket, socket.socket]:
     """A connected loopback TCP pair: (the end handed to the relay, the test's end)."""
-    with socket.create_server(("127.0.0.1", 0)) as lst:
-        outer = socket.create_connection(lst.getsockname())
-        inner, _ = lst.accept()
-    outer.settimeout(DEADLINE_S)
-    return inner, outer
+    return loopback_pair(DEADLINE_S)
 
 
 class Rig:
@@ -822,7 +820,12 @@ def _stuck_pair(relay: object, hold: int) -> tuple[socket.socket, socket.socket,
     client.sendall(struct.pack(">i", len(req)) + req)
     assert _recv_exactly(broker, 4 + len(req))[4:] == req
     body = struct.pack(">i", 7) + b"\x00" * hold
-    threading.Thread(target=lambda: broker.sendall(struct.pack(">i", len(body)) + body), daemon=True).start()
+
+    def answer() -> None:
+        with contextlib.suppress(OSError):  # the relay may end the pair mid-answer: that is the test
+            broker.sendall(struct.pack(">i", len(body)) + body)
+
+    threading.Thread(target=answer, daemon=True).start()
     return client, broker, conn
 
 

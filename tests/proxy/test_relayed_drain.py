@@ -13,6 +13,8 @@ from fetchlat.metrics.prom import ProxyMetrics
 from fetchlat.protocol.rewrite import ResponseRewriter
 from fetchlat.proxy.relayed import RelayRoad
 
+from testkit.wire_roads import loopback_pair
+
 pytestmark = pytest.mark.skipif(native.core() is None, reason=f"native core not loaded: {native.reason()}")
 
 
@@ -36,13 +38,6 @@ class FakeClient:
             raise RuntimeError("a bug in one connection's bookkeeping")
 
 
-def _pair() -> tuple[socket.socket, socket.socket]:
-    with socket.create_server(("127.0.0.1", 0)) as lst:
-        outer = socket.create_connection(lst.getsockname())
-        inner, _ = lst.accept()
-    return inner, outer
-
-
 def test_an_item_that_raises_costs_its_connection_alone_and_is_counted() -> None:
     core = native.core()
     metrics = ProxyMetrics()
@@ -51,8 +46,8 @@ def test_an_item_that_raises_costs_its_connection_alone_and_is_counted() -> None
     clients = [FakeClient(fail=True), FakeClient(fail=False), FakeClient(fail=False)]
     try:
         for c in clients:
-            relay_client, client = _pair()
-            relay_broker, broker = _pair()
+            relay_client, client = loopback_pair()
+            relay_broker, broker = loopback_pair()
             road.add(c, relay_client.detach(), relay_broker.detach())
             ends += [client, broker]
         for s in ends[1::2]:

@@ -210,11 +210,7 @@ impl Looper {
     /// why the pair ends (its reason begins `relay buffers`, counted so by the Python road).
     fn over_bounds(&mut self, id: u64) -> Option<String> {
         let (pair_max, total_max) = self.shared.held_max;
-        let p = self.pairs.get_mut(&id)?;
-        let held = p.held();
-        self.held_total = self.held_total + held - p.held;
-        p.held = held;
-        self.shared.held_now.store(self.held_total, Ordering::Relaxed);
+        let held = self.recount(id)?;
         if held > pair_max {
             return Some(format!("relay buffers: the connection holds {held} bytes, more than its bound of {pair_max}"));
         }
@@ -223,6 +219,16 @@ impl Looper {
                                 self.held_total));
         }
         None
+    }
+
+    /// What the pair holds now, counted in the relay's total (and its gauge); None for a pair gone.
+    fn recount(&mut self, id: u64) -> Option<usize> {
+        let p = self.pairs.get_mut(&id)?;
+        let held = p.held();
+        self.held_total = self.held_total + held - p.held;
+        p.held = held;
+        self.shared.held_now.store(self.held_total, Ordering::Relaxed);
+        Some(held)
     }
 
     /// `readable`'s work: the items to queue, or why the pair ends.
@@ -468,7 +474,7 @@ impl Looper {
         if let Err(e) = rearm(self.ep, id, p) {
             return self.close(id, e);
         }
-        let _fewer = self.over_bounds(id); // a write only lowers what it holds: counted, never past a bound
+        self.recount(id); // a write only lowers what it holds: counted, never past a bound
         self.owed_done(id);
     }
 
