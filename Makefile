@@ -6,7 +6,8 @@ STAMP := $(VENV)/.installed
 COMPILED := $(VENV)/.compiled
 # the folders pyproject maps into the fetchlat package (docs/architecture.md draws them)
 PACKAGES := protocol metrics proxy capture analysis verify perf embedded app native
-HOT_SOURCES := setup.py $(wildcard protocol/*.py metrics/*.py proxy/*.py native/*.py native/src/*.rs) native/Cargo.toml
+HOT_SOURCES := setup.py $(wildcard protocol/*.py metrics/*.py proxy/*.py native/*.py native/src/*.rs native/src/*/*.rs native/build/*.rs) \
+	native/build.rs native/Cargo.toml protocol/specs/FetchResponse.json protocol/specs/ProduceRequest.json
 # rustup's cargo, for a shell that never sourced ~/.cargo/env (the native core's build)
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 DEB_PACKAGES := kcat haproxy prometheus chromium tcpdump tshark

@@ -7,8 +7,9 @@ core is not used when
 
 - ``FETCHLAT_PURE_PYTHON=1`` is set (everything runs as Python), or ``FETCHLAT_NATIVE=0``;
 - it was not built (no cargo at install time: the install says so);
-- the checkout's ``native/src/`` is not the source it was built from (the module carries its
-  own source: an edited checkout must not run yesterday's core; ``make`` rebuilds it).
+- the checkout's ``native/src/`` (or a spec its layouts come from) is not the source it was
+  built from (the module carries its own source: an edited checkout must not run yesterday's
+  core; ``make`` rebuilds it).
 
 What it does today (``docs/architecture.md``, "The native core"): ``Relay``, the road that
 carries a sidecar's plaintext client connections after their first answer (the default,
@@ -32,15 +33,19 @@ from typing import Final
 PURE_ENV: Final = "FETCHLAT_PURE_PYTHON"  # protocol/compiled.py's switch: everything as Python
 NATIVE_ENV: Final = "FETCHLAT_NATIVE"  # 0: the compiled build without the native core
 SOURCE_DIR: Final = Path(__file__).resolve().parent / "src"  # lib.rs and the modules it holds
+SPECS_DIR: Final = Path(__file__).resolve().parent.parent / "protocol" / "specs"  # Kafka's JSON specs
 
 
-def checkout_source() -> str | None:
+def checkout_source(specs: tuple[str, ...] = ()) -> str | None:
     """The checkout's core as the module carries its own (``build.rs``): every ``src/**/*.rs``
-    but the tests' (``src/tests/``), in the order of their paths under ``src/`` (None where the
+    but the tests' (``src/tests/``), in the order of their paths under ``src/``, then the specs
+    its layouts are generated from (``specs``, the module's ``LAYOUT_SPECS``) (None where the
     sources are not shipped)."""
     files = sorted((f.relative_to(SOURCE_DIR).as_posix(), f) for f in SOURCE_DIR.rglob("*.rs")
                    if f.relative_to(SOURCE_DIR).parts[0] != "tests")
-    return "".join(f.read_text() for _, f in files) if files else None
+    if not files:
+        return None
+    return "".join(f.read_text() for _, f in files) + "".join((SPECS_DIR / s).read_text() for s in specs)
 
 
 def off_by_env() -> str | None:
@@ -62,9 +67,9 @@ def _load() -> tuple[ModuleType | None, str]:
         mod = importlib.import_module("fetchlat.native._core")
     except ImportError as exc:
         return None, f"not built ({exc}): pip install / make builds it where cargo is present"
-    source = checkout_source()
+    source = checkout_source(tuple(mod.LAYOUT_SPECS))
     if source is not None and source != mod.SOURCE:
-        return None, "stale native build: native/src/ changed since it was built (make rebuilds it)"
+        return None, "stale native build: native/src/ or its specs changed since it was built (make rebuilds it)"
     return mod, "native core loaded (native/src/)"
 
 

@@ -7,6 +7,7 @@ from typing import Any
 from _typeshed import ReadableBuffer
 
 SOURCE: str
+LAYOUT_SPECS: tuple[str, str]  # the specs in protocol/specs/ the digest's layouts come from
 READ_BYTES: int
 STAMP_OFFSET: tuple[int, int, int]  # OFFSET_REFRESH_NS, OFFSET_TRIES, TIGHT_NS (proxy/clock.py's)
 DIGEST_STATS_WIDTH: int

@@ -8,8 +8,9 @@
 //! size first), which Python puts back in their places. Every other byte is the broker's, as it
 //! came: fields, tags (a broker's `WaitTimeMs`, `NodeEndpoints`), whatever follows.
 //!
-//! The layout is `FetchResponse.json`'s, versions 4 to 18 (flexible from 12; topics by id from
-//! 13), after the correlation id, as `protocol/fetch.py`'s `parse_response` reads it. A body this
+//! The layout is the spec's: `layout.rs`'s program for the version (generated from
+//! `FetchResponse.json` and `ProduceRequest.json`), after the correlation id, as
+//! `protocol/fetch.py`'s `parse_response` reads it. A body this
 //! reading cannot follow (a length past the end, an array beyond any real message, a name that
 //! is not UTF-8, an offset past an i64) gets no digest (`finish` is None): the relay hands Python
 //! an empty skeleton, and the Python road reports the answer as not decoded, as it would the
@@ -20,6 +21,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use crate::batches::{batch_bytes, Batches, BATCH_HEADER_BYTES};
+use crate::layout::{Op, FETCH, PRODUCE};
 use crate::values::{i64_bytes, with_range};
 
 /// i64 values per records field in `Digest::stats`: its size, then `walk_batches`' ten figures.
@@ -132,34 +134,6 @@ impl<'a> Cursor<'a> {
         }
         Ok(())
     }
-}
-
-/// Where the reading of the skeleton stands: the next element of the answer to read. Each
-/// stage reads at most one field of variable length (a count, a string, a tag's number or its
-/// size and bytes), so a piece that ends inside one costs a re-read of that field alone.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Stage {
-    /// a Fetch answer's header tags (flexible versions)
-    HeaderTags,
-    /// a Fetch answer's fixed fields; a Produce request's TransactionalId
-    Head,
-    /// a Produce request's Acks and TimeoutMs
-    ProduceAcks,
-    Topics,
-    Topic,
-    Partitions,
-    /// a partition's fixed fields up to its aborted transactions (a Produce's: its index)
-    Partition,
-    AbortedCount,
-    Aborted,
-    AbortedTags,
-    /// a partition's fields after its aborted transactions, up to its records
-    AfterAborted,
-    Records,
-    PartitionTags,
-    TopicTags,
-    /// every topic read: the rest (the top-level tags) is the skeleton's as it came
-    Rest,
 }
 
 /// A varint at `p` of `b`: its value and the position after it; None where it runs past `b`
@@ -308,17 +282,16 @@ impl Walk {
 /// (`Stop::Bad`) ends the digest at once: its bytes from then on are passed over, not kept, and
 /// `finish` says so (None).
 pub struct Digester {
-    /// a Produce request's body (after its header), not a Fetch answer's
-    produce: bool,
-    version: i16,
     flex: bool,
+    /// the steps of this message's version (`layout.rs`, from Kafka's JSON spec), and the one
+    /// under way
+    program: &'static [Op],
+    pc: usize,
+    /// the arrays under way: each one's step and its elements still to read after this one
+    arrays: Vec<(usize, i64)>,
     skeleton: Vec<u8>,
     /// the skeleton's bytes read so far
     pos: usize,
-    stage: Stage,
-    topics_left: i64,
-    partitions_left: i64,
-    aborted_left: i64,
     /// the tags still to read of the tag buffer under way (None: its count not read yet), and
     /// what of the one under way was read: nothing, its number, or its number and its size
     tags_left: Option<u64>,
@@ -331,29 +304,26 @@ pub struct Digester {
     /// the skeleton's bytes read so far, counted again where a piece ended inside an element:
     /// the tests hold it to about the body's size however the body is cut
     examined: usize,
-    /// the least size of a topic and of a partition in this layout (`least`): what a count must fit
-    least: (usize, usize),
 }
 
 impl Digester {
-    /// A Fetch answer's body of `size` bytes (after its correlation id); None for a version the
-    /// codec does not read.
+    /// A Fetch answer's body of `size` bytes (after its correlation id: `FetchResponse.json`,
+    /// its header's tags first in flexible versions, as `protocol/fetch.py`'s `parse_response`
+    /// reads it); None for a version the spec has not.
     pub fn new(version: i16, size: usize) -> Option<Self> {
-        (4..=18).contains(&version).then(|| Self::made(false, version, version >= 12, size))
+        FETCH.program(version).map(|(program, flex)| Self::made(program, flex, size))
     }
 
-    /// A Produce request's body of `size` bytes (after its header: `ProduceRequest.json`,
-    /// versions 3 to 13, flexible from 9, topics by id from 13, as `protocol/produce.py`'s
-    /// `parse_request` reads it); None for a version the codec does not read.
+    /// A Produce request's body of `size` bytes (after its header: `ProduceRequest.json`, as
+    /// `protocol/produce.py`'s `parse_request` reads it); None for a version the spec has not.
     pub fn produce(version: i16, size: usize) -> Option<Self> {
-        (3..=13).contains(&version).then(|| Self::made(true, version, version >= 9, size))
+        PRODUCE.program(version).map(|(program, flex)| Self::made(program, flex, size))
     }
 
-    fn made(produce: bool, version: i16, flex: bool, size: usize) -> Self {
-        let stage = if flex && !produce { Stage::HeaderTags } else { Stage::Head };
-        Digester { produce, version, flex, skeleton: Vec::with_capacity(256), pos: 0, stage, topics_left: 0,
-                   partitions_left: 0, aborted_left: 0, tags_left: None, tag_read: TagRead::Nothing, walk: None, stats: Vec::new(),
-                   followed: true, unfed: size, examined: 0, least: Self::least(produce, version, flex) }
+    fn made(program: &'static [Op], flex: bool, size: usize) -> Self {
+        Digester { flex, program, pc: 0, arrays: Vec::with_capacity(4), skeleton: Vec::with_capacity(256), pos: 0,
+                   tags_left: None, tag_read: TagRead::Nothing, walk: None, stats: Vec::new(), followed: true,
+                   unfed: size, examined: 0 }
     }
 
     /// The bytes it keeps now (the skeleton so far).
@@ -400,7 +370,7 @@ impl Digester {
         if self.followed {
             self.read_on(); // a records field that ended the last piece leaves the rest unread
         }
-        (self.followed && self.walk.is_none() && self.stage == Stage::Rest && self.unfed == 0)
+        (self.followed && self.walk.is_none() && self.at_rest() && self.unfed == 0)
             .then_some(Digest { head: Vec::new(), skeleton: self.skeleton, stats: self.stats })
     }
 
@@ -411,21 +381,12 @@ impl Digester {
                 None => return self.refuse(),
             }
         }
-        self.stage = Stage::PartitionTags;
+        self.pc += 1;
     }
 
-    /// The least size of a topic and of a partition in this layout (each field at its smallest).
-    fn least(produce: bool, v: i16, flex: bool) -> (usize, usize) {
-        let len = if flex { 1 } else { 4 }; // an array's or a records field's length
-        let tags = usize::from(flex);
-        let name = if v >= 13 { 16 } else if flex { 1 } else { 2 };
-        let topic = name + len + tags;
-        let partition = if produce {
-            4 + len + tags
-        } else {
-            4 + 2 + 8 + 8 + if v >= 5 { 8 } else { 0 } + len + if v >= 11 { 4 } else { 0 } + len + tags
-        };
-        (topic, partition)
+    /// Every step read: what is left is the rest, kept as it came.
+    fn at_rest(&self) -> bool {
+        self.program.get(self.pc) == Some(&Op::Rest)
     }
 
     /// One step of a tag buffer (its count, a tag's number, its size, its bytes): true when the
@@ -469,7 +430,7 @@ impl Digester {
     /// of a records field met are taken out of it for the field's `Walk` (and what follows the
     /// field put back).
     fn read_on(&mut self) {
-        while self.followed && self.walk.is_none() && self.stage != Stage::Rest {
+        while self.followed && self.walk.is_none() && !self.at_rest() {
             let skeleton = std::mem::take(&mut self.skeleton);
             let mut c = Cursor { b: &skeleton, p: self.pos, unfed: self.unfed };
             let got = self.step(&mut c);
@@ -508,116 +469,52 @@ impl Digester {
         self.skeleton.extend_from_slice(&tail[k..]);
     }
 
-    /// One element read from `c`, the stage moved on; for a records field, where it lies
+    /// One step read from `c`, the program moved on; for a records field, where it lies
     /// (`records`' arguments) instead of its being read.
     fn step(&mut self, c: &mut Cursor) -> Got<Option<(usize, usize, usize)>> {
-        let (flex, version) = (self.flex, self.version);
-        let (topic_least, partition_least) = self.least;
-        match self.stage {
-            Stage::HeaderTags => {
-                if self.tag_step(c)? {
-                    self.stage = Stage::Head;
-                }
-            }
-            Stage::Head => {
-                if self.produce {
-                    c.string(flex)?; // TransactionalId
-                    self.stage = Stage::ProduceAcks;
+        let flex = self.flex;
+        let Some(&op) = self.program.get(self.pc) else { return Err(Stop::Bad) };
+        match op {
+            Op::Fixed(n) => c.skip(n)?,
+            Op::Str => c.string(flex)?,
+            Op::Array { end, least } => {
+                let n = c.count(flex, least)?;
+                if n > 0 {
+                    self.arrays.push((self.pc, n - 1));
                 } else {
-                    c.skip(if version >= 7 { 4 + 2 + 4 } else { 4 })?; // ThrottleTimeMs, ErrorCode, SessionId
-                    self.stage = Stage::Topics;
+                    self.pc = end; // past its End
                 }
             }
-            Stage::ProduceAcks => {
-                c.skip(2 + 4)?; // Acks, TimeoutMs
-                self.stage = Stage::Topics;
-            }
-            Stage::Topics => {
-                let n = c.count(flex, topic_least)?;
-                self.topics_left = n;
-                self.stage = if n > 0 { Stage::Topic } else { Stage::Rest };
-            }
-            Stage::Topic => {
-                if version >= 13 {
-                    c.skip(16)?; // TopicId
-                } else {
-                    c.string(flex)?;
+            Op::End => match self.arrays.last_mut() {
+                Some((start, left)) if *left > 0 => {
+                    *left -= 1;
+                    self.pc = *start; // the next element's first step
                 }
-                self.stage = Stage::Partitions;
-            }
-            Stage::Partitions => {
-                let n = c.count(flex, partition_least)?;
-                self.partitions_left = n;
-                self.stage = if n > 0 { Stage::Partition } else { Stage::TopicTags };
-            }
-            Stage::Partition => {
-                if self.produce {
-                    c.skip(4)?; // Index
-                    self.stage = Stage::Records;
-                } else {
-                    // PartitionIndex, ErrorCode, HighWatermark, LastStableOffset, LogStartOffset
-                    c.skip(4 + 2 + 8 + 8 + if version >= 5 { 8 } else { 0 })?;
-                    self.stage = Stage::AbortedCount;
+                Some(_) => {
+                    self.arrays.pop();
                 }
-            }
-            Stage::AbortedCount => {
-                // AbortedTransactions: ProducerId, FirstOffset (and tags)
-                let n = c.count(flex, 16 + usize::from(flex))?;
-                self.aborted_left = n;
-                self.stage = if n > 0 { Stage::Aborted } else { Stage::AfterAborted };
-            }
-            Stage::Aborted => {
-                c.skip(16)?;
-                if flex {
-                    self.stage = Stage::AbortedTags;
-                } else {
-                    self.aborted_done();
-                }
-            }
-            Stage::AbortedTags => {
-                if self.tag_step(c)? {
-                    self.aborted_done();
-                }
-            }
-            Stage::AfterAborted => {
-                if version >= 11 {
-                    c.skip(4)?; // PreferredReadReplica
-                }
-                self.stage = Stage::Records;
-            }
-            Stage::Records => {
+                None => return Err(Stop::Bad),
+            },
+            Op::Records => {
                 let at = c.p;
                 let n = c.length(flex, true)?;
-                if n < 0 {
-                    self.stage = Stage::PartitionTags;
-                    return Ok(None);
-                }
-                let size = usize::try_from(n).map_err(|_| Stop::Bad)?;
-                if size > c.left() {
-                    return Err(Stop::Bad); // a records field past the end of the body
-                }
-                return Ok(Some((at, c.p, size)));
-            }
-            Stage::PartitionTags => {
-                if !flex || self.tag_step(c)? {
-                    self.partitions_left -= 1;
-                    self.stage = if self.partitions_left > 0 { Stage::Partition } else { Stage::TopicTags };
+                if n >= 0 {
+                    let size = usize::try_from(n).map_err(|_| Stop::Bad)?;
+                    if size > c.left() {
+                        return Err(Stop::Bad); // a records field past the end of the body
+                    }
+                    return Ok(Some((at, c.p, size))); // field_walked moves the program on
                 }
             }
-            Stage::TopicTags => {
-                if !flex || self.tag_step(c)? {
-                    self.topics_left -= 1;
-                    self.stage = if self.topics_left > 0 { Stage::Topic } else { Stage::Rest };
+            Op::Tags => {
+                if !self.tag_step(c)? {
+                    return Ok(None); // the buffer goes on
                 }
             }
-            Stage::Rest => {}
+            Op::Rest => return Ok(None),
         }
+        self.pc += 1;
         Ok(None)
-    }
-
-    fn aborted_done(&mut self) {
-        self.aborted_left -= 1;
-        self.stage = if self.aborted_left > 0 { Stage::Aborted } else { Stage::AfterAborted };
     }
 }
 

@@ -20,7 +20,8 @@
 //!   records, as `protocol/stream.py`'s `walk` reads them.
 //!
 //! - `digest_fetch` (`digest.rs`): the relay's digest of a Fetch answer or a Produce request
-//!   fed in pieces, for the tests.
+//!   fed in pieces, for the tests. The layouts it walks (`layout.rs`) are generated at build
+//!   time from Kafka's JSON message specs, the files the Python codec reads (`build/layouts.rs`).
 //!
 //! - `Columns` (`columns.rs`): one table's trace rows of a batch as columns of machine values,
 //!   which the trace writer wraps as Arrow arrays without converting a value.
@@ -34,18 +35,20 @@ use pyo3::prelude::*;
 mod batches;
 mod columns;
 mod digest;
+mod layout;
 mod relay;
 mod stamps;
 mod values;
 mod wire;
 
 /// The core's sources, compiled in (`build.rs`: every `src/**/*.rs` but the tests', in path
-/// order): the door compares them with the checkout's.
+/// order, then the specs its layouts come from): the door compares them with the checkout's.
 const SOURCE: &str = include!(concat!(env!("OUT_DIR"), "/source.rs"));
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("SOURCE", SOURCE)?;
+    m.add("LAYOUT_SPECS", layout::SPECS)?;
     m.add("READ_BYTES", stamps::READ_BYTES)?;
     m.add_class::<stamps::StampedRecv>()?;
     m.add_function(wrap_pyfunction!(stamps::py_wall_minus_mono_ns, m)?)?;

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import select
+import shutil
 import socket
 import time
 from collections.abc import Iterator
@@ -54,12 +55,21 @@ def test_a_stale_or_switched_off_core_is_not_used(monkeypatch: pytest.MonkeyPatc
         assert native.core() is None and native.reason() == "FETCHLAT_PURE_PYTHON=1"
         monkeypatch.delenv(native.PURE_ENV)
         if CORE is not None:
-            for f in native.SOURCE_DIR.glob("*.rs"):
-                (tmp_path / f.name).write_text(f.read_text())
-            (tmp_path / "lib.rs").write_text((tmp_path / "lib.rs").read_text() + "// edited\n")
-            monkeypatch.setattr(native, "SOURCE_DIR", tmp_path)
+            # a copy of the checkout's core and specs is the build's; an edit to a module of
+            # relay/ or to a spec the layouts come from makes it stale
+            src, specs = tmp_path / "src", tmp_path / "specs"
+            shutil.copytree(native.SOURCE_DIR, src)
+            shutil.copytree(native.SPECS_DIR, specs)
+            monkeypatch.setattr(native, "SOURCE_DIR", src)
+            monkeypatch.setattr(native, "SPECS_DIR", specs)
             native._load.cache_clear()
-            assert native.core() is None and native.reason().startswith("stale native build")
+            assert native.core() is not None, native.reason()
+            for edited in (src / "relay" / "pair.rs", specs / CORE.LAYOUT_SPECS[0]):
+                kept = edited.read_text()
+                edited.write_text(kept + "// edited\n")
+                native._load.cache_clear()
+                assert native.core() is None and native.reason().startswith("stale native build"), edited
+                edited.write_text(kept)
     finally:
         native._load.cache_clear()
 

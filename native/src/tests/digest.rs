@@ -166,7 +166,7 @@ fn sample(version: i16) -> (Vec<u8>, Vec<Vec<u8>>) {
 
 #[test]
 fn the_same_digest_whole_in_64k_reads_and_byte_by_byte() {
-    for version in [4, 7, 11, 12, 13, 16, 18] {
+    for version in 4..=18 {
         let (body, blobs) = sample(version);
         let (whole, _) = digest_in(version, false, &body, body.len());
         let whole = whole.unwrap_or_else(|| panic!("v{version}: the sample is followed"));
@@ -174,6 +174,78 @@ fn the_same_digest_whole_in_64k_reads_and_byte_by_byte() {
         assert_eq!(whole.stats, want, "v{version}");
         for step in [1, 7, 61, 64 << 10] {
             assert_eq!(digest_in(version, false, &body, step).0.as_ref(), Some(&whole), "v{version} in {step}-byte reads");
+        }
+    }
+}
+
+/// A Produce request's body (after its header) of `version`: one topic of two partitions.
+fn produce(version: i16, records: &[u8]) -> Vec<u8> {
+    let flex = version >= 9;
+    let mut b = Vec::new();
+    if flex {
+        b.push(0); // a null TransactionalId
+    } else {
+        b.extend_from_slice(&(-1i16).to_be_bytes());
+    }
+    b.extend_from_slice(&[0, 1, 0, 0, 0x75, 0x30]); // Acks, TimeoutMs
+    length(&mut b, 1, flex);
+    if version >= 13 {
+        b.extend_from_slice(&[7; 16]);
+    } else if flex {
+        b.extend_from_slice(&[2, b't']);
+    } else {
+        b.extend_from_slice(&[0, 1, b't']);
+    }
+    length(&mut b, 2, flex);
+    for i in 0..2i32 {
+        b.extend_from_slice(&i.to_be_bytes());
+        length(&mut b, records.len(), flex);
+        b.extend_from_slice(records);
+        if flex {
+            tags(&mut b, &[]);
+        }
+    }
+    if flex {
+        tags(&mut b, &[]); // the topic's
+        tags(&mut b, &[4]); // the request's: the rest, as it came
+    }
+    b
+}
+
+#[test]
+fn every_produce_version_is_digested_whole_and_cut() {
+    let records = [batch(0, 3, 200), batch(3, 2, 90)].concat();
+    for version in 3..=13 {
+        let body = produce(version, &records);
+        let (whole, _) = digest_in(version, true, &body, body.len());
+        let whole = whole.unwrap_or_else(|| panic!("v{version}: followed"));
+        assert_eq!(whole.stats, [figures(&records), figures(&records)].concat(), "v{version}");
+        for step in [1, 5, 64] {
+            assert_eq!(digest_in(version, true, &body, step).0.as_ref(), Some(&whole), "v{version} in {step}-byte reads");
+        }
+    }
+    assert!(Digester::produce(2, 10).is_none() && Digester::produce(14, 10).is_none(), "outside the spec's versions");
+    assert!(Digester::new(3, 10).is_none() && Digester::new(19, 10).is_none(), "outside the spec's versions");
+}
+
+/// The programs generated from the specs are well formed: each ends with the rest, each array's
+/// end is an End, and an element's least size is what its steps need at the least.
+#[test]
+fn the_generated_programs_are_well_formed() {
+    use crate::layout::{Op, FETCH, PRODUCE};
+    for (layouts, versions) in [(&FETCH, 4..=18), (&PRODUCE, 3..=13)] {
+        assert_eq!(layouts.programs.len(), versions.clone().count());
+        for v in versions {
+            let (program, flex) = layouts.program(v).unwrap();
+            assert_eq!(program.last(), Some(&Op::Rest), "v{v}");
+            assert_eq!(program.iter().filter(|op| **op == Op::Rest).count(), 1, "v{v}");
+            assert_eq!(program.iter().filter(|op| **op == Op::Records).count(), 1, "v{v}");
+            for (i, op) in program.iter().enumerate() {
+                if let Op::Array { end, least } = *op {
+                    assert!(end > i && program[end] == Op::End, "v{v}: the array at {i}");
+                    assert!(least >= if flex { 2 } else { 4 }, "v{v}: the array at {i}");
+                }
+            }
         }
     }
 }
