@@ -11,6 +11,13 @@ LAYOUT_SPECS: tuple[str, str]  # the specs in protocol/specs/ the digest's layou
 READ_BYTES: int
 STAMP_OFFSET: tuple[int, int, int]  # OFFSET_REFRESH_NS, OFFSET_TRIES, TIGHT_NS (proxy/clock.py's)
 DIGEST_STATS_WIDTH: int
+DIGEST_MAX_ARRAY: int
+STAMP_CONTROL: tuple[int, int]  # SO_TIMESTAMPNS, the control message room
+WIRE_KINDS: tuple[int, int]  # a record's kinds: a request, an answer
+WIRE_PEEK_BYTES: int
+WIRE_APIS: tuple[int, int, int]  # the API keys the wire reads: Produce, ControlledShutdown, SaslHandshake
+BATCH_HEADER_BYTES: int
+BATCH_ATTRIBUTES: tuple[int, int]  # a batch's attribute bits: log-append time, control
 RELAY_KINDS: tuple[int, int, int, int]  # FROM_CLIENT, FROM_BROKER, CLOSED, REWRITE
 RELAY_GATHER_BYTES: int
 RELAY_ITEM_WIDTH: int

@@ -10,8 +10,8 @@ use crate::values::with_range;
 /// magic 1, crc 4, attributes 2, last offset delta 4, base and max timestamps 8 + 8, producer
 /// id 8, producer epoch 2, base sequence 4, record count 4.
 pub const BATCH_HEADER_BYTES: usize = 61;
-const TIMESTAMP_TYPE_LOG_APPEND: i16 = 0x08;
-const CONTROL_BATCH: i16 = 0x20;
+pub const TIMESTAMP_TYPE_LOG_APPEND: i16 = 0x08;
+pub const CONTROL_BATCH: i16 = 0x20;
 
 /// What the batch headers of a records blob say: `protocol/stream.py`'s `BatchStats` fields
 /// but its size, in the order `walk_batches` returns them.

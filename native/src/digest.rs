@@ -27,7 +27,7 @@ use crate::values::{i64_bytes, with_range};
 /// i64 values per records field in `Digest::stats`: its size, then `walk_batches`' ten figures.
 pub const STATS_WIDTH: usize = 11;
 /// `stream.MAX_ARRAY`: an array longer than this is corrupt.
-const MAX_ARRAY: i64 = 1 << 24;
+pub const MAX_ARRAY: i64 = 1 << 24;
 
 #[derive(Default, Debug, PartialEq, Eq)]
 pub struct Digest {

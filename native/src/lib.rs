@@ -50,6 +50,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("SOURCE", SOURCE)?;
     m.add("LAYOUT_SPECS", layout::SPECS)?;
     m.add("READ_BYTES", stamps::READ_BYTES)?;
+    m.add("STAMP_CONTROL", (stamps::SO_TIMESTAMPNS, stamps::CONTROL_BYTES))?;
     m.add_class::<stamps::StampedRecv>()?;
     m.add_function(wrap_pyfunction!(stamps::py_wall_minus_mono_ns, m)?)?;
     m.add("STAMP_OFFSET", (stamps::OFFSET_REFRESH_NS, stamps::OFFSET_TRIES, stamps::TIGHT_NS))?;
@@ -68,12 +69,18 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("RELAY_SPARE_HELD_BYTES", relay::SPARE_HELD_BYTES)?;
     m.add("RELAY_PRESENT", (relay::HAS_DATA, relay::HAS_RECORDS, relay::HAS_HANDED, relay::HAS_DIGEST, relay::HAS_REASON))?;
     m.add("DIGEST_STATS_WIDTH", digest::STATS_WIDTH)?;
+    m.add("DIGEST_MAX_ARRAY", digest::MAX_ARRAY)?;
     m.add_function(wrap_pyfunction!(digest::digest_fetch, m)?)?;
     m.add("WIRE_RECORD_WIDTH", wire::RECORD_WIDTH)?;
     m.add("WIRE_FLAGS", (wire::EXPECTS_RESPONSE, wire::OBSERVED, wire::HEADER_UNREADABLE, wire::SASL_V0,
                          wire::ACKS_UNREADABLE))?;
     m.add("WIRE_ROUTED", wire::ROUTED)?;
     m.add("WIRE_ASKED", wire::ASKED)?;
+    m.add("WIRE_KINDS", (wire::KIND_REQUEST, wire::KIND_RESPONSE))?;
+    m.add("WIRE_PEEK_BYTES", wire::PEEK_BYTES)?;
+    m.add("WIRE_APIS", (wire::PRODUCE, wire::CONTROLLED_SHUTDOWN, wire::SASL_HANDSHAKE))?;
+    m.add("BATCH_HEADER_BYTES", batches::BATCH_HEADER_BYTES)?;
+    m.add("BATCH_ATTRIBUTES", (batches::TIMESTAMP_TYPE_LOG_APPEND, batches::CONTROL_BATCH))?;
     m.add_function(wrap_pyfunction!(batches::walk_batches, m)?)?;
     m.add_function(wrap_pyfunction!(batches::walk_whole, m)?)?;
     Ok(())

@@ -12,7 +12,7 @@ use pyo3::types::PyBytes;
 pub const READ_BYTES: usize = 256 << 10;
 
 /// Room for one control message carrying a `struct timespec`.
-const CONTROL_BYTES: usize = 64;
+pub const CONTROL_BYTES: usize = 64;
 
 /// Linux's `SO_TIMESTAMPNS` (`SO_TIMESTAMPNS_OLD`), also the control message type it yields.
 pub(crate) const SO_TIMESTAMPNS: libc::c_int = 35;

@@ -50,9 +50,9 @@ pub const ASKED: i64 = 64;
 /// How many of the latest client ids a record's id is looked for among before it is added again.
 const RECENT_IDS: usize = 4;
 
-const PRODUCE: i16 = 0;
-const CONTROLLED_SHUTDOWN: i16 = 7;
-const SASL_HANDSHAKE: i16 = 17;
+pub const PRODUCE: i16 = 0;
+pub const CONTROLLED_SHUTDOWN: i16 = 7;
+pub const SASL_HANDSHAKE: i16 = 17;
 /// `inflight.SASL_TOKEN`: the pseudo key of a raw SASL token. A request a client sends with this
 /// key is answered the same way there (a bare size prefix, no correlation id): so here too.
 const SASL_TOKEN: i16 = -1;

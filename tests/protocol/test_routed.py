@@ -43,16 +43,6 @@ def test_a_rewriter_routes_what_it_wants_at_every_version_a_header_can_name() ->
         {k for k, _, _ in route_ranges(None)}
 
 
-@needs_core
-def test_the_record_layout_is_the_cores() -> None:
-    core = native.core()
-    assert core is not None
-    assert core.WIRE_RECORD_WIDTH == routed.RECORD_WIDTH and core.WIRE_ROUTED == routed.ROUTED
-    assert core.WIRE_ASKED == routed.ASKED
-    assert core.WIRE_FLAGS == (routed.EXPECTS_RESPONSE, routed.OBSERVED, routed.HEADER_UNREADABLE, routed.SASL_V0,
-                               routed.ACKS_UNREADABLE)
-
-
 def test_the_answers_held_whole_are_those_the_rewriter_wants_at_every_version() -> None:
     held = {k: (lo, hi) for k, lo, hi in whole_ranges(REWRITER.wants)}
     assert held[apis.API_VERSIONS] == (BOTTOM_VERSION, TOP_VERSION)

@@ -178,7 +178,7 @@ def test_both_roads_move_a_kernel_stamp_onto_the_monotonic_clock_by_one_rule() -
     read wall - monotonic the same way: the same refresh, tries and tightness, and readings taken
     side by side agree within the tightness of a pair of reads."""
     assert CORE is not None
-    assert tuple(CORE.STAMP_OFFSET) == (clock.OFFSET_REFRESH_NS, clock.OFFSET_TRIES, clock.TIGHT_NS)
+    # the constants are the core's (tests/test_core_constants.py); here, the readings
     gaps = []
     for _ in range(50):
         py = clock.read_wall_minus_mono_ns()
