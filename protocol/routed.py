@@ -58,7 +58,8 @@ def enabled() -> bool:
 
 # The core's records (``Wire.drain``): RECORD_WIDTH native-endian i64s each -- kind, correlation
 # id, api key, api version, client id (an index into the drain's list, or -1), size, flags, the
-# request's stamp, the answer's first and last stamps. ``tests/test_core_constants.py`` holds these to the core's.
+# request's stamp, the answer's first and last stamps (``tests/test_core_constants.py`` holds
+# these to the core's).
 RECORD_WIDTH: Final = 10
 RECORD_FORMAT: Final = f"={RECORD_WIDTH}q"
 RECORD: Final = struct.Struct(RECORD_FORMAT)

@@ -80,8 +80,9 @@ class Carried(Protocol):
 
 
 # a drain is flat (``relay.rs``, ``PyRelay::drain``): each item's fixed fields in ``heads`` (the
-# records' width, read as they are), its variable parts in ``parts``, those its ``present`` names
-ITEM_WIDTH: Final = 10  # literals, so the compiled loops step by a constant (tests/test_core_constants.py holds them to the core)
+# records' width, read as they are), its variable parts in ``parts``, those its ``present`` names;
+# literals, so the compiled loops step by a constant (tests/test_core_constants.py holds them to the core)
+ITEM_WIDTH: Final = 10
 ITEM_BYTES: Final = 80
 assert (ITEM_WIDTH, ITEM_BYTES) == (RECORD_WIDTH, RECORD_BYTES)  # read by record_at
 FROM_CLIENT: Final = 0  # an item's kinds: a read from the client, from the broker, a pair's end, an answer
