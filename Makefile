@@ -61,7 +61,7 @@ deps: debs $(COMPILED) $(KAFKA_JARS) $(NODE_CLIENTS)
 
 # the native core's own checks, linking libpython (the module itself links none): clippy at the
 # oldest Rust it builds with (Cargo.toml's rust-version), and its tests (unit and property tests
-# of the digest and the wire; the relay itself is driven over sockets from Python: tests/fuzz)
+# of the digest, its layouts and the wire; the relay's state machine over loopback sockets)
 CARGO_CHECK := cd native && PYO3_PYTHON=$(abspath $(BIN)/python) cargo
 lint: $(STAMP) | debs
 	$(BIN)/ruff check $(PACKAGES) tests testkit bench deploy setup.py

@@ -60,6 +60,7 @@ use spare::{Spare, Stock};
 use sys::{bump, epoll_set};
 use looper::Looper;
 use memo::Memo;
+use queue::Item;
 
 pub use gather::GATHER_BYTES;
 pub use queue::*;
@@ -232,16 +233,7 @@ impl PyRelay {
     /// counts: read from the client and from the broker so far (a REWRITE's: 0, 0). One list and
     /// one bytes a drain, where an item was a tuple of twelve.
     fn drain<'py>(&self, py: Python<'py>) -> (Bound<'py, PyBytes>, Bound<'py, PyList>) {
-        let mut items = std::mem::take(&mut *self.shared.queue_spare.lock().unwrap());
-        // the batch's wake is off before its items are taken: an item queued in between sets it
-        // again (at worst a wake that finds the queue empty), never an item left with none
-        self.shared.notify_at.store(0, Ordering::Relaxed);
-        self.shared.queued_bytes.store(0, Ordering::Relaxed);
-        std::mem::swap(&mut items, &mut *self.shared.queue.lock().unwrap());
-        self.shared.queued_items.store(0, Ordering::Relaxed);
-        if self.shared.paused.load(Ordering::Relaxed) {
-            bump(self.shared.wake_fd); // the relay waits for this drain to read again
-        }
+        let mut items = self.taken();
         let (mut bytes, mut words, mut idss) = (Vec::new(), Vec::new(), Vec::new());
         let mut heads: Vec<i64> = Vec::with_capacity(items.len() * ITEM_WIDTH);
         let parts = PyList::empty(py);
@@ -296,6 +288,24 @@ impl PyRelay {
     }
 }
 
+impl PyRelay {
+    /// The items queued since the last drain, taken (the queue's buffer from the drain before
+    /// swapped in): the first half of `drain`, which lays them out for Python.
+    fn taken(&self) -> Vec<Item> {
+        let mut items = std::mem::take(&mut *self.shared.queue_spare.lock().unwrap());
+        // the batch's wake is off before its items are taken: an item queued in between sets it
+        // again (at worst a wake that finds the queue empty), never an item left with none
+        self.shared.notify_at.store(0, Ordering::Relaxed);
+        self.shared.queued_bytes.store(0, Ordering::Relaxed);
+        std::mem::swap(&mut items, &mut *self.shared.queue.lock().unwrap());
+        self.shared.queued_items.store(0, Ordering::Relaxed);
+        if self.shared.paused.load(Ordering::Relaxed) {
+            bump(self.shared.wake_fd); // the relay waits for this drain to read again
+        }
+        items
+    }
+}
+
 impl Drop for PyRelay {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Relaxed);
@@ -313,3 +323,6 @@ impl Drop for PyRelay {
     }
 }
 
+#[cfg(test)]
+#[path = "../tests/relay.rs"]
+mod tests;

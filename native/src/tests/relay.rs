@@ -1,0 +1,295 @@
+//! The relay's state machine in its own language, over connected loopback sockets: what a
+//! client and a broker on either side see, and what the relay queues for Python (`taken`, the
+//! first half of `drain`). Bytes pass both ways as they came; a half-close delivers every byte
+//! owed; a frame past the bound, or an answer to nothing, ends its own pair and no other; `end`
+//! ends a pair; a full queue stops reading until a drain, losing nothing; a pair past its held
+//! bound ends, counted; the partial-frame timer runs while a frame is partial; a closed relay
+//! takes no connection. Every wait is bounded (`DEADLINE`).
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::os::fd::IntoRawFd;
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::wire::{KIND_REQUEST, KIND_RESPONSE, RECORD_WIDTH};
+
+const DEADLINE: Duration = Duration::from_secs(10);
+const MAX_FRAME: i64 = 64 << 20;
+const API_VERSIONS: i16 = 18;
+
+/// Two connected loopback sockets.
+fn connected() -> (TcpStream, TcpStream) {
+    let l = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+    let a = TcpStream::connect(l.local_addr().unwrap()).expect("connected");
+    let (b, _) = l.accept().expect("accepted");
+    (a, b)
+}
+
+fn relay(queue_max: Option<(usize, usize)>, held_max: Option<(usize, usize)>) -> PyRelay {
+    // ApiVersions flexible from v3; nothing routed to Python: the core settles every exchange
+    PyRelay::new(MAX_FRAME, vec![(API_VERSIONS, 3, i16::MAX)], Vec::new(), Vec::new(), false, queue_max, held_max)
+        .unwrap_or_else(|_| panic!("a relay")) // (a PyErr is not shown without an interpreter)
+}
+
+/// A client and a broker, as their programs see them, joined by the relay: `(client, broker, conn)`.
+fn joined(r: &mut PyRelay) -> (TcpStream, TcpStream, u64) {
+    let (client, client_side) = connected();
+    let (broker_side, broker) = connected();
+    for s in [&client, &broker] {
+        s.set_read_timeout(Some(DEADLINE)).unwrap();
+    }
+    let conn = r.add(client_side.into_raw_fd(), broker_side.into_raw_fd()).unwrap_or_else(|_| panic!("taken"));
+    (client, broker, conn)
+}
+
+/// An ApiVersions v0 request (header v1, client id "t").
+fn request(corr: i32) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend_from_slice(&API_VERSIONS.to_be_bytes());
+    f.extend_from_slice(&0i16.to_be_bytes());
+    f.extend_from_slice(&corr.to_be_bytes());
+    f.extend_from_slice(&1i16.to_be_bytes());
+    f.push(b't');
+    let mut out = (f.len() as i32).to_be_bytes().to_vec();
+    out.extend(f);
+    out
+}
+
+/// An answer frame: `corr`, then `body` bytes of `fill`.
+fn answer(corr: i32, body: usize, fill: u8) -> Vec<u8> {
+    let mut out = ((4 + body) as i32).to_be_bytes().to_vec();
+    out.extend_from_slice(&corr.to_be_bytes());
+    out.resize(8 + body, fill);
+    out
+}
+
+fn read_exact(s: &mut TcpStream, n: usize) -> Vec<u8> {
+    let mut buf = vec![0; n];
+    s.read_exact(&mut buf).expect("the bytes, within the deadline");
+    buf
+}
+
+/// The socket's end: Ok(true) at its end of stream (or a reset), false where bytes came.
+fn at_end(s: &mut TcpStream) -> bool {
+    let mut b = [0u8; 1];
+    match s.read(&mut b) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) if e.kind() == ErrorKind::ConnectionReset => true,
+        Err(e) => panic!("no end within the deadline: {e}"),
+    }
+}
+
+/// Items taken until `done` holds of all taken so far (bounded by `DEADLINE`).
+fn until(r: &PyRelay, what: &str, done: impl Fn(&[Item]) -> bool) -> Vec<Item> {
+    let start = Instant::now();
+    let mut all = Vec::new();
+    loop {
+        all.extend(r.taken());
+        if done(&all) {
+            return all;
+        }
+        assert!(start.elapsed() < DEADLINE, "{what}: not within {DEADLINE:?}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+fn closed(items: &[Item], conn: u64) -> Option<&str> {
+    items.iter().find(|it| it.conn == conn && it.kind == CLOSED).map(|it| it.reason.as_str())
+}
+
+/// The records of `conn`'s items as `(kind, correlation id)`.
+fn exchanges(items: &[Item], conn: u64) -> Vec<(i64, i64)> {
+    items.iter().filter(|it| it.conn == conn).filter_map(|it| it.records.as_ref())
+        .flat_map(|(r, _)| r.chunks(RECORD_WIDTH).map(|rec| (rec[0], rec[1])).collect::<Vec<_>>()).collect()
+}
+
+/// One exchange through `conn`: the broker gets the request as sent, the client the answer.
+fn exchange(client: &mut TcpStream, broker: &mut TcpStream, corr: i32) {
+    let rq = request(corr);
+    client.write_all(&rq).unwrap();
+    assert_eq!(read_exact(broker, rq.len()), rq);
+    let rs = answer(corr, 100, 7);
+    broker.write_all(&rs).unwrap();
+    assert_eq!(read_exact(client, rs.len()), rs);
+}
+
+#[test]
+fn bytes_pass_both_ways_as_they_came_and_each_exchange_is_recorded() {
+    let mut r = relay(None, None);
+    let (mut client, mut broker, conn) = joined(&mut r);
+    let rqs: Vec<u8> = (1..=3).flat_map(request).collect();
+    client.write_all(&rqs).unwrap();
+    assert_eq!(read_exact(&mut broker, rqs.len()), rqs);
+    let rss: Vec<u8> = (1..=3).flat_map(|c| answer(c, 5000 * c as usize, c as u8)).collect();
+    for piece in [&rss[..3], &rss[3..5001], &rss[5001..]] {
+        broker.write_all(piece).unwrap(); // a size prefix cut, an answer cut in its body
+        broker.flush().unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(read_exact(&mut client, rss.len()), rss);
+    let items = until(&r, "six records", |it| exchanges(it, conn).len() == 6);
+    let mut got = exchanges(&items, conn);
+    got.sort_unstable();
+    assert_eq!(got, [(KIND_REQUEST, 1), (KIND_REQUEST, 2), (KIND_REQUEST, 3), (KIND_RESPONSE, 1), (KIND_RESPONSE, 2),
+                     (KIND_RESPONSE, 3)]);
+    assert!(closed(&items, conn).is_none());
+}
+
+#[test]
+fn a_half_close_delivers_every_byte_owed_before_the_pair_ends() {
+    let mut r = relay(None, None);
+    let (mut client, mut broker, conn) = joined(&mut r);
+    let rq = request(1);
+    client.write_all(&rq).unwrap();
+    client.shutdown(Shutdown::Write).unwrap();
+    assert_eq!(read_exact(&mut broker, rq.len()), rq);
+    assert!(at_end(&mut broker), "the client's end of stream is passed on");
+    let rs = answer(1, 8 << 20, 9);
+    let writer = std::thread::spawn(move || {
+        broker.write_all(&rs).unwrap();
+        drop(broker); // the broker closes with bytes still owed to the client
+        rs
+    });
+    std::thread::sleep(Duration::from_millis(50)); // the broker's close comes before the client reads
+    let mut got = Vec::new();
+    client.read_to_end(&mut got).expect("every byte, then the end");
+    let rs = writer.join().unwrap();
+    assert_eq!(got.len(), rs.len());
+    assert!(got == rs);
+    let items = until(&r, "the pair's end", |it| closed(it, conn).is_some());
+    assert_eq!(closed(&items, conn), Some("broker closed the connection after the client's end of stream"));
+}
+
+#[test]
+fn a_frame_past_the_bound_ends_its_own_pair_and_no_other() {
+    let mut r = relay(None, None);
+    let (mut bad, _bad_broker, bad_conn) = joined(&mut r);
+    let (mut client, mut broker, conn) = joined(&mut r);
+    exchange(&mut client, &mut broker, 1);
+    bad.write_all(&0x7fff_ffffi32.to_be_bytes()).unwrap();
+    let items = until(&r, "the bad pair's end", |it| closed(it, bad_conn).is_some());
+    assert_eq!(closed(&items, bad_conn),
+               Some(format!("request frame of {} bytes exceeds the limit of {MAX_FRAME} (raise max_frame_bytes if \
+                             this is legitimate)", 0x7fff_ffff).as_str()));
+    assert!(at_end(&mut bad));
+    exchange(&mut client, &mut broker, 2);
+    assert!(closed(&r.taken(), conn).is_none());
+}
+
+#[test]
+fn broker_bytes_that_answer_nothing_end_the_pair_unwritten() {
+    let mut r = relay(None, None);
+    let (mut client, mut broker, conn) = joined(&mut r);
+    broker.write_all(&answer(5, 10, 1)).unwrap();
+    let items = until(&r, "the pair's end", |it| closed(it, conn).is_some());
+    assert_eq!(closed(&items, conn), Some("response from the broker matches no request"));
+    assert!(at_end(&mut client), "none of the bytes reached the client");
+}
+
+#[test]
+fn end_closes_the_pair_and_says_so() {
+    let mut r = relay(None, None);
+    let (mut client, mut broker, conn) = joined(&mut r);
+    exchange(&mut client, &mut broker, 1);
+    r.end(conn);
+    let items = until(&r, "the pair's end", |it| closed(it, conn).is_some());
+    assert_eq!(closed(&items, conn), Some("closed by the proxy"));
+    assert!(at_end(&mut client) && at_end(&mut broker));
+    assert!(r.timers().is_empty(), "an ended pair has no timers");
+}
+
+#[test]
+fn a_full_queue_stops_reading_until_a_drain_and_loses_nothing() {
+    let mut r = relay(Some((4, 1 << 20)), None);
+    let (mut client, mut broker, conn) = joined(&mut r);
+    broker.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    // one request a read, none drained: each read queues an item until the bound stops the reads
+    let mut passed = 0;
+    for corr in 0..20 {
+        let rq = request(corr);
+        client.write_all(&rq).unwrap();
+        let mut buf = vec![0; rq.len()];
+        if broker.read_exact(&mut buf).is_err() {
+            break;
+        }
+        passed += 1;
+    }
+    assert!((4..20).contains(&passed), "the reads stop at the queue's bound: {passed} requests passed");
+    assert!(r.queue_depth().4 >= 1, "the bound counted");
+    // drains let it read again: every request written reaches the broker, in order
+    broker.set_read_timeout(Some(DEADLINE)).unwrap();
+    let taker = std::thread::scope(|s| {
+        let h = s.spawn(|| until(&r, "every request's record", |it| exchanges(it, conn).len() >= 20));
+        client.write_all(&(passed + 1..20).flat_map(request).collect::<Vec<u8>>()).unwrap();
+        let rest: Vec<u8> = (passed..20).flat_map(request).collect(); // the one that waited, then these
+        let mut got = Vec::new();
+        let start = Instant::now();
+        while got.len() < rest.len() && start.elapsed() < DEADLINE {
+            let mut buf = [0u8; 4096];
+            if let Ok(n) = broker.read(&mut buf) {
+                got.extend_from_slice(&buf[..n]);
+            }
+        }
+        assert!(got == rest, "the requests after the stop: {} of {} bytes", got.len(), rest.len());
+        h.join().unwrap()
+    });
+    assert!(closed(&taker, conn).is_none());
+}
+
+#[test]
+fn a_pair_past_its_held_bound_ends_counted_and_the_others_flow() {
+    // one pair may hold 64 KiB: less than one read of the broker's (`READ_BYTES`) left waiting
+    let mut r = relay(None, Some((64 << 10, 64 << 20)));
+    let (mut stuck, mut stuck_broker, stuck_conn) = joined(&mut r);
+    let (mut client, mut broker, _) = joined(&mut r);
+    let rq = request(1);
+    stuck.write_all(&rq).unwrap();
+    assert_eq!(read_exact(&mut stuck_broker, rq.len()), rq);
+    // the client reads nothing: the answer waits in the relay past the pair's bound
+    let writer = std::thread::spawn(move || {
+        let _ = stuck_broker.write_all(&answer(1, 48 << 20, 3)); // cut short when the pair ends
+    });
+    let items = until(&r, "the stuck pair's end", |it| closed(it, stuck_conn).is_some());
+    let reason = closed(&items, stuck_conn).unwrap();
+    assert!(reason.starts_with("relay buffers: the connection holds"), "{reason}");
+    writer.join().unwrap();
+    exchange(&mut client, &mut broker, 1);
+    assert_eq!(r.held().0, 0, "nothing held once the stuck pair ended and the other's answer went");
+    drop(stuck);
+}
+
+#[test]
+fn the_partial_frame_timer_runs_while_a_frame_is_partial() {
+    let mut r = relay(None, None);
+    let (mut client, mut broker, conn) = joined(&mut r);
+    let rq = request(1);
+    client.write_all(&rq[..6]).unwrap();
+    let partial = |r: &PyRelay| r.timers().iter().find(|t| t.0 == conn).map_or(0, |t| t.4); // 0 until adopted
+    let start = Instant::now();
+    while partial(&r) == 0 {
+        assert!(start.elapsed() < DEADLINE, "the timer did not start");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    client.write_all(&rq[6..]).unwrap();
+    assert_eq!(read_exact(&mut broker, rq.len()), rq);
+    assert_eq!(partial(&r), 0, "the frame whole: no partial frame");
+}
+
+#[test]
+fn a_closed_relay_takes_no_connection() {
+    let mut r = relay(None, None);
+    r.shared.stop.store(true, Ordering::Relaxed);
+    bump(r.shared.wake_fd);
+    r.thread.take().expect("its thread").join().unwrap();
+    let (a, b) = connected();
+    let (fa, fb) = (a.into_raw_fd(), b.into_raw_fd());
+    assert!(r.add(fa, fb).is_err(), "refused");
+    // the fds are still the caller's: closing them is this test's to do, once
+    // SAFETY: fa and fb were given up by their streams above and refused by the relay
+    unsafe {
+        assert_eq!(libc::close(fa), 0);
+        assert_eq!(libc::close(fb), 0);
+    }
+}
