@@ -50,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fetchlat.embedded.ports import connects, free_port_block, wait_until
 from fetchlat.protocol import apis
-from fetchlat.proxy.server import TICK_S
+from fetchlat.proxy.heartbeat import TICK_S
 from fetchlat.proxy.traces import HOLD_NS as TRACE_HOLD_NS
 from fetchlat.proxy.traces import THREAD_NAME as TRACE_THREAD
 

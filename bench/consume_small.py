@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fetchlat.proxy.server import TICK_S
+from fetchlat.proxy.heartbeat import TICK_S
 from fetchlat.proxy.traces import HOLD_NS as TRACE_HOLD_NS
 
 from bench.bench_proxy import (

@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
                   "choose another --listen port", file=sys.stderr)
             return 2
         try:
-            admin = AdminServer(cfg.metrics_listen, metrics.registry, proxy.health, proxy.settle)
+            admin = AdminServer(cfg.metrics_listen, metrics.registry, proxy.health, proxy.heartbeat.settle)
         except OSError as exc:
             print(f"fetchlat proxy: cannot serve metrics on {format_hostport(cfg.metrics_listen)}: "
                   f"{exc.strerror}; choose another --metrics-listen", file=sys.stderr)

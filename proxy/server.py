@@ -1,6 +1,6 @@
 """The proxy: wires the registry, the listeners, discovery, the observation layer and the
 trace writer together, hands each connection its narrow context, and runs the lifecycle
-(start, heartbeat and timeouts, drain on stop, reload on SIGHUP, health).
+(start, drain on stop, reload on SIGHUP, health); its timer is ``heartbeat.py``'s.
 
 The proxy only connects to the configured bootstrap brokers and to brokers they advertise.
 """
@@ -12,7 +12,6 @@ import dataclasses
 import itertools
 import logging
 import socket
-import threading
 from collections.abc import Callable
 
 from .. import native
@@ -26,30 +25,19 @@ from .calibration import Calibrator
 from .config import RELOADABLE, Config, HostPort, format_hostport
 from .conversation import CoreContext
 from .discovery import Discovery
+from .heartbeat import Heartbeat
 from .listeners import NodeListeners, bind_listener
-from .memory import RELEASE_EVERY_S, libc_heap_bytes, release_free_memory
+from .memory import libc_heap_bytes
 from .policy import Limits
 from .registry import BrokerRegistry
 from .relayed import RelayRoad
 from .session import ClientSide, ConnContext, as_protocol
 from .stamps import KERNEL, StampCounts, keep_stamping_on, stamp_source
+from .throttled_log import ThrottledLog
 from .tls import client_context, server_context
 from .traces import TraceWriter
 
 log = logging.getLogger("fetchlat.proxy")
-
-# The proxy's own timer: loop lag, the drain of what the native core queued, and the asks for
-# unnamed topics (Proxy._tick). Each of its wake-ups costs the loop's thread ~230 µs on this VM,
-# the kernel's side and cold caches more than the tick's own work (a bare uvloop timer at 10 Hz:
-# 1.6 ms of CPU a second): at 10 Hz it was most of an idle sidecar's CPU, and at 4 Hz still half
-# the loop thread's during a consume the core relays. Once a second, the loop-lag histogram's
-# share of late samples is still the share of the time the loop was late (each sample lands at a
-# moment independent of the stalls): its p99 alert reads the same, from 300 samples in 5 minutes.
-TICK_S = 1.0
-TICK_NS = int(TICK_S * 1e9)
-SETTLE_S = 0.5  # the most a scrape waits for the loop to take what the native core queued (Proxy.settle)
-BEATS_PER_RELEASE = int(RELEASE_EVERY_S / TICK_S)  # freed memory back to the system (proxy/memory.py)
-
 
 class Proxy:
     def __init__(self, cfg: Config, metrics: ProxyMetrics) -> None:
@@ -66,6 +54,7 @@ class Proxy:
                                 rewriter=ResponseRewriter(self.advertise), max_frame_bytes=cfg.max_frame_bytes,
                                 wait_time_tag=cfg.wait_time_tag, routed=routed_road_enabled())
         self.sessions: set[ClientSide] = set()
+        self.log_throttled = ThrottledLog(log)
         self._conn_ids = itertools.count(1)
         self.conn = ConnContext(core=self.core, sessions=self.sessions, next_conn_id=lambda: next(self._conn_ids),
                                 learn=self.learn, upstream_failed=self.upstream_failed,
@@ -75,7 +64,6 @@ class Proxy:
                                 connect_timeout_s=cfg.connect_timeout_s,
                                 kernel_stamps=stamp_source(cfg.stamps) == KERNEL)
         self.relay = self._relay_road(cfg, upstream_tls is not None or server_tls is not None)
-        self._loop: asyncio.AbstractEventLoop | None = None  # set once the relay road runs (settle)
         self.conn.relay = self.relay
         counts, relay = self.conn.stamp_counts, self.relay
         metrics.stamps.counts = lambda: self._stamp_counts(counts, relay)
@@ -113,14 +101,10 @@ class Proxy:
         metrics.held.sizes = self._held
         self.traces: TraceWriter | None = None  # set by the CLI when --trace-dir is given
         self.servers: list[asyncio.Server] = []
-        self.last_beat_ns = clock.now_ns()
+        self.heartbeat = Heartbeat(metrics, self.observer, self.discovery, self.sessions, self.relay)
         self._rr = itertools.count()
         self._tasks: list[asyncio.Task[None]] = []
-        self._tick_handle: asyncio.TimerHandle | None = None
-        self._tick_due_ns = 0  # when the next tick is asked for (monotonic ns)
-        self._beat = 0
         self.bootstrap_port = 0
-        self._log_last: dict[str, tuple[float, int]] = {}  # key -> (last logged monotonic s, suppressed)
         metrics.waiting_upstream.set_function(lambda: self.conn.waiting_upstream[0])
         metrics.relayed.set_function(lambda: len(relay.conns) if relay is not None else 0)
         metrics.fetch_sessions.sessions = self._session_counts
@@ -213,23 +197,11 @@ class Proxy:
                            exc or "end of stream")
         self.discovery.kick()
 
-    def log_throttled(self, key: str, level: int, msg: str, *args: object, every_s: float = 5.0) -> None:
-        """One line per ``key`` every ``every_s`` at most, saying how many were suppressed: a broker
-        restart with 1000 clients connected is one event, not 1000 log lines."""
-        now = clock.now_ns() / 1e9
-        last, suppressed = self._log_last.get(key, (-1e18, 0))
-        if now - last < every_s:
-            self._log_last[key] = (last, suppressed + 1)
-            return
-        if suppressed:
-            msg += f" [{suppressed} similar suppressed in the last {now - last:.0f} s]"
-        self._log_last[key] = (now, 0)
-        log.log(level, msg, *args)
-
     def enable_traces(self, directory: str) -> None:
         proxy_id = self.cfg.proxy_id or f"{socket.gethostname()}:{self.cfg.listen[1]}"
         writer = self.traces = TraceWriter(directory, proxy_id=proxy_id, rotate_s=self.cfg.trace_rotate_s)
         writer.start()
+        self.heartbeat.traces = writer
         self.observer.proxy_id = proxy_id
         self.observer.traces = writer.columns
         self.metrics.trace_rows.dropped = lambda: writer.dropped
@@ -250,11 +222,9 @@ class Proxy:
                  f" (fronting broker {self.cfg.sidecar_node}; addresses pass unchanged)" if self.cfg.sidecar else "")
         if self.relay is not None:
             self.relay.start(loop)
-            self._loop = loop  # for settle(), from the admin endpoint's thread
             log.info("relay: %s: the native core's thread carries each connection after its first answer",
                      self.cfg.relay)
-        self._tick_due_ns = clock.now_ns() + TICK_NS
-        self._tick_handle = loop.call_later(TICK_S, self._tick)
+        self.heartbeat.start(loop)
         self.metrics.loop_tasks.set_function(lambda: len(asyncio.all_tasks(loop)))  # read at scrape time
         self._tasks.append(loop.create_task(self.discovery.run()))
         if self.calibrator is not None and not self.cfg.upstream_tls:  # probes speak plaintext only
@@ -274,8 +244,7 @@ class Proxy:
             log.warning("shutting down with %d request(s) still in flight after %.1f s", left, drain_s)
         for t in self._tasks:
             t.cancel()
-        if self._tick_handle is not None:
-            self._tick_handle.cancel()
+        self.heartbeat.stop()
         for sess in list(self.sessions):
             sess.close()
         if self.relay is not None:
@@ -299,62 +268,6 @@ class Proxy:
         log.info("reloaded: %s", ", ".join(f"{k}={v}" for k, v in changed.items()) or "nothing changed")
         if needs_restart:
             log.warning("not reloaded (needs a restart): %s", ", ".join(needs_restart))
-
-    def _tick(self) -> None:
-        """Every second (``TICK_S``), one timer callback (no task, no coroutine: an idle
-        sidecar's CPU is mostly these wake-ups): how much later than asked the loop ran it (a
-        busy or blocked loop delays every connection by as much:
-        ``fetchlat_event_loop_lag_seconds``); take what the native core queued of the
-        connections it carries (the loop's only wake-up for them while it keeps its time); ask
-        the broker about a topic id or a partition's leader the model met and cannot name (the
-        fetches until the answer cannot be dated by it); mark the loop alive, refresh the
-        trace clock pair, close connections that overstayed (each one's policy says why). Every
-        minute: give freed memory back to the system. The next tick is set first, so one that
-        raises does not stop the ticking."""
-        woke = clock.now_ns()
-        self.metrics.loop_lag.observe(max(0, woke - self._tick_due_ns) / 1e9)
-        self._tick_due_ns = woke + TICK_NS
-        self._tick_handle = asyncio.get_running_loop().call_later(TICK_S, self._tick)
-        if self.relay is not None:
-            self.relay.drain()  # what the core queued since the last tick (relay.rs: BATCH_NS is its fallback)
-        if self.traces is not None:
-            self.traces.columns.tick(woke)  # rows gathered go to the writer once the first has waited its hold
-        if self.discovery.asks_topics():
-            self.discovery.kick()  # a topic id without a name, a leader unknown, or the refresh due: ask now
-        self._beat += 1
-        self.last_beat_ns = woke
-        self.observer.set_clock(clock.wall_ns(), woke)
-        if self.relay is not None:
-            self.relay.tick(woke)  # the core's timers of the connections it carries, for expiry below
-        for sess in list(self.sessions):
-            close = sess.conv.expire(woke)
-            if close is not None:
-                sess.apply((close,))
-        if self._beat % BEATS_PER_RELEASE == 0:
-            release_free_memory()
-
-    def settle(self, timeout_s: float = SETTLE_S) -> None:
-        """From another thread (the admin endpoint's, before a scrape): have the loop take what
-        the native core queued of the connections it carries, and wait for it (at most
-        ``timeout_s``: a loop that busy answers a scrape with what it has). Without it a relayed
-        exchange reached the metrics up to a tick after its bytes (``TICK_S``, the core's
-        fallback wake ``BATCH_NS``): a scrape right after a client finished missed its fetches."""
-        loop, relay = self._loop, self.relay
-        if loop is None or relay is None or loop.is_closed():
-            return
-        done = threading.Event()
-
-        def drain() -> None:
-            try:
-                relay.drain()
-            finally:
-                done.set()
-
-        try:
-            loop.call_soon_threadsafe(drain)
-        except RuntimeError:  # the loop closed meanwhile
-            return
-        done.wait(timeout_s)
 
     def _held(self) -> dict[str, int]:
         """The sizes ``fetchlat_held_entries`` exports (read at scrape time, another thread: each
@@ -380,7 +293,7 @@ class Proxy:
         return self.discovery.metadata_ok
 
     def health(self) -> dict[str, object]:
-        lag_s = (clock.now_ns() - self.last_beat_ns) / 1e9
+        lag_s = self.heartbeat.age_s()
         live = lag_s < 5.0
         ready = live and self.metadata_ok and self.listeners.all_serving
         return {

@@ -41,13 +41,13 @@ def test_it_answers_sleeps_while_idle_and_stops_at_once() -> None:
 
 
 def test_a_scrape_first_has_the_proxy_take_what_the_core_queued() -> None:
-    """/metrics runs ``before_scrape`` first (the proxy's ``settle``): a scrape right after a
+    """/metrics runs ``before_scrape`` first (the heartbeat's ``settle``): a scrape right after a
     client finished counts its relayed fetches, not a tick later."""
     import asyncio
     import threading
     from types import SimpleNamespace
 
-    from fetchlat.proxy.server import Proxy
+    from fetchlat.proxy.heartbeat import Heartbeat
 
     registry = CollectorRegistry()
     things = Counter("fetchlat_test_things", "things", registry=registry)
@@ -60,9 +60,9 @@ def test_a_scrape_first_has_the_proxy_take_what_the_core_queued() -> None:
         drained.append(threading.current_thread().name)
         things.inc()
 
-    proxy = SimpleNamespace(_loop=loop, relay=SimpleNamespace(drain=drain))
+    heartbeat = SimpleNamespace(loop=loop, relay=SimpleNamespace(drain=drain))
     admin = AdminServer(("127.0.0.1", 0), registry, lambda: {"live": True, "ready": True},
-                        lambda: Proxy.settle(proxy))  # type: ignore[arg-type]
+                        lambda: Heartbeat.settle(heartbeat))  # type: ignore[arg-type]
     admin.start()
     try:
         body = urllib.request.urlopen(f"http://127.0.0.1:{admin.port}/metrics", timeout=5).read()
@@ -73,7 +73,7 @@ def test_a_scrape_first_has_the_proxy_take_what_the_core_queued() -> None:
         blocked = threading.Event()
         loop.call_soon_threadsafe(blocked.wait, 5.0)
         t0 = time.monotonic()
-        Proxy.settle(proxy, timeout_s=0.2)  # type: ignore[arg-type]
+        Heartbeat.settle(heartbeat, timeout_s=0.2)  # type: ignore[arg-type]
         assert 0.15 <= time.monotonic() - t0 < 2.0
         blocked.set()
     finally:
@@ -81,4 +81,4 @@ def test_a_scrape_first_has_the_proxy_take_what_the_core_queued() -> None:
         loop.call_soon_threadsafe(loop.stop)
         runner.join(5)
         loop.close()
-    Proxy.settle(proxy)  # type: ignore[arg-type]  # a closed loop: nothing to wait for
+    Heartbeat.settle(heartbeat)  # type: ignore[arg-type]  # a closed loop: nothing to wait for

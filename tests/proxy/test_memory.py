@@ -5,7 +5,7 @@ import time
 import tracemalloc
 
 import pytest
-from fetchlat.proxy import memory, server
+from fetchlat.proxy import heartbeat, memory
 
 
 def _rss_mb() -> float:
@@ -75,7 +75,7 @@ def test_the_startup_heap_is_frozen_out_of_the_collectors_walk():
 
 
 def test_the_tick_releases_once_a_minute():
-    assert server.BEATS_PER_RELEASE * server.TICK_S == memory.RELEASE_EVERY_S
+    assert heartbeat.BEATS_PER_RELEASE * heartbeat.TICK_S == memory.RELEASE_EVERY_S
 
 
 
