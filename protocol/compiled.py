@@ -67,6 +67,7 @@ HOT: Final = (
     "fetchlat.proxy.policy",
     "fetchlat.proxy.registry",
     "fetchlat.proxy.conversation",
+    "fetchlat.proxy.carried",
     "fetchlat.proxy.stamps",
     "fetchlat.proxy.relayed",
     "fetchlat.proxy.session",

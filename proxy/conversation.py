@@ -24,7 +24,7 @@ from ..protocol.connection import KafkaConnection, Segment
 from ..protocol.errors import FramingError
 from ..protocol.events import BrokerAddress, BrokersLearned, DecodeFailed, Event, SaslPassthroughStarted
 from ..protocol.rewrite import ResponseRewriter
-from ..protocol.routed import HANDED, Records, RoutedConnection
+from ..protocol.routed import Records, RoutedConnection
 from ..protocol.sessions import FetchSessions
 from .policy import RTT_SAMPLE_EVERY_NS, ConnectionPolicy, Limits, Refusal, first_bytes_verdict, tls_failure
 from .registry import BrokerRegistry, HostPort
@@ -125,11 +125,9 @@ class Conversation:
         self._held_since_ns: int | None = None
         self._first = True
         self._rtt_at_ns = 0
-        self._relayed_in = 0  # the core's byte counts already counted (relayed_counts)
-        self._relayed_out = 0
         m = ctx.observer.metrics
-        self._bytes_in = m.bytes.labels(Direction.CLIENT_TO_BROKER, listener)
-        self._bytes_out = m.bytes.labels(Direction.BROKER_TO_CLIENT, listener)
+        self.bytes_in = m.bytes.labels(Direction.CLIENT_TO_BROKER, listener)
+        self.bytes_out = m.bytes.labels(Direction.BROKER_TO_CLIENT, listener)
         self._requests = self.codec.requests
         self._responses = self.codec.responses
 
@@ -160,7 +158,7 @@ class Conversation:
         self._generation = reg.generation
         self.observer.set_broker(reg.label(self.upstream, self._default_label))
 
-    def _refuse(self, r: Refusal) -> Close:
+    def refuse(self, r: Refusal) -> Close:
         self.ctx.observer.metrics.connection_errors.labels(r.reason).inc()
         return Close(f"client {self.peer} via {self.listener}: {r.message}", reason=r.reason)
 
@@ -174,7 +172,7 @@ class Conversation:
             self._first = False
             refusal = first_bytes_verdict(data)
             if refusal is not None:  # never forwarded: the broker would only see garbage
-                return (self._refuse(refusal),)
+                return (self.refuse(refusal),)
             if self.upstream_ready:
                 actions = (WriteUpstream(data),)
         if not self.upstream_ready:
@@ -183,25 +181,25 @@ class Conversation:
                 self._held_since_ns = t_ns
             if self.policy.held(len(data)):
                 actions = (PAUSE,)
-        self._bytes_in.inc(len(data))
+        self.bytes_in.inc(len(data))
         routed = self.routed
         if routed is not None:
             try:
                 events = routed.receive_from_client(data, t_ns)
             except FramingError as exc:
-                return (self._framing_lost("request", exc),)
+                return (self.framing_lost("request", exc),)
             self.policy.client_bytes(t_ns, routed.client_mid_frame)
-            notes = self._observe(routed.client_records(), events, t_ns, t_ns)
+            notes = self.observe_read(routed.client_records(), events, t_ns, t_ns)
         else:
             try:
                 events = self._requests.receive(data, t_ns)
             except FramingError as exc:
-                return (self._framing_lost("request", exc),)
+                return (self.framing_lost("request", exc),)
             self.policy.client_bytes(t_ns, self._requests.mid_frame)
-            notes = self._observe(None, events, t_ns, t_ns)
+            notes = self.observe_read(None, events, t_ns, t_ns)
         return (*actions, *notes) if notes else actions
 
-    def _observe(self, records: Records | None, events: list[Event], t_read_ns: int,
+    def observe_read(self, records: Records | None, events: list[Event], t_read_ns: int,
                  t_written_ns: int) -> tuple[Action, ...]:
         """A read's events and, on the routed road, the core's records of it (None: it settled
         none of the read's exchanges alone), observed in order; the log lines they are worth."""
@@ -217,7 +215,7 @@ class Conversation:
             events = events + notes
         return tuple(self._notes(events)) if notable else NOTHING
 
-    def _framing_lost(self, side: str, exc: FramingError) -> Close:
+    def framing_lost(self, side: str, exc: FramingError) -> Close:
         reason = f"{side}_framing"
         self.ctx.observer.metrics.connection_errors.labels(reason).inc()
         return Close(f"client {self.peer} via {self.listener}: {side} framing lost ({exc}); "
@@ -268,7 +266,7 @@ class Conversation:
             else:
                 segments, before = routed.forward_from_broker(data, t_ns)
         except FramingError as exc:
-            return [], (self._framing_lost("response", exc),)
+            return [], (self.framing_lost("response", exc),)
         if not before:
             return segments, NOTHING
         self.observer.observe(before, t_ns, t_ns)  # topic ids learned
@@ -281,7 +279,7 @@ class Conversation:
         n = 0
         for s in segments:
             n += len(s)
-        self._bytes_out.inc(n)
+        self.bytes_out.inc(n)
         return n
 
     def after_write(self, t_read_ns: int, t_written_ns: int | None) -> tuple[Action, ...]:
@@ -293,8 +291,8 @@ class Conversation:
             self.observer.handed_on(t_read_ns, t_written_ns)
         routed = self.routed
         if routed is not None:
-            return self._observe(routed.broker_records(), routed.after_write(), t_read_ns, t_written_ns)
-        return self._observe(None, self._responses.after_write(), t_read_ns, t_written_ns)
+            return self.observe_read(routed.broker_records(), routed.after_write(), t_read_ns, t_written_ns)
+        return self.observe_read(None, self._responses.after_write(), t_read_ns, t_written_ns)
 
     # ------------------------------------------------------------------ timers and TLS
     def client_stalled(self, t_ns: int) -> None:
@@ -307,13 +305,13 @@ class Conversation:
         reason = self.policy.expire(now_ns, self.in_flight > 0)
         if reason is None:
             return None
-        return self._refuse(Refusal(reason, f"{reason.replace('_', ' ')}; closing this connection"))
+        return self.refuse(Refusal(reason, f"{reason.replace('_', ' ')}; closing this connection"))
 
     def tls_established(self) -> None:
         self.policy.tls_pending = False
 
     def tls_failed(self, handshaken: bool, error: str) -> Close:
-        return self._refuse(tls_failure(handshaken, error))
+        return self.refuse(tls_failure(handshaken, error))
 
     # ------------------------------------------------------------------ carried by the core (relayed.py)
     @property
@@ -329,69 +327,6 @@ class Conversation:
         """The core carries the connection: it passes every answer on as it came (it holds an
         ApiVersions whole for the rewriter itself), so the codec only reads what it is fed."""
         self.codec.responses.rewriter = None
-
-    def relayed(self, from_broker: bool, data: bytes, t_ns: int, t_written_ns: int, records: Records | None,
-                client_bytes: int, broker_bytes: int, handed: bytes | None = None,
-                digest: tuple[bytes, bytes, bytes] | None = None) -> tuple[Action, ...]:
-        """A read the core carried: the bytes of it the Python road parses (b"" for none) and the
-        core's records of the exchanges it settled alone, read at ``t_ns`` and written on at
-        ``t_written_ns``; ``client_bytes``, ``broker_bytes``: the bytes read from each side so far; ``handed``: the
-        ``(read, written)`` stamps of the earlier reads whose bytes it gathers (``routed.HANDED``
-        pairs), or None; ``digest``: ``(head, skeleton, stats)``, the core's digest of the Fetch
-        answer under way (``head`` b"") or of the Produce request (its first bytes) that ended in
-        this read, before its bytes (``protocol/digested.py``), or None."""
-        self.relayed_counts(client_bytes, broker_bytes)
-        codec = self.codec
-        try:
-            if from_broker:
-                if handed is not None:
-                    for t_read, t_wrote in HANDED.iter_unpack(handed):
-                        self.observer.handed_on(t_read, t_wrote)
-                self.observer.handed_on(t_ns, t_written_ns)
-                events = codec.digested_from_broker(digest[1], digest[2], t_ns) if digest is not None else []
-                if data:
-                    events += codec.receive_from_broker(data, t_ns)[1]
-            else:
-                events = codec.digested_from_client(*digest, t_ns) if digest is not None else []
-                if data:
-                    events += codec.receive_from_client(data, t_ns)
-                t_written_ns = t_ns
-        except FramingError as exc:  # the core framed these bytes: a disagreement, not the peer's
-            return (self._framing_lost("response" if from_broker else "request", exc),)
-        return self._observe(records, events, t_ns, t_written_ns)
-
-    def relayed_counts(self, c: int, b: int) -> None:
-        """The bytes the core read from the client (``c``) and from the broker (``b``) so far, into the counters."""
-        if c > self._relayed_in:
-            self._bytes_in.inc(c - self._relayed_in)
-            self._relayed_in = c
-        if b > self._relayed_out:
-            self._bytes_out.inc(b - self._relayed_out)
-            self._relayed_out = b
-
-    def relayed_timers(self, now_ns: int, counts: tuple[int, int], client_read_ns: int, partial_since_ns: int,
-                       stalled_since_ns: int, rtt_ns: int) -> None:
-        """The core's timers of the connection, for the policy (``expire`` decides as ever)."""
-        self.relayed_counts(*counts)
-        policy = self.policy
-        policy.last_active_ns = max(policy.last_active_ns, client_read_ns)
-        policy.partial_since_ns = partial_since_ns
-        policy.stalled_since_ns = stalled_since_ns
-        if rtt_ns and self.rtt_due(now_ns):
-            self.client_rtt(rtt_ns, now_ns)
-
-    def relayed_end(self, reason: str, counts: tuple[int, int]) -> tuple[bool, Close | None]:
-        """The core ended the connection for ``reason``: whether the broker went first, and the
-        close to log where a frame was refused."""
-        self.relayed_counts(*counts)
-        for side in ("request", "response"):
-            if reason.startswith(side + " "):
-                return False, self._framing_lost(side, FramingError(reason))
-        if reason.startswith("relay buffers"):
-            return False, self._refuse(Refusal("relay_buffers", f"{reason}; closing this connection only"))
-        if reason.endswith("after the client's end of stream"):
-            return False, None  # expected: the client half-closed first
-        return reason.startswith(("broker", "write to the broker")), None
 
     def rtt_due(self, now_ns: int) -> bool:
         return now_ns - self._rtt_at_ns > RTT_SAMPLE_EVERY_NS

@@ -47,6 +47,7 @@ import logging
 import os
 from typing import Any, Final, Protocol
 
+from .. import native
 from ..metrics.prom import ProxyMetrics
 from ..protocol import apis
 from ..protocol.apis import api_name
@@ -66,7 +67,7 @@ log = logging.getLogger("fetchlat.proxy")
 
 
 class Carried(Protocol):
-    """What the drain hands a connection the core carries (``session.py``'s ``ClientSide``): a
+    """What the drain hands a connection the core carries (``session.py``'s ``CarriedSide``): a
     protocol, so that the drain's own rules can be tested with a connection of the test's."""
 
     def relayed(self, from_broker: bool, data: bytes, t_ns: int, t_written_ns: int, records: Records | None,
@@ -160,6 +161,26 @@ def held_answer(rewriter: ResponseRewriter, frame: bytes, api: tuple[int, int]) 
         return frame, None
     body = res.body
     return (frame if body is None else len(body).to_bytes(4, "big") + body), res
+
+
+def relay_road(choice: str, sidecar: bool, tls: bool, routed: bool, max_frame_bytes: int,
+               rewriter: ResponseRewriter, metrics: ProxyMetrics) -> RelayRoad | None:
+    """The native core's relay where the ``relay`` setting (``choice``: auto or native) asks for it
+    and it can carry the proxy's connections (a sidecar, plaintext both ways, the core loaded);
+    the log says why not."""
+    if choice == "off":
+        return None
+    core = native.core()
+    why = ("it carries a sidecar's connections only (a proxy away from its brokers rewrites addresses)"
+           if not sidecar else "TLS stays on the event loop" if tls
+           else "the routed road (FETCHLAT_ROUTED) is on" if routed
+           else f"the native core is not loaded: {native.reason()}" if core is None
+           else "the native core has no relay (an older build)" if not hasattr(core, "Relay") else None)
+    if why is not None:
+        log.log(logging.WARNING if choice == "native" else logging.INFO,
+                "relay: %s, not used: %s; the event loop carries every connection", choice, why)
+        return None
+    return RelayRoad(core, max_frame_bytes, rewriter, metrics)
 
 
 class RelayRoad:

@@ -14,7 +14,6 @@ import logging
 import socket
 from collections.abc import Callable
 
-from .. import native
 from ..metrics.observer import Observer
 from ..metrics.prom import FetchMetrics, ProxyMetrics
 from ..protocol.events import BrokerAddress
@@ -30,7 +29,7 @@ from .listeners import NodeListeners, bind_listener
 from .memory import libc_heap_bytes
 from .policy import Limits
 from .registry import BrokerRegistry
-from .relayed import RelayRoad
+from .relayed import RelayRoad, relay_road
 from .session import ClientSide, ConnContext, as_protocol
 from .stamps import KERNEL, StampCounts, keep_stamping_on, stamp_source
 from .throttled_log import ThrottledLog
@@ -63,7 +62,9 @@ class Proxy:
                                 upstream_server_hostname=cfg.upstream_server_hostname,
                                 connect_timeout_s=cfg.connect_timeout_s,
                                 kernel_stamps=stamp_source(cfg.stamps) == KERNEL)
-        self.relay = self._relay_road(cfg, upstream_tls is not None or server_tls is not None)
+        assert self.core.rewriter is not None
+        self.relay = relay_road(cfg.relay, cfg.sidecar, upstream_tls is not None or server_tls is not None,
+                                self.core.routed, cfg.max_frame_bytes, self.core.rewriter, metrics)
         self.conn.relay = self.relay
         counts, relay = self.conn.stamp_counts, self.relay
         metrics.stamps.counts = lambda: self._stamp_counts(counts, relay)
@@ -110,24 +111,6 @@ class Proxy:
         metrics.fetch_sessions.sessions = self._session_counts
         metrics.listeners.set_function(lambda: len(self.listeners.servers))
         metrics.brokers_known.set_function(lambda: len(self.registry.nodes))
-
-    def _relay_road(self, cfg: Config, tls: bool) -> RelayRoad | None:
-        """The native core's relay where ``relay`` (auto or native) asks for it and it can carry this
-        proxy's connections (a sidecar, plaintext both ways, the core loaded); the log says why not."""
-        if cfg.relay == "off":
-            return None
-        core = native.core()
-        why = ("it carries a sidecar's connections only (a proxy away from its brokers rewrites addresses)"
-               if not cfg.sidecar else "TLS stays on the event loop" if tls
-               else "the routed road (FETCHLAT_ROUTED) is on" if self.core.routed
-               else f"the native core is not loaded: {native.reason()}" if core is None
-               else "the native core has no relay (an older build)" if not hasattr(core, "Relay") else None)
-        if why is not None:
-            log.log(logging.WARNING if cfg.relay == "native" else logging.INFO,
-                    "relay: %s, not used: %s; the event loop carries every connection", cfg.relay, why)
-            return None
-        assert self.core.rewriter is not None
-        return RelayRoad(core, cfg.max_frame_bytes, self.core.rewriter, self.metrics)
 
     @staticmethod
     def _stamp_counts(counts: StampCounts, relay: RelayRoad | None) -> tuple[int, int]:

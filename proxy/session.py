@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Final, Protocol, cast
 
 from ..protocol.events import BrokerAddress
 from . import clock
+from .carried import CarriedConversation
 from .conversation import (
     Action,
     Close,
@@ -43,7 +44,7 @@ class Road(Protocol):
     """What a connection asks of the road that carries it once handed over (``relayed.RelayRoad``,
     which imports this module: named here by what it does, not imported)."""
 
-    def add(self, client: ClientSide, client_fd: int, broker_fd: int) -> int: ...
+    def add(self, client: CarriedSide, client_fd: int, broker_fd: int) -> int: ...
 
     def end(self, conn: int) -> None: ...
 
@@ -105,7 +106,7 @@ class ClientSide:  # an asyncio protocol (duck-typed: a native class when compil
         self.closed = False
         self.client_eof = False  # the client half-closed: the broker closing next is expected
         self.tls = TlsServerSide(ctx.server_tls) if ctx.server_tls is not None else None
-        self.relay_id: int | None = None  # the core carries this connection (relayed.py): its id there
+        self.carried: CarriedSide | None = None  # the core carries this connection (relayed.py)
         self.conv = Conversation(ctx.core, conn_id=ctx.next_conn_id(), listener=listener, broker_label=broker_label,
                                  upstream=upstreams()[0], t_ns=clock.now_ns(), tls=self.tls is not None)
 
@@ -227,9 +228,9 @@ class ClientSide:  # an asyncio protocol (duck-typed: a native class when compil
         return None
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self.relay_id is not None:
+        if self.carried is not None:
             return  # the transport was dropped at the hand-over: the connection lives on in the core
-        self._forget()
+        self.forget()
         if self.broker is not None:
             self.broker.close()
 
@@ -267,8 +268,8 @@ class ClientSide:  # an asyncio protocol (duck-typed: a native class when compil
                     self.transport.resume_reading()
 
     def abort(self) -> None:
-        if self.relay_id is not None:
-            self._end_relayed()
+        if self.carried is not None:
+            self.carried.end()
             return
         self.closed = True
         if self.transport is not None:
@@ -277,8 +278,8 @@ class ClientSide:  # an asyncio protocol (duck-typed: a native class when compil
             self.broker.abort()
 
     def close(self) -> None:
-        if self.relay_id is not None:
-            self._end_relayed()
+        if self.carried is not None:
+            self.carried.end()
             return
         self.closed = True
         if self.transport is not None:
@@ -309,48 +310,22 @@ class ClientSide:  # an asyncio protocol (duck-typed: a native class when compil
         if broker.reader is not None:
             broker.reader.stop()
         self.conv.handed_over()
+        carried = CarriedSide(self)
         try:
-            self.relay_id = road.add(self, fds[0], fds[1])
+            carried.relay_id = road.add(carried, fds[0], fds[1])
         except RuntimeError:  # the relay is closed (the proxy stopping): the connection ends here
             for fd in fds:
                 os.close(fd)
             for t in (self.transport, broker.transport):
                 t.abort()
             return
+        self.carried = carried
         self.ctx.core.observer.metrics.handovers.inc()
         for t in (self.transport, broker.transport):
             t.abort()
         self.transport = broker.transport = None
 
-    def _end_relayed(self) -> None:
-        relay = self.ctx.relay
-        if relay is not None and self.relay_id is not None and not self.closed:
-            relay.end(self.relay_id)
-
-    def relayed(self, from_broker: bool, data: bytes, t_ns: int, t_written_ns: int, records: Records | None,
-                client_bytes: int, broker_bytes: int, handed: bytes | None = None,
-                digest: tuple[bytes, bytes, bytes] | None = None) -> None:
-        actions = self.conv.relayed(from_broker, data, t_ns, t_written_ns, records, client_bytes, broker_bytes,
-                                    handed, digest)
-        if actions:
-            self.apply(actions)
-
-    def relayed_timers(self, now_ns: int, counts: tuple[int, int], client_read_ns: int, partial_since_ns: int,
-                       stalled_since_ns: int, rtt_ns: int) -> None:
-        self.conv.relayed_timers(now_ns, counts, client_read_ns, partial_since_ns, stalled_since_ns, rtt_ns)
-
-    def relayed_closed(self, reason: str, counts: tuple[int, int]) -> None:
-        """The core closed the connection (``reason``, in its words): the broker's going reported
-        as on the asyncio road, and the bookkeeping of ``connection_lost``."""
-        self.closed = True  # before the report: the connection must not be ended in the core again
-        broker_went, refused = self.conv.relayed_end(reason, counts)
-        if refused is not None:
-            log.log(refused.level, "%s", refused.message)
-        elif broker_went:
-            self.ctx.upstream_lost(self, None if reason == "broker closed the connection" else ConnectionError(reason))
-        self._forget()
-
-    def _forget(self) -> None:
+    def forget(self) -> None:
         """The connection is gone, whichever road carried it: closed, and no longer counted or held."""
         self.closed = True
         self.ctx.core.observer.metrics.connections_active.labels(self.listener).dec()
@@ -368,6 +343,47 @@ class ClientSide:  # an asyncio protocol (duck-typed: a native class when compil
             self.transport.write(b"".join(segments))
         else:
             self.transport.writelines(segments)
+
+
+class CarriedSide:
+    """A client connection the native core carries (``relayed.py``), from its hand-over on: what
+    the core reports of it goes to its ``CarriedConversation``, and the client side carries out
+    what that returns (log lines; a close ends the connection in the core)."""
+
+    def __init__(self, client: ClientSide) -> None:
+        self.client = client
+        self.conv = CarriedConversation(client.conv)
+        self.relay_id = -1  # its id in the core (set once the core took it)
+
+    def end(self) -> None:
+        relay = self.client.ctx.relay
+        if relay is not None and self.relay_id >= 0 and not self.client.closed:
+            relay.end(self.relay_id)
+
+    def relayed(self, from_broker: bool, data: bytes, t_ns: int, t_written_ns: int, records: Records | None,
+                client_bytes: int, broker_bytes: int, handed: bytes | None = None,
+                digest: tuple[bytes, bytes, bytes] | None = None) -> None:
+        actions = self.conv.read(from_broker, data, t_ns, t_written_ns, records, client_bytes, broker_bytes, handed,
+                                 digest)
+        if actions:
+            self.client.apply(actions)
+
+    def relayed_timers(self, now_ns: int, counts: tuple[int, int], client_read_ns: int, partial_since_ns: int,
+                       stalled_since_ns: int, rtt_ns: int) -> None:
+        self.conv.timers(now_ns, counts, client_read_ns, partial_since_ns, stalled_since_ns, rtt_ns)
+
+    def relayed_closed(self, reason: str, counts: tuple[int, int]) -> None:
+        """The core closed the connection (``reason``, in its words): the broker's going reported
+        as on the asyncio road, and the bookkeeping of ``connection_lost``."""
+        client = self.client
+        client.closed = True  # before the report: the connection must not be ended in the core again
+        broker_went, refused = self.conv.ended(reason, counts)
+        if refused is not None:
+            log.log(refused.level, "%s", refused.message)
+        elif broker_went:
+            client.ctx.upstream_lost(client, None if reason == "broker closed the connection"
+                                     else ConnectionError(reason))
+        client.forget()
 
 
 class BrokerSide:  # an asyncio protocol (duck-typed)
@@ -431,7 +447,7 @@ class BrokerSide:  # an asyncio protocol (duck-typed)
         if self.reader is not None:
             self.reader.stop()
         client = self.client
-        if client.relay_id is not None:
+        if client.carried is not None:
             return  # dropped at the hand-over (session.ClientSide.hand_over)
         if not client.closed and not client.client_eof:  # the broker went first: restart, crash, or it closed on us
             client.ctx.upstream_lost(client, exc or self.read_error)

@@ -20,6 +20,7 @@ RULES = {
     "protocol": IO_MODULES | {"prometheus_client", "fetchlat.metrics", "fetchlat.proxy"},
     "metrics": IO_MODULES | {"fetchlat.proxy"},
     "proxy/conversation.py": IO_MODULES | {"fetchlat.proxy.session", "fetchlat.proxy.server"},
+    "proxy/carried.py": IO_MODULES | {"fetchlat.proxy.session", "fetchlat.proxy.server"},
     "proxy/policy.py": IO_MODULES,
     "proxy/registry.py": IO_MODULES,
     # the I/O layer hands events to the observation layer; it never computes latency itself

@@ -9,6 +9,7 @@ import logging
 import pytest
 from fetchlat.protocol import apis
 from fetchlat.protocol.framing import request_frame
+from fetchlat.proxy.carried import CarriedConversation
 from fetchlat.proxy.conversation import Close, Conversation, Learn, Log, PauseClient, ResumeClient, WriteUpstream
 from fetchlat.proxy.policy import Limits
 
@@ -295,39 +296,41 @@ def test_a_connection_the_core_carries_is_counted_and_timed_by_what_the_core_say
     pb.broker(metadata_response(1, []), T0 + 2 * MS)
     pb.conv.handed_over()
     assert pb.conv.codec.responses.rewriter is None  # the core holds what must be rewritten
+    carried = CarriedConversation(pb.conv)
     before_in = pb.value("fetchlat_bytes_total", direction="client_to_broker", listener="bootstrap")
     before_out = pb.value("fetchlat_bytes_total", direction="broker_to_client", listener="bootstrap")
     # a fetch the core carried: its bytes routed to the Python road, read at 5 ms and written on at 5.1
     req, answer = fetch_request(2, max_wait_ms=0), empty_fetch_response(2)
-    assert pb.conv.relayed(False, req, T0 + 4 * MS, T0 + 4 * MS, None, len(req), 0) == ()
-    assert pb.conv.relayed(True, answer, T0 + 5 * MS, T0 + 5 * MS + 100_000, None, len(req), len(answer)) == ()
+    assert carried.read(False, req, T0 + 4 * MS, T0 + 4 * MS, None, len(req), 0) == ()
+    assert carried.read(True, answer, T0 + 5 * MS, T0 + 5 * MS + 100_000, None, len(req), len(answer)) == ()
     assert pb.value("fetchlat_fetch_total_seconds_sum", broker="bootstrap", kind="consumer") == pytest.approx(0.001)
     # the counters move by what the core read since the hand-over, once, whichever report says it first
-    pb.conv.relayed_timers(T0 + 6 * MS, (len(req), len(answer)), T0 + 4 * MS, 0, 0, 0)
+    carried.timers(T0 + 6 * MS, (len(req), len(answer)), T0 + 4 * MS, 0, 0, 0)
     assert pb.value("fetchlat_bytes_total", direction="client_to_broker", listener="bootstrap") == before_in + len(req)
     assert pb.value("fetchlat_bytes_total", direction="broker_to_client", listener="bootstrap") == \
         before_out + len(answer)
     # the core's timers decide the policy's verdicts: a request half read for longer than allowed
     limits = Limits()
     later = T0 + 4 * MS + limits.partial_frame_ns + MS
-    pb.conv.relayed_timers(later, (len(req) + 3, len(answer)), later - MS, T0 + 4 * MS, 0, 0)
+    carried.timers(later, (len(req) + 3, len(answer)), later - MS, T0 + 4 * MS, 0, 0)
     close = pb.conv.expire(later)
     assert close is not None and close.reason == "partial_frame_timeout"
     # a client stalled past its limit
-    pb.conv.relayed_timers(later, (len(req) + 3, len(answer)), later, 0, later - limits.stalled_client_ns - MS, 0)
+    carried.timers(later, (len(req) + 3, len(answer)), later, 0, later - limits.stalled_client_ns - MS, 0)
     close = pb.conv.expire(later)
     assert close is not None and close.reason == "client_not_reading"
 
 
 def test_the_cores_reasons_for_ending_a_connection_are_read_as_the_event_loops() -> None:
     pb = ready()
-    went, refused = pb.conv.relayed_end("request frame of 4096 bytes exceeds the limit of 1024 (raise "
-                                        "max_frame_bytes if this is legitimate)", (0, 0))
+    carried = CarriedConversation(pb.conv)
+    went, refused = carried.ended("request frame of 4096 bytes exceeds the limit of 1024 (raise "
+                                    "max_frame_bytes if this is legitimate)", (0, 0))
     assert not went and refused is not None and refused.reason == "request_framing"
     assert "request framing lost" in refused.message
     assert pb.value("fetchlat_connection_errors_total", reason="request_framing") == 1
-    assert pb.conv.relayed_end("broker closed the connection", (0, 0)) == (True, None)
-    assert pb.conv.relayed_end("write to the broker: Broken pipe (os error 32)", (0, 0)) == (True, None)
-    assert pb.conv.relayed_end("broker closed the connection after the client's end of stream", (0, 0)) == (
+    assert carried.ended("broker closed the connection", (0, 0)) == (True, None)
+    assert carried.ended("write to the broker: Broken pipe (os error 32)", (0, 0)) == (True, None)
+    assert carried.ended("broker closed the connection after the client's end of stream", (0, 0)) == (
         False, None)  # the client half-closed first: the broker's close is expected
-    assert pb.conv.relayed_end("closed by the proxy", (0, 0)) == (False, None)
+    assert carried.ended("closed by the proxy", (0, 0)) == (False, None)
