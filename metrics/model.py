@@ -1,8 +1,9 @@
 """The latency model: how long a fetch really took once the purgatory wait is taken out.
 
-Pure: events and timestamps in (monotonic ns, scripted in tests), samples out. Owns what the
-proxy has learned of each partition (log ends from fetch and produce traffic, produce append
-times, follower progress). Must never: read clocks, touch sockets or Prometheus.
+Pure: events and timestamps in (monotonic ns, scripted in tests), samples out. What the proxy
+has learned of each partition (log ends from fetch and produce traffic, produce append times,
+follower progress) is ``partitions.py``'s, which it reads and feeds. Must never: read clocks,
+touch sockets or Prometheus.
 
 Timestamps at the proxy (monotonic ns): t_request = request forwarded upstream, t_first /
 t_last = first / last response byte. total = t_last - t_request.
@@ -10,10 +11,8 @@ t_last = first / last response byte. total = t_last - t_request.
 
 from __future__ import annotations
 
-import bisect
-from array import array
-from collections import OrderedDict, deque
-from dataclasses import dataclass, field
+from collections import deque
+from dataclasses import dataclass
 from typing import Final
 
 from ..protocol.events import FetchExchanged, ProduceExchanged
@@ -21,7 +20,8 @@ from ..protocol.fetch import FetchPartitionResponse
 from ..protocol.produce import ProduceRequestInfo
 from ..protocol.sessions import TopicKey
 from .broker_timing import answer_ns, park_ns
-from .cluster import MAX_PARTITIONS, ClusterView
+from .cluster import ClusterView
+from .partitions import PRODUCE_SEEN, PartitionLogs
 from .vocabulary import Kind, Outcome, WaitSource, fetch_kind
 
 NS_PER_MS: Final = 1_000_000
@@ -33,14 +33,6 @@ EXPIRY_SLACK_NS: Final = 2 * NS_PER_MS
 # own work. Measured against Kafka 4.4's request log (docs/latency-model.md): remoteTimeMs -
 # maxWaitMs of expired fetches p10/p50/p90 0.48/1.29/1.67 ms. Configurable (expiry_overshoot_ms).
 DEFAULT_EXPIRY_OVERSHOOT_NS: Final = 1 * NS_PER_MS
-MAX_APPENDS_PER_PARTITION: Final = 4096
-# A partition's appends are let go once older than this and held by every follower seen fetching
-# it: a fetch in flight is dated by an append after its request (max wait is seconds), and a
-# follower's replication latency by the appends it had not confirmed, which stay (up to the bound
-# above) for as long as it lags. Without it a busy partition kept its last 4 096 for good.
-APPEND_HORIZON_NS: Final = 60 * 1_000_000_000
-TRIM_EVERY: Final = 64  # appends between two looks at what can go
-MAX_PENDING_PER_PARTITION: Final = 64  # produces in flight to one partition (5 per producer by default)
 # A consumer fetch a follower serves (KIP-392) sees data once the follower's high watermark
 # moves, which only the leader's side of replication shows; its sidecar dates that from the
 # response: the first byte, less what an answer takes the broker to start (learned from fetches
@@ -274,49 +266,6 @@ class ReplicationSample:
         self.latency_ns = latency_ns
 
 
-def _int64s() -> array[int]:
-    return array("q")
-
-
-@dataclass(slots=True)
-class _Partition:
-    log_end: int = -1  # highest next offset known to exist
-    log_end_t_ns: int = 0
-    stable_end: int = -1  # last stable offset (read_committed readers see up to here)
-    # Three columns of int64 (8 bytes an entry, not a 32-byte int object and its 8-byte slot
-    # each): as lists of ints they held ~0.45 MB for every partition a sidecar ever led (the
-    # ninth soak, docs/reliability.md); ``_trim`` decides what goes.
-    append_ends: array[int] = field(default_factory=_int64s)  # end offsets of appends seen, ascending
-    append_times: array[int] = field(default_factory=_int64s)  # the produce forwarded (the append begins)
-    append_acks: array[int] = field(default_factory=_int64s)  # its response's first byte (appended), or -1
-    floor_end: int = -1  # the end of the latest append let go (``_trim``): data below it was there by
-    floor_t_ns: int = 0  # this time (its forwarding)
-    pending: list[int] = field(default_factory=list)  # produces with records sent, not yet answered: when
-    pending_records: list[int] = field(default_factory=list)  # and how many records each carries
-    confirmed: dict[int, int] = field(default_factory=dict)  # follower -> offset it has
-
-
-def _trim(p: _Partition, t_ns: int) -> int:
-    """Let go of ``p``'s appends older than ``APPEND_HORIZON_NS`` that every follower seen has
-    confirmed, and of the oldest beyond ``MAX_APPENDS_PER_PARTITION`` (a quarter of it at once).
-    The forwarding times ascend but for produces racing on two connections: a cut by time is
-    right to within those. Returns how many went."""
-    ends = p.append_ends
-    cut = bisect.bisect_left(p.append_times, t_ns - APPEND_HORIZON_NS)
-    if p.confirmed and cut:
-        cut = min(cut, bisect.bisect_right(ends, min(p.confirmed.values())))
-    over = len(ends) - MAX_APPENDS_PER_PARTITION
-    if over > 0:
-        cut = max(cut, over - 1 + MAX_APPENDS_PER_PARTITION // 4)
-    if cut <= 0:
-        return 0
-    p.floor_end, p.floor_t_ns = ends[cut - 1], p.append_times[cut - 1]
-    del ends[:cut]
-    del p.append_times[:cut]
-    del p.append_acks[:cut]
-    return cut
-
-
 class RoundTrips:
     """The round trip to the brokers, as a proxy away from them sees it: the shortest of the
     last ``ROUND_TRIPS_KEPT`` requests they answer without waiting (fetches answered at once, and
@@ -363,21 +312,11 @@ class LatencyModel:
         # a sidecar: the broker is on loopback, so a produce's acknowledgement dates its append
         self.beside_broker = beside_broker
         self.cluster = ClusterView()  # topic names by id, partition leaders
-        self._parts: OrderedDict[tuple[str, int], _Partition] = OrderedDict()
-        self.appends_held = 0  # appends every partition keeps (fetchlat_held_entries{structure="appends"})
+        self.logs = PartitionLogs()  # what is known of each partition's log (partitions.py)
         self.first_byte_ns = DEFAULT_FIRST_BYTE_NS  # an immediate answer's first byte, smoothed
         self.round_trips = RoundTrips()  # to the brokers, for a proxy away from them
 
     # --------------------------------------------------------------------- knowledge
-    def _part(self, topic: str, partition: int) -> _Partition:
-        key = (topic, partition)
-        p = self._parts.get(key)
-        if p is None:
-            if len(self._parts) >= MAX_PARTITIONS:
-                self.appends_held -= len(self._parts.popitem(last=False)[1].append_ends)
-            p = self._parts[key] = _Partition()
-        return p
-
     def learn_every_topic(self, topics: tuple[tuple[str, TopicKey], ...],
                           leaders: tuple[tuple[str, int, int], ...]) -> int:
         """A Metadata answer naming every topic the broker has: the cluster view takes it, and
@@ -385,15 +324,15 @@ class LatencyModel:
         many partitions went."""
         self.cluster.learn_topic_ids(topics, everything=True)
         self.cluster.learn_leaders(leaders, everything=True)
-        names = {name for name, _ in topics} | {t for t, _, _ in leaders}
-        gone = [key for key in self._parts if key[0] not in names]
-        for key in gone:
-            self.appends_held -= len(self._parts.pop(key).append_ends)
-        return len(gone)
+        return self.logs.keep_topics({name for name, _ in topics} | {t for t, _, _ in leaders})
 
     @property
     def partitions_held(self) -> int:
-        return len(self._parts)
+        return len(self.logs)
+
+    @property
+    def appends_held(self) -> int:
+        return self.logs.appends_held
 
     def _mono(self, wall_ms: int) -> int:
         return wall_ms * NS_PER_MS - self.wall_minus_mono_ns
@@ -403,21 +342,13 @@ class LatencyModel:
         """A produce with records went upstream at ``t_ns`` and awaits its answer (acks != 0)."""
         for p in req.partitions:
             if p.batches is not None and p.batches.records:
-                st = self._part(self.cluster.topic(p.topic_id or p.topic or ""), p.partition)
-                st.pending.append(t_ns)
-                st.pending_records.append(p.batches.records)
-                if len(st.pending) > MAX_PENDING_PER_PARTITION:
-                    del st.pending[0], st.pending_records[0]
+                self.logs.sent(self.cluster.topic(p.topic_id or p.topic or ""), p.partition, t_ns, p.batches.records)
 
     def on_produce(self, ev: ProduceExchanged) -> ProduceSample:
         req, resp = ev.request, ev.response
         if resp is not None:  # answered: it and every produce sent before it are no longer pending
             for p in req.partitions:
-                st = self._parts.get((self.cluster.topic(p.topic_id or p.topic or ""), p.partition))
-                if st is not None and st.pending and st.pending[0] <= ev.t_request_ns:
-                    keep = [i for i, t in enumerate(st.pending) if t > ev.t_request_ns]
-                    st.pending = [st.pending[i] for i in keep]
-                    st.pending_records = [st.pending_records[i] for i in keep]
+                self.logs.answered(self.cluster.topic(p.topic_id or p.topic or ""), p.partition, ev.t_request_ns)
         name = self.cluster.topic
         counts = {(name(p.topic_id or p.topic or ""), p.partition): (p.batches.records if p.batches else 0)
                   for p in req.partitions}
@@ -433,8 +364,8 @@ class LatencyModel:
                 if rp.error_code == 0:
                     accepted += n
                 if rp.error_code == 0 and rp.base_offset >= 0 and n > 0:
-                    self._appended(topic, rp.partition, rp.base_offset + n, ev.t_request_ns,
-                                   self._appended_by(ev.t_request_ns, ev.t_first_ns) if req.acks != 0 else -1)
+                    self.logs.appended(topic, rp.partition, rp.base_offset + n, ev.t_request_ns,
+                                       self._appended_by(ev.t_request_ns, ev.t_first_ns) if req.acks != 0 else -1)
         return ProduceSample(client_id=ev.client_id, acks=req.acks, api_version=ev.api_version, records=req.records,
                              accepted=accepted, request_bytes=ev.request_bytes, error_code=error,
                              total_ns=None if resp is None else ev.t_last_ns - ev.t_request_ns,
@@ -480,27 +411,6 @@ class LatencyModel:
         """A request the broker answers without waiting took ``ns`` from forwarding to answer."""
         self.round_trips.add(ns)
 
-    def _appended(self, topic: str, partition: int, end_offset: int, t_ns: int, ack_ns: int = -1) -> None:
-        """The leader began appending up to ``end_offset`` at ``t_ns`` (the produce request
-        forwarded: a sidecar forwards within microseconds of arrival) and had appended it by
-        ``ack_ns`` (``_appended_by``: from the produce's answer; -1 for acks=0 or when not known).
-        A follower's parked fetch wakes on the append; a consumer's when the high watermark covers
-        it, which for acks=all (or one replica) is when the produce is acknowledged. Measured
-        against Kafka's request log, the forwarded time came 2.5 ms early for a sidecar's
-        consumers (the produce's own time in the broker)."""
-        p = self._part(topic, partition)
-        if p.append_ends and end_offset <= p.append_ends[-1]:
-            return
-        p.append_ends.append(end_offset)
-        p.append_times.append(t_ns)
-        p.append_acks.append(ack_ns)
-        n = len(p.append_ends)
-        self.appends_held += 1
-        if n > MAX_APPENDS_PER_PARTITION or (n % TRIM_EVERY == 0 and p.append_times[0] < t_ns - APPEND_HORIZON_NS):
-            self.appends_held -= _trim(p, t_ns)
-        if end_offset > p.log_end:
-            p.log_end, p.log_end_t_ns = end_offset, t_ns
-
     # --------------------------------------------------------------------- fetch
     def on_fetch(self, ev: FetchExchanged, *, proxy_ns: int = 0, client_rtt_ns: int = 0, broker_node: int = -1
                  ) -> tuple[FetchSample, list[ReplicationSample]]:
@@ -517,13 +427,15 @@ class LatencyModel:
         replication: list[ReplicationSample] = []
         offsets = ({(self.cluster.topic(t), p): off for t, p, off in ev.covered} if not share
                    else self._acquired(resp.partitions, broker_node))
+        logs = self.logs
         for (topic, part), off in offsets.items():
-            st = self._part(topic, part)
+            st = logs.get(topic, part)
             visible_end = st.stable_end if read_committed and st.stable_end >= 0 else st.log_end
             if visible_end > off and st.log_end_t_ns <= ev.t_request_ns:
                 data_at_request = True
             if follower is not None:
-                replication += self._confirm(st, follower, topic, part, off, ev.t_request_ns)
+                replication += [ReplicationSample(follower=follower, topic=topic, partition=part, latency_ns=ns)
+                                for ns in st.confirm(follower, off, ev.t_request_ns)]
                 if broker_node >= 0:
                     self.cluster.leaders[(topic, part)] = broker_node  # followers fetch from the leader
 
@@ -531,15 +443,15 @@ class LatencyModel:
         records = 0
         for rp in resp.partitions:
             topic = self.cluster.topic(rp.topic_id or rp.topic or "")
-            st = self._part(topic, rp.partition)
+            st = logs.get(topic, rp.partition)
             b = rp.batches
             n = (b.records if b is not None else 0) if not share else rp.acquired
             records += n
             rec_lat = None
             if b is not None and b.batches:
                 off = offsets.get((topic, rp.partition), b.first_offset)
-                a, basis = self._arrival(st, off, b.first_timestamp_ms, b.log_append_time, follower is not None,
-                                         ev.t_first_ns)
+                a, basis = self._arrival(st.arrival(off, follower is not None, ev.t_first_ns), b.first_timestamp_ms,
+                                         b.log_append_time)
                 # data made visible by something the proxy never sees is dated by the answer:
                 # a follower's high watermark (KIP-392), a transaction's commit marker, which
                 # the coordinator writes, for records a read_committed fetch could not see yet,
@@ -612,46 +524,12 @@ class LatencyModel:
                 self.cluster.leaders[(topic, rp.partition)] = broker_node
         return out
 
-    def _arrival(self, st: _Partition, fetch_offset: int, first_ts_ms: int, log_append: bool, follower: bool,
-                 t_first_ns: int = 0) -> tuple[int | None, str | None]:
-        """When the first data beyond ``fetch_offset`` could wake this fetch: for a follower the
-        append beginning, for a consumer the append acknowledged (see ``_appended``). A
-        follower's data may come from a produce not answered yet (acks=all is answered only after
-        every follower's next fetch shows it has the records): the pending produces follow the
-        last answered one in the log, in the order they were sent, each as long as its record
-        count, so the one holding ``fetch_offset`` is the append that could wake the fetch. A
-        consumer's fetch may be answered before the produce that woke it is (Kafka 4.x completes
-        parked fetches as the high watermark moves, racing the produce's own answer; a share
-        fetch alike): it is dated the same way, by the produce forwarded, not by the records'
-        CreateTime (the producer's clock, taken before its batch was even sent)."""
-        if fetch_offset < st.floor_end:  # the append that holds it was let go: it was there by then
-            return st.floor_t_ns, "produce_seen"
-        i = bisect.bisect_right(st.append_ends, fetch_offset)
-        if i < len(st.append_ends):
-            ack = st.append_acks[i]
-            return (st.append_times[i] if follower or ack < 0 else ack), "produce_seen"
-        if st.pending and st.append_ends and fetch_offset >= st.append_ends[-1]:
-            end = st.append_ends[-1]
-            for t, n in zip(st.pending, st.pending_records, strict=True):
-                end += n
-                if fetch_offset < end:
-                    if t <= t_first_ns:
-                        return t, "produce_seen"
-                    break
+    def _arrival(self, seen: int | None, first_ts_ms: int, log_append: bool) -> tuple[int | None, str | None]:
+        """When the first data a fetch gets could wake it: by the appends seen (``seen``,
+        ``PartitionLog.arrival``), else by its first batch's timestamp (the broker's clock for
+        LogAppendTime, the producer's for CreateTime), else not known."""
+        if seen is not None:
+            return seen, PRODUCE_SEEN
         if first_ts_ms >= 0:
             return self._mono(first_ts_ms), "log_append_time" if log_append else "create_time"
         return None, None
-
-    def _confirm(self, st: _Partition, follower: int, topic: str, part: int, offset: int, t_ns: int
-                 ) -> list[ReplicationSample]:
-        """A follower fetching from ``offset`` holds every record below it."""
-        prev = st.confirmed.get(follower, -1)
-        if offset <= prev:
-            return []
-        st.confirmed[follower] = offset
-        lo = bisect.bisect_right(st.append_ends, prev) if prev >= 0 else 0
-        hi = bisect.bisect_right(st.append_ends, offset)
-        if prev < 0:  # the first fetch we see: earlier appends were confirmed before we looked
-            lo = hi
-        return [ReplicationSample(follower=follower, topic=topic, partition=part, latency_ns=t_ns - st.append_times[i])
-                for i in range(lo, hi)]

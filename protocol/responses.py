@@ -26,20 +26,17 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from . import apis, digested, fetch, fetch_now, produce, produce_now, share, share_now
-from .errors import DecodeError, FramingError, ProtocolError
+from .errors import FramingError
 from .events import (
-    BrokersLearned,
     DecodeFailed,
     Event,
     FetchExchanged,
     ProduceExchanged,
     ResponseSeen,
-    SaslPassthroughStarted,
-    TopicIdsLearned,
 )
 from .framing import Segment, be_i32, frame_size
-from .inflight import SASL_ROUNDS, SASL_TOKEN, InFlight, Shared
-from .primitives import I16, read_fixed
+from .held import held
+from .inflight import SASL_TOKEN, InFlight, Shared
 from .rewrite import ResponseRewriter
 from .stream import Feeder, Twin, run_direct
 
@@ -262,8 +259,8 @@ class ResponseDecoder:
             return False
         head = in_flight[0]
         mode = self._mode_of(head, size)
-        held = mode is ResponseMode.HOLD and head.info is None and head.sasl_mechanism is None
-        if mode is not ResponseMode.PASS and mode is not ResponseMode.DEFER and not held:
+        rewritten_here = mode is ResponseMode.HOLD and head.info is None and head.sasl_mechanism is None
+        if mode is not ResponseMode.PASS and mode is not ResponseMode.DEFER and not rewritten_here:
             return False
         _check_correlation(be_i32(data, pos + 4), head)
         in_flight.popleft()
@@ -271,9 +268,10 @@ class ResponseDecoder:
         whole = pos == 0 and end == len(data)
         view = None if whole else memoryview(data)
         piece: Segment = data if view is None else view[pos:end]
-        if held:  # a rewriter wants it (the mode says so when nothing else holds a frame)
+        if rewritten_here:  # a rewriter wants it (the mode says so when nothing else holds a frame)
             events: list[Event] = []
-            rewritten = self._held(head, data if whole else data[pos:end], [piece], True, out, before, events)
+            frame = data if whole else data[pos:end]
+            rewritten = held(self.rewriter, self.shared, head, frame, [piece], True, out, before, events)
             events.append(_seen(head, size, t_ns, t_ns, rewritten=rewritten))
             self._after.extend(events)
             return True
@@ -378,7 +376,7 @@ class ResponseDecoder:
             rewrite = rewriter is not None and names_brokers and rewriter.wants(cur.api_key, cur.api_version)
             if rewrite or cur.sasl_mechanism is not None:
                 # held frames are small, or must be rewritten whole
-                rewritten = self._held(cur, b"".join(pieces), pieces, rewrite, out, before, events)
+                rewritten = held(rewriter, self.shared, cur, b"".join(pieces), pieces, rewrite, out, before, events)
             else:
                 out.extend(pieces)
         if feeder is not None:
@@ -394,46 +392,3 @@ class ResponseDecoder:
             out.extend(tail)
         events.append(_seen(cur, self._size, self._t_first, t_ns, rewritten=rewritten))
         self._after.extend(events)
-
-    def _held(self, cur: InFlight, frame: bytes, pieces: list[Segment], rewrite: bool, out: list[Segment],
-              before: list[Event], events: list[Event]) -> bool:
-        """A held response, whole in ``frame`` (its size prefix first; ``pieces``: as it came):
-        rewritten when ``rewrite`` (what it taught, in ``before``), read for the SASL mechanism's
-        outcome when it answers a SaslHandshake v0; its bytes to write in ``out``. True when
-        rewritten."""
-        body = memoryview(frame)[4:]
-        new = None
-        rewriter = self.rewriter
-        if rewriter is not None and rewrite:
-            try:
-                result = rewriter.rewrite(cur.api_key, cur.api_version, body)
-            except ProtocolError as exc:
-                events.append(DecodeFailed(api_key=cur.api_key, api_version=cur.api_version,
-                                           direction="response", reason=str(exc)))
-            else:
-                new = result.body
-                if result.learned:
-                    before.append(BrokersLearned(api_key=cur.api_key, brokers=tuple(result.learned)))
-                if result.topic_ids or result.leaders:
-                    before.append(TopicIdsLearned(topics=tuple(result.topic_ids), leaders=tuple(result.leaders)))
-        if cur.sasl_mechanism is not None:
-            self._after_sasl_handshake_v0(cur.sasl_mechanism, body, events)
-        if new is not None:
-            out.append(len(new).to_bytes(4, "big") + new)
-            return True
-        out.extend(pieces)
-        return False
-
-    def _after_sasl_handshake_v0(self, mechanism: str, body: memoryview, events: list[Event]) -> None:
-        try:
-            code, _ = read_fixed(I16, body, 4)
-        except DecodeError:
-            return
-        if code != 0:
-            return
-        rounds = SASL_ROUNDS.get(mechanism.upper())
-        if rounds is None:
-            self.shared.passthrough = True
-            events.append(SaslPassthroughStarted(mechanism=mechanism))
-        else:
-            self.shared.sasl_raw_rounds = rounds

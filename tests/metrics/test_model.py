@@ -8,20 +8,18 @@ import tracemalloc
 import pytest
 from fetchlat.metrics.broker_timing import CONSUMER_ANSWER_NS, CONSUMER_PARK_NS, FOLLOWER_PARK_NS
 from fetchlat.metrics.model import (
-    APPEND_HORIZON_NS,
     EXPIRED,
     IMMEDIATE,
     INFERRED,
-    MAX_APPENDS_PER_PARTITION,
     REPORTED,
     ROUND_TRIPS_KEPT,
     ROUND_TRIPS_TO_TRUST,
-    TRIM_EVERY,
     UNKNOWN,
     WOKEN,
     LatencyModel,
     estimate_wait,
 )
+from fetchlat.metrics.partitions import APPEND_HORIZON_NS, MAX_APPENDS_PER_PARTITION, TRIM_EVERY
 from fetchlat.metrics.vocabulary import Kind
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -246,7 +244,7 @@ def test_a_follower_is_woken_by_an_acks_all_produce_not_answered_yet() -> None:
     s, _ = m.on_fetch(fetch_ev(T0 + 30 * MS, T0 + 34 * MS, T0 + 34 * MS, offset=5, records=5, hw=5, replica=3))
     assert (s.outcome, s.basis, s.wait_ns) == (WOKEN, "append_end", 3 * MS - FOLLOWER_PARK_NS)
     m.on_produce(first)  # answered: no longer pending, and now a known append
-    assert m._part("t", 0).pending == [T0 + 40 * MS]
+    assert m.logs.get("t", 0).pending == [T0 + 40 * MS]
     # a produce sent after the follower's response began cannot have woken it
     late = produce_ev(T0 + 60 * MS, T0 + 90 * MS, base=15, n=5, acks=-1)
     m.on_produce(second)
@@ -302,8 +300,8 @@ def test_high_watermark_from_an_earlier_fetch_counts_as_knowledge() -> None:
 
 def test_read_committed_waits_on_the_stable_offset() -> None:
     m = LatencyModel(wall_minus_mono_ns=0)
-    m._part("t", 0).log_end = 10
-    m._part("t", 0).stable_end = 3
+    m.logs.get("t", 0).log_end = 10
+    m.logs.get("t", 0).stable_end = 3
     s, _ = m.on_fetch(fetch_ev(T0, T0 + 503 * MS, T0 + 503 * MS, offset=3, isolation=1))
     assert s.outcome == EXPIRED
 
@@ -371,7 +369,7 @@ SECOND = 1000 * MS
 
 
 def _held_appends(m: LatencyModel) -> int:
-    return len(m._part("t", 0).append_ends)
+    return len(m.logs.get("t", 0).append_ends)
 
 
 def test_appends_go_after_the_horizon_once_every_follower_holds_them() -> None:
@@ -527,7 +525,7 @@ def test_a_read_committed_fetch_woken_by_a_commit_marker_is_dated_by_the_answer(
     commit marker (a control batch): the marker woke the fetch, not the produce."""
     m = LatencyModel(wall_minus_mono_ns=0)
     m.on_produce(produce_ev(T0 - 5 * MS, T0 - 4 * MS, base=3, n=5))
-    m._part("t", 0).stable_end = 3
+    m.logs.get("t", 0).stable_end = 3
     ev = fetch_ev(T0, T0 + 200 * MS, T0 + 201 * MS, offset=3, records=5, hw=9, isolation=1)
     ev.response.partitions[0].batches.control_batches = 1
     s, _ = m.on_fetch(ev)
