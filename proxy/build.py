@@ -16,6 +16,8 @@ from .. import native
 from ..protocol import compiled
 from . import stamps
 
+HOT_PATHS = ("native", "compiled", "python")  # what hot_path() may say (fetchlat_build_info{hot_path})
+
 
 def hot_path() -> str:
     built = str(compiled.status()[0])
