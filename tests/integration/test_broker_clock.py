@@ -256,12 +256,14 @@ QUIET_BEYOND = ("a quiet broker's network thread takes 0.36-0.56 ms to read a re
 AWAY = ("; across the relay the broker's own time around its log (0.07-0.14 ms, measured at the relay) is "
         "in every fetch's")
 QUIET_KNOWN = [
-    KnownMiss("abs_err_p50_ms", "0.16-0.42 ms (2026-12-05), 0.36-1.6 ms over the runs of 2026-11-27/28",
+    KnownMiss("abs_err_p50_ms", 1.6, "0.16-0.42 ms (2026-12-05), 0.36-1.6 ms over the runs of 2026-11-27/28",
               EXPIRY_LATENESS),
-    KnownMiss("abs_err_p99_ms", "1.1-2.8 ms (2026-12-05), 2.4-11.7 ms beside a 3-broker soak", "the p99 of ~45 "
+    KnownMiss("abs_err_p99_ms", 11.7, "1.1-2.8 ms (2026-12-05), 2.4-11.7 ms beside a 3-broker soak", "the p99 of ~45 "
               "expired fetches is the single latest expiry, late by the broker's own load"),
-    KnownMiss("local_bias_ms:expired", "+0.37 / +0.49 ms beside the broker, +0.83 / +0.38 ms a capture (1 ms taken, "
-              "none learned), +0.43 / +0.32 ms across the relay with each fetch's network (2026-12-05)",
+    KnownMiss("local_bias_ms:expired", 0.99, "+0.37 / +0.49 ms beside the broker, +0.83 / +0.38 ms a capture (1 ms "
+              "taken, "
+              "none learned), +0.43 / +0.32 ms across the relay with each fetch's network (2026-12-05); 0.99 ms a "
+              "capture in a run of 2026-12-06",
               QUIET_BEYOND + AWAY),
 ]
 
@@ -283,41 +285,45 @@ def test_quiet_consumer_expired_fetches_against_remote_time(kafka_node: Setup) -
 
 
 BUSY_WOKEN_KNOWN = [
-    KnownMiss("abs_err_p50_ms", "0.14-0.17 ms beside the broker and a capture; 0.41-0.43 ms across the delay relay "
-              "(2026-12-05)", "across the relay (a Python process) a produce's trip and the fetch's carry its jitter"),
-    KnownMiss("abs_err_p99_ms", "1.2-4.1 ms (1.6-16.4 ms before the wait ended at the answer)", "the p99 of 40 "
+    KnownMiss("abs_err_p50_ms", 0.61, "0.14-0.17 ms beside the broker and a capture; 0.41-0.43 ms across the delay "
+              "relay "
+              "(2026-12-05); 0.60 ms across the relay in a run of 2026-12-06", "across the relay (a Python process) "
+              "a produce's trip and the fetch's carry its jitter"),
+    KnownMiss("abs_err_p99_ms", 16.4, "1.2-4.1 ms (1.6-16.4 ms before the wait ended at the answer)", "the p99 of 40 "
               "fetches is the worst one: one late wake-up of the broker or the relay, or a fetch queued behind the "
               "produce that fed it"),
-    KnownMiss("local_bias_ms:woken", "-0.16 to +0.14 ms in every placement over two runs alone (2026-12-05; +0.20 "
+    KnownMiss("local_bias_ms:woken", 0.59, "-0.16 to +0.14 ms in every placement over two runs alone (2026-12-05; "
+              "+0.20 "
               "to +0.39 ms beside the broker before); inside a whole make test +0.12 / +0.10 beside the broker, -0.09 "
               "/ +0.05 a capture, -0.59, -0.37 and -0.54 ms across the relay (a third: -0.03, -0.13, -0.06)",
               "away from the broker a woken fetch's wait ends at its answer less the shortest round trip learned: "
               "any delay of the answer's own trip beyond that is taken for waiting (the delay relay, idle between "
               "produces, held these fetches' legs 0.5-0.65 ms past its median inside a whole make test)"),
-    KnownMiss("matched_share", "100 % in the recorded runs", "a consumer's last fetch may die with it"),
-    KnownMiss("outcome_agree_share", "98.4-100 %", "a fetch whose data's produce reached the broker within "
+    KnownMiss("matched_share", 0.975, "100 % in the recorded runs; never missed in the recorded runs: the bound is "
+              "one fetch of 40", "a consumer's last fetch may die with it"),
+    KnownMiss("outcome_agree_share", 0.984, "98.4-100 %", "a fetch whose data's produce reached the broker within "
               "about a millisecond of it is immediate or woken as the broker's queues order the two"),
 ]
 BUSY_WOKEN_KNOWN += [
-    KnownMiss("local_bias_ms:expired", "-0.4 ms over 6 fetches", EXPIRY_LATENESS),
-    KnownMiss("local_bias_ms:immediate", "seldom any", "fetchlat's local includes the socket's time" + AWAY),
+    KnownMiss("local_bias_ms:expired", 0.4, "-0.4 ms over 6 fetches", EXPIRY_LATENESS),
 ]
 BUSY_IMMEDIATE_KNOWN = [
-    KnownMiss("local_bias_ms:immediate", "+0.01 to +0.05 ms beside the broker; across the relay +0.12 / +0.17 ms "
+    KnownMiss("local_bias_ms:immediate", 0.62, "+0.01 to +0.05 ms beside the broker; across the relay +0.12 / +0.17 ms "
               "with each fetch's network, +0.19 to +0.62 ms with the relay's median hold (2026-12-04)",
               "fetchlat's local includes the socket's time" + AWAY),
-    KnownMiss("local_bias_ms:expired", "-0.4 ms over 6 fetches", EXPIRY_LATENESS),
-    KnownMiss("matched_share", "100 % in the recorded runs", "a consumer's last fetch may die with it"),
+    KnownMiss("local_bias_ms:expired", 0.48, "-0.4 ms over 6 fetches; 0.47 ms in a run of 2026-12-06", EXPIRY_LATENESS),
+    KnownMiss("matched_share", 0.975, "100 % in the recorded runs; never missed in the recorded runs: the bound is "
+              "one fetch of 40", "a consumer's last fetch may die with it"),
 ]
 
 
 # an idle partition long-polled beside a consumer catching up on the same broker (2026-11-28, one run each)
 BUSY_EXPIRED_KNOWN = [
-    KnownMiss("abs_err_p50_ms", "0.26-0.37 ms (2026-12-05); 2.15 ms across the delay relay (2026-11-28)",
+    KnownMiss("abs_err_p50_ms", 2.15, "0.26-0.37 ms (2026-12-05); 2.15 ms across the delay relay (2026-11-28)",
               EXPIRY_LATENESS + AWAY),
-    KnownMiss("abs_err_p99_ms", "0.64-2.51 ms", "the p99 of ~25 expired fetches is the single latest expiry"),
-    KnownMiss("local_bias_ms:expired", "-0.24 / -0.30 ms beside the broker, -0.38 / -0.31 ms a capture, -0.18 / "
-              "-0.26 ms across the relay with each fetch's network (2026-12-05)",
+    KnownMiss("abs_err_p99_ms", 2.51, "0.64-2.51 ms", "the p99 of ~25 expired fetches is the single latest expiry"),
+    KnownMiss("local_bias_ms:expired", 0.4, "-0.24 / -0.30 ms beside the broker, -0.38 / -0.31 ms a capture, -0.18 / "
+              "-0.26 ms across the relay with each fetch's network (2026-12-05); 0.39 ms in a run of 2026-12-06",
               "a busy broker's expiries run 0.26-0.36 ms less late than the overshoot learned while it was quiet "
               "(fetchlat verify --parts: the error); " + EXPIRY_LATENESS + AWAY),
 ]
@@ -402,11 +408,15 @@ def test_cluster_follower_fetches_cross_the_sidecars_and_join_the_leaders_logs(t
                 for s in fam.samples:
                     if s.name == "fetchlat_fetch_sessions_total":
                         sessions[s.labels["event"]] = sessions.get(s.labels["event"], 0.0) + s.value
+        stopping_ns = time.time_ns()  # the cluster stops from here: a fetch answered after has no line to match
     # the followers' replication fetches are incremental (KIP-227): every one on a session the
     # sidecar mirrored from its start, at the epoch due
     _record("cluster_follower_sessions", sessions)
     assert sessions["incremental"] >= 300 and sessions["unknown"] == 0 and sessions["out_of_step"] == 0, sessions
-    rows = [r for r in rl.trace_rows(traces) if r["kind"] == "follower"]
+    # the fetches answered while the cluster ran (a follower's fetch in flight as its leader stops
+    # is answered, if at all, by a broker that no longer logs it)
+    rows = [r for r in rl.trace_rows(traces)
+            if r["kind"] == "follower" and r["ts_ns"] + (r["total_ns"] or 0) < stopping_ns]
     pairs_seen = {(r["broker"], r["replica_id"]) for r in rows}
     assert pairs_seen == {(str(leader), f) for leader in range(3) for f in range(3) if f != leader}, pairs_seen
     requests = [r for n in c.nodes
@@ -448,20 +458,21 @@ QUEUED_NOT_PARKED = ("the follower fetches the broker answers at once were queue
                      "them; the sidecar sees the same as a park until the append ended")
 # figures: six runs with the park (2026-12-05), then earlier ones
 FOLLOWERS_KNOWN = [
-    KnownMiss("outcome_agree_share", "99.3-99.8 % (98.8-99.9 % before the park); 96.1 % beside a soak's warm-up "
+    KnownMiss("outcome_agree_share", 0.961, "99.3-99.8 % (98.8-99.9 % before the park); 96.1 % beside a soak's warm-up "
               "(2026-11-28)", APPEND_UNSEEN + "; " + QUEUED_NOT_PARKED),
-    KnownMiss("abs_err_p50_ms", "0.63-0.87 ms (0.91-1.21 ms before the park); 8.9 ms beside a soak's warm-up",
+    KnownMiss("abs_err_p50_ms", 8.9, "0.63-0.87 ms (0.91-1.21 ms before the park); 8.9 ms beside a soak's warm-up",
               APPEND_UNSEEN),
-    KnownMiss("abs_err_p99_ms", "7.3-19.5 ms; 13-249 ms before", APPEND_UNSEEN + "; a leader's appends queue behind "
+    KnownMiss("abs_err_p99_ms", 47.3, "7.3-19.5 ms; 13-249 ms before; 47.3 ms in a run of "
+              "2026-12-06", APPEND_UNSEEN + "; a leader's appends queue behind "
               "each other (with the broker's own times before parking and after waking taken as known, still "
               "3.7-8.7 ms: fetchlat verify --parts)"),
-    KnownMiss("local_bias_ms:woken", "-0.12 to +0.37 ms (-0.82 to -1.09 ms before the park); -0.18, +0.54 and -1.26 ms "
+    KnownMiss("local_bias_ms:woken", 6.5, "-0.12 to +0.37 ms (-0.82 to -1.09 ms before the park); -0.18, +0.54 and "
+              "-1.26 ms "
               "inside three whole make tests; -6.5 ms beside a soak's warm-up", APPEND_UNSEEN),
-    KnownMiss("local_bias_ms:immediate",
+    KnownMiss("local_bias_ms:immediate", 31.6,
               "-2.1 to -13.3 ms over 2-8 fetches; -7.9 ms over 12 quiet, -31.6 ms over 33 beside a soak's warm-up",
               QUEUED_NOT_PARKED),
-    KnownMiss("local_bias_ms:expired", "+0.11 to +0.50 ms; -0.99 ms beside a soak's warm-up",
+    KnownMiss("local_bias_ms:expired", 0.99, "+0.11 to +0.50 ms; -0.99 ms beside a soak's warm-up",
               "the leader's expiry lateness, learned by each sidecar from its own probes"),
-    KnownMiss("matched_share", "98.9-99.5 %", "a follower's fetch in flight when the cluster stops"),
 ]
 
