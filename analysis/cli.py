@@ -11,7 +11,7 @@ import re
 import signal
 import sys
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 from rich.console import Console
 from rich.table import Table
@@ -37,6 +37,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--runs", type=int, help="with --every: stop after this many runs (default: until interrupted)")
 
 
+def usage_error(message: str) -> NoReturn:
+    """A bad argument: said on stderr, exit status 2 (as argparse's own usage errors)."""
+    print(f"fetchlat analyze: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def parse_time_ns(text: str | None, what: str) -> int | None:
     import datetime as dt
 
@@ -49,8 +55,7 @@ def parse_time_ns(text: str | None, what: str) -> int | None:
     try:
         t = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise SystemExit(f"fetchlat analyze: {what} '{text}' is neither ISO 8601 (2026-11-22T05:00:00Z) "
-                         "nor epoch seconds") from None
+        usage_error(f"{what} '{text}' is neither ISO 8601 (2026-11-22T05:00:00Z) nor epoch seconds")
     if t.tzinfo is None:
         t = t.replace(tzinfo=dt.UTC)
     return int(t.timestamp() * 1e9)
@@ -59,7 +64,7 @@ def parse_time_ns(text: str | None, what: str) -> int | None:
 def parse_duration_ms(text: str) -> float:
     m = re.fullmatch(r"\s*([0-9.]+)\s*(ms|s|m|h)?\s*", text)
     if not m:
-        raise SystemExit(f"fetchlat analyze: duration '{text}' should look like 500ms, 5s, 1m or 1h")
+        usage_error(f"duration '{text}' should look like 500ms, 5s, 1m or 1h")
     return float(m.group(1)) * {"ms": 1.0, "s": 1000.0, "m": 60000.0, "h": 3_600_000.0, None: 1000.0}[m.group(2)]
 
 

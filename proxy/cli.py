@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
+import json
 import logging
 import signal
 import sys
@@ -21,8 +23,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         if st.kind == "switch":
             p.add_argument(st.option, dest=st.key, action="store_const", const=True, help=st.help + env)
         else:
-            p.add_argument(st.option, dest=st.key, type=int if st.kind == "int" else str, help=st.help + env)
+            metavar = "{" + ",".join(v.lower() for v in st.choices) + "}" if st.choices else None
+            p.add_argument(st.option, dest=st.key, type=int if st.kind == "int" else str, metavar=metavar,
+                           help=st.help + env)
     p.add_argument("--config", help="YAML file with the same settings, plus per-node 'nodes:' overrides")
+    p.add_argument("--check-config", dest="check_config", action="store_true",
+                   help="check the settings (flags, environment, --config, TLS files) and print the effective "
+                        "ones, without starting; exit status 2 if one is wrong")
 
 
 PROXY_KEYS = (*(st.key for st in FLAGS), "config")
@@ -33,12 +40,35 @@ def config_from_args(args: argparse.Namespace, env: dict[str, str] | None = None
     return load_config({k: getattr(args, k) for k in PROXY_KEYS}, env=env)
 
 
+def check_config(cfg: Config) -> int:
+    """``--check-config``: the TLS files read as the proxy would, then every effective setting,
+    one ``key: value`` a line (YAML), on stdout."""
+    from .tls import client_context, server_context
+
+    try:
+        server_context(cfg)
+        client_context(cfg)
+    except ConfigError as exc:
+        print(f"fetchlat proxy: {exc}", file=sys.stderr)
+        return 2
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if isinstance(value, tuple) and value and isinstance(value[0], tuple):  # host:port lists
+            value = [format_hostport(v) for v in value]
+        elif isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], int) and f.name.endswith("listen"):
+            value = format_hostport(value)
+        print(f"{f.name}: {json.dumps(value, default=str)}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         cfg = config_from_args(args)
     except ConfigError as exc:
         print(f"fetchlat proxy: {exc}", file=sys.stderr)
         return 2
+    if args.check_config:
+        return check_config(cfg)
     logging.basicConfig(level=cfg.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     import uvloop
 

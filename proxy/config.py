@@ -16,6 +16,8 @@ from ..metrics.model import DEFAULT_EXPIRY_OVERSHOOT_NS
 from ..protocol.framing import DEFAULT_MAX_FRAME_BYTES
 
 RELAY_CHOICES = ("auto", "native", "off")
+STAMP_CHOICES = ("kernel", "clock")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 DEFAULT_RELAY = "auto"  # who carries a sidecar's connections after their first answer (proxy/relayed.py):
 # the native core where it is built, since the seventeenth soak held the relay road's memory flat
 # (docs/reliability.md) and it costs less than the event loop's road (docs/performance.md)
@@ -147,6 +149,7 @@ class Setting:
     kind: str = "str"  # the flag's type: str, int, or switch (no value)
     env: bool = False
     reloadable: bool = False
+    choices: tuple[str, ...] = ()  # its values, where it has a fixed set (--help lists them)
 
     @property
     def option(self) -> str:
@@ -170,7 +173,8 @@ SETTINGS: tuple[Setting, ...] = (
             flag=True, env=True),
     Setting("max_frame_bytes", f"largest Kafka frame accepted (default {DEFAULT_MAX_FRAME_BYTES})", flag=True,
             kind="int", env=True),
-    Setting("log_level", "DEBUG, INFO (default), WARNING or ERROR", flag=True, env=True, reloadable=True),
+    Setting("log_level", "DEBUG, INFO (default), WARNING or ERROR", flag=True, env=True, reloadable=True,
+            choices=LOG_LEVELS),
     Setting("wait_time_tag", "top-level Fetch response tag number a broker uses to report WaitTimeMs (KIP-736)",
             flag=True, kind="int", env=True),
     Setting("expiry_overshoot_ms", "how long past max wait the broker's purgatory timer releases an expired fetch; "
@@ -192,11 +196,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("upstream_server_hostname", "name to verify brokers' certificates against instead of their host"),
     Setting("stamps", "where a response's receive time comes from: kernel (each packet's arrival, Linux "
                       "SO_TIMESTAMPNS; the default, clock where it is not possible) or clock (read when the event "
-                      "loop gets to it)", flag=True, env=True),
+                      "loop gets to it)", flag=True, env=True, choices=STAMP_CHOICES),
     Setting("relay", "who carries a sidecar's plaintext connections after their first answer: auto (the native "
                      "core's own thread where it is built, with Python off the per-read road; docs/proxy.md), "
                      "native (the same, with a warning where it cannot), off (the event loop all the way); "
-                     f"default {DEFAULT_RELAY}", flag=True, env=True),
+                     f"default {DEFAULT_RELAY}", flag=True, env=True, choices=RELAY_CHOICES),
     Setting("proxy_id", "names this proxy in traces (default host:listen_port)"),
     Setting("nodes", "per-node overrides: {id: {listen: HOST:PORT, advertise: HOST:PORT, remote: bool}}"),
     Setting("connect_timeout_s", "how long one connection attempt to a broker may take (default 10)"),
@@ -283,8 +287,8 @@ def _relay(raw: Any) -> str:
 
 def _stamps(raw: Any) -> str:
     value = str(raw).strip().lower()
-    if value not in ("kernel", "clock"):
-        raise ConfigError(f"stamps: '{raw}' is not one of kernel, clock")
+    if value not in STAMP_CHOICES:
+        raise ConfigError(f"stamps: '{raw}' is not one of {', '.join(STAMP_CHOICES)}")
     return value
 
 
@@ -373,8 +377,8 @@ def load_config(cli: dict[str, Any], env: dict[str, str] | None = None) -> Confi
     if not adv:
         adv = listen[0] if listen[0] not in ("0.0.0.0", "::", "") else socket.getfqdn()
     level = str(merged.get("log_level", "INFO")).upper()
-    if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
-        raise ConfigError(f"log_level: '{level}' is not one of DEBUG, INFO, WARNING, ERROR")
+    if level not in LOG_LEVELS:
+        raise ConfigError(f"log_level: '{level}' is not one of {', '.join(LOG_LEVELS)}")
     cfg = Config(
         upstreams=upstreams,
         listen=listen,
