@@ -10,11 +10,17 @@ HOT_SOURCES := setup.py $(wildcard protocol/*.py metrics/*.py proxy/*.py native/
 	native/build.rs native/Cargo.toml protocol/specs/FetchResponse.json protocol/specs/ProduceRequest.json
 # rustup's cargo, for a shell that never sourced ~/.cargo/env (the native core's build)
 export PATH := $(HOME)/.cargo/bin:$(PATH)
-DEB_PACKAGES := kcat haproxy prometheus chromium tcpdump tshark
+# python3-venv: stock Debian's python3 makes no venv without it; python3-dev: without the headers
+# the hot path is not compiled (it runs as Python, and says so)
+DEB_PACKAGES := kcat haproxy prometheus chromium tcpdump tshark python3-venv python3-dev
 # Commands the build and the tests run, each with the Debian package that brings it when it is
 # missing: Java 17 with its compiler (Spark, Apache Kafka, the Java client's scenarios run as
-# source files), Maven (Kafka's jars), Node.js and npm (the KafkaJS tests), cargo (the native core)
-TOOLS := javac:openjdk-17-jdk-headless mvn:maven node:nodejs npm:npm cargo:cargo
+# source files), Maven (Kafka's jars), Node.js and npm (the KafkaJS tests)
+TOOLS := javac:openjdk-17-jdk-headless mvn:maven node:nodejs npm:npm
+# The native core's Rust: a cargo at least as new as native/Cargo.toml's rust-version, else
+# Debian's newer toolchain where the release has one (bookworm: rustc-web and cargo-web, whose
+# cargo is new enough where the plain cargo package is not), else Debian's cargo. Without a new
+# enough one the install builds the compiled road and says why (setup.py).
 
 .PHONY: debs cargo-test test test-long test-pure demo lint typecheck unit integration deps clean bench-observe bench-analyze load soak fuzz bench-proxy \
 	bench-memory bench-instr bench-codec bench-walk bench-spike bench-gil profile-proxy bench-core bench-rate bench-accuracy profile-api bench-pcap bench-scale bench-prune bench-incremental
@@ -51,6 +57,17 @@ $(NODE_CLIENTS): tests/integration/clients/package.json tests/integration/client
 debs:
 	@missing=""; for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	for t in $(TOOLS); do command -v $${t%%:*} >/dev/null 2>&1 || missing="$$missing $${t#*:}"; done; \
+	need=""; while read -r key eq value; do [ "$$key" = rust-version ] && need=$${value#\"} && need=$${need%\"}; \
+	done < native/Cargo.toml; \
+	set -- $$(cargo --version 2>/dev/null); have=$${2:-}; \
+	if [ -z "$$have" ] || ! dpkg --compare-versions "$$have" ge "$$need" 2>/dev/null; then \
+	  if apt-cache show cargo-web >/dev/null 2>&1; then missing="$$missing rustc-web cargo-web"; \
+	  else missing="$$missing cargo"; fi; \
+	fi; \
+	if [ -n "$$missing" ] && [ "$$(id -u 2>/dev/null || echo 0)" != 0 ]; then \
+	  echo "make needs root to install these Debian packages:$$missing"; \
+	  echo "run it as root (sudo make ...), or install them and run make again"; exit 1; \
+	fi; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \

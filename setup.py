@@ -51,8 +51,9 @@ def _load(name: str, path: Path):  # type: ignore[no-untyped-def]
 
 # the list of hot modules, where their sources are, the pure switch and the manifest's digest
 compiled = _load("fetchlat_build_compiled", HERE / "protocol" / "compiled.py")
-# the native core's door: the switches that keep it off
+# the native core's door: the switches that keep it off; and what its build needs of the machine
 native = _load("fetchlat_build_native", HERE / "native" / "__init__.py")
+toolchain = _load("fetchlat_build_toolchain", HERE / "native" / "toolchain.py")
 
 
 def why_not_compiled() -> str | None:
@@ -102,23 +103,13 @@ def extensions() -> list:
     return exts
 
 
-def cargo() -> str | None:
-    """cargo on PATH, or where rustup puts it (a shell that never sourced ~/.cargo/env)."""
-    found = shutil.which("cargo")
-    if found is None:
-        home = Path.home() / ".cargo" / "bin" / "cargo"
-        if home.exists():
-            os.environ["PATH"] = f"{home.parent}{os.pathsep}{os.environ.get('PATH', '')}"
-            found = str(home)
-    return found
-
-
 def why_not_native() -> str | None:
     off = native.off_by_env()
     if off is not None:
         return off
-    if cargo() is None:
-        return "no cargo (Rust) on PATH or in ~/.cargo/bin"
+    why = toolchain.why_no_toolchain()
+    if why is not None:
+        return why
     try:
         import setuptools_rust  # noqa: F401
     except ImportError:
@@ -133,8 +124,10 @@ def rust_extensions() -> list:
         return []
     from setuptools_rust import Binding, RustExtension
 
+    # optional: a build that fails anyway (a linker, a registry out of reach) leaves the compiled
+    # road, said in the build's log, not a failed install
     return [RustExtension("fetchlat.native._core", path="native/Cargo.toml", binding=Binding.PyO3,
-                          debug=False)]
+                          debug=False, optional=True)]
 
 
 class BuildExt(build_ext):

@@ -65,3 +65,58 @@ def test_nothing_is_asked_for_where_the_tools_are_found(tmp_path: Path) -> None:
         (bin_dir / name).symlink_to(where)
     assert _make("debs", str(bin_dir)).returncode == 0
     assert not asked.exists()
+
+
+def _rust_machine(tmp: Path, cargo_version: str | None, cargo_web: bool, uid: int = 0) -> tuple[dict[str, str], Path]:
+    """A machine whose packages are all in but Rust's: ``cargo --version`` says ``cargo_version``
+    (None: no cargo), ``apt-cache`` knows ``cargo-web`` or not, ``id -u`` says ``uid``; no rustup
+    (HOME is empty). The environment for ``make`` and the apt-get log."""
+    bin_dir, asked = tmp / "bin", tmp / "apt-get.log"
+    bin_dir.mkdir()
+    dpkg = shutil.which("dpkg")
+    assert dpkg is not None
+    stubs = {
+        "apt-get": f'#!/bin/sh\necho "$@" >> {asked}\n',
+        "dpkg": f'#!/bin/sh\n[ "$1" = --compare-versions ] && exec {dpkg} "$@"\nexit 0\n',
+        "apt-cache": f"#!/bin/sh\nexit {0 if cargo_web else 100}\n",
+        "id": f"#!/bin/sh\necho {uid}\n",
+    }
+    if cargo_version is not None:
+        stubs["cargo"] = f'#!/bin/sh\necho "cargo {cargo_version} (deadbeef 2023-01-01)"\n'
+    for tool in ("javac", "mvn", "node", "npm"):
+        stubs[tool] = "#!/bin/sh\nexit 0\n"
+    for name, text in stubs.items():
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    home = tmp / "home"
+    home.mkdir()
+    return {**os.environ, "PATH": str(bin_dir), "HOME": str(home)}, asked
+
+
+def _debs(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    assert MAKE is not None
+    return subprocess.run([MAKE, "-s", "-C", str(ROOT), "debs"], env=env, capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize(("cargo_version", "cargo_web", "wanted"), [
+    ("1.65.0", True, ["rustc-web", "cargo-web"]),  # bookworm's cargo: too old, its cargo-web is not
+    (None, True, ["rustc-web", "cargo-web"]),
+    (None, False, ["cargo"]),  # a release whose own cargo is the one to have
+    ("1.95.0", True, None),  # new enough: nothing asked for
+])
+def test_a_rust_new_enough_for_the_core_is_asked_for(tmp_path: Path, cargo_version: str | None, cargo_web: bool,
+                                                    wanted: list[str] | None) -> None:
+    env, asked = _rust_machine(tmp_path, cargo_version, cargo_web)
+    r = _debs(env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    if wanted is None:
+        assert not asked.exists()
+    else:
+        assert asked.read_text().splitlines()[1].split()[3:] == wanted
+
+
+def test_it_says_plainly_when_it_needs_root(tmp_path: Path) -> None:
+    env, asked = _rust_machine(tmp_path, "1.65.0", True, uid=1000)
+    r = _debs(env)
+    assert r.returncode != 0 and not asked.exists()
+    assert "needs root" in r.stdout and "rustc-web cargo-web" in r.stdout
