@@ -22,7 +22,7 @@ TOOLS := javac:openjdk-17-jdk-headless mvn:maven node:nodejs npm:npm
 # cargo is new enough where the plain cargo package is not), else Debian's cargo. Without a new
 # enough one the install builds the compiled road and says why (setup.py).
 
-.PHONY: debs cargo-test test test-long test-pure demo lint typecheck unit integration deps clean bench-observe bench-analyze load soak fuzz bench-proxy \
+.PHONY: debs cargo-test image test test-long test-pure demo lint typecheck unit integration deps clean bench-observe bench-analyze load soak fuzz bench-proxy \
 	bench-memory bench-instr bench-codec bench-walk bench-spike bench-gil profile-proxy bench-core bench-rate bench-accuracy profile-api bench-pcap bench-scale bench-prune bench-incremental
 
 $(BIN)/python:
@@ -72,6 +72,32 @@ debs:
 	  echo "installing Debian packages:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
+
+# The sidecar image (deploy/docker/Dockerfile), the fast road in it: Docker and mmdebstrap from
+# Debian's packages and the daemon started where none runs (root); the Dockerfile's Debian base
+# pulled, or made from Debian's packages where no registry gives it (mmdebstrap, tagged as the
+# base); the host's extra certificate authorities (an intercepting proxy's) in build/image-ca/,
+# which only the build stage copies. `make image IMAGE=name:tag`.
+IMAGE ?= fetchlat:dev
+IMAGE_BASE = $(shell sed -n 's/^ARG BASE=//p' deploy/docker/Dockerfile)
+image:
+	@if ! command -v dockerd >/dev/null 2>&1 || ! command -v mmdebstrap >/dev/null 2>&1; then \
+	  if [ "$$(id -u 2>/dev/null || echo 0)" != 0 ]; then echo "make image needs root to install docker.io and mmdebstrap"; exit 1; fi; \
+	  echo "installing Debian packages: docker.io mmdebstrap"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io mmdebstrap >/dev/null; \
+	fi
+	@if ! docker info >/dev/null 2>&1; then \
+	  echo "starting dockerd (its log: build/dockerd.log)"; mkdir -p build; \
+	  (setsid dockerd >build/dockerd.log 2>&1 &); \
+	  for i in $$(seq 60); do docker info >/dev/null 2>&1 && break; sleep 1; done; \
+	  docker info >/dev/null 2>&1 || { tail -20 build/dockerd.log; exit 1; }; \
+	fi
+	@docker image inspect $(IMAGE_BASE) >/dev/null 2>&1 || timeout 60 docker pull -q $(IMAGE_BASE) >/dev/null 2>&1 || { \
+	  echo "no registry gives $(IMAGE_BASE): making it from Debian's packages (mmdebstrap bookworm)"; \
+	  mmdebstrap --quiet --variant=minbase bookworm - | docker import - $(IMAGE_BASE); }
+	@rm -rf build/image-ca && mkdir -p build/image-ca && \
+	  for c in /usr/local/share/ca-certificates/*.crt; do if [ -e "$$c" ]; then cp "$$c" build/image-ca/; fi; done
+	docker build -f deploy/docker/Dockerfile --build-arg BASE=$(IMAGE_BASE) -t $(IMAGE) .
 
 deps: debs $(COMPILED) $(KAFKA_JARS) $(NODE_CLIENTS)
 	@for t in $(TOOLS); do printf '%s: %s\n' $${t%%:*} "$$(command -v $${t%%:*})"; done

@@ -47,6 +47,7 @@ def test_an_old_cargo_or_none_is_said_and_not_used(tmp_path: Path, monkeypatch: 
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="no git")
+@pytest.mark.skipif(bool(os.environ.get("FETCHLAT_PURE_PYTHON")), reason="built once, in the compiled run")
 def test_pip_wheel_builds_in_isolation_with_an_old_cargo_first_on_path(tmp_path: Path) -> None:
     """A clean clone, pip's isolated build (its own mypy, setuptools-rust and prometheus-client
     from PyPI), Debian 12's cargo 1.65 first on PATH: the wheel holds the compiled hot path and

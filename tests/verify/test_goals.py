@@ -29,7 +29,8 @@ def test_a_goal_missed_and_not_known_fails():
 
 def test_a_known_miss_is_an_expected_failure_with_its_figure_and_reason():
     with pytest.raises(pytest.xfail.Exception, match=r"bias of true local for woken fetches -2.05 ms.*dated by"):
-        hold("t", figures(woken_bias=-2.05), [KnownMiss("local_bias_ms:woken", 2.05, "-2.05 ms", "dated by the answer")])
+        hold("t", figures(woken_bias=-2.05),
+             [KnownMiss("local_bias_ms:woken", 2.05, "-2.05 ms", "dated by the answer")])
 
 
 def test_a_known_miss_that_holds_says_so():
