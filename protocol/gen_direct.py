@@ -51,7 +51,7 @@ IMPORTS = {
         "from .errors import DecodeError\n"
         "from .primitives import I8, I16, I32, I64, NATIVE\n"
         "from .stream import (\n"
-        "    BATCH_HEADER_BYTES,\n    CONTROL_BATCH,\n    MAX_ARRAY,\n    NO_TAGS,\n"
+        "    BATCH_HEADER_BYTES,\n    CONTROL_BATCH,\n    MAX_ARRAY,\n    MAX_TAGS,\n    NO_TAGS,\n"
         "    TIMESTAMP_TYPE_LOG_APPEND,\n    WALK,\n"
         "    WALK_WHOLE,\n    BatchStats,\n    Reader,\n    batch_header,\n    need_now,\n    text_of,\n    uuid_of,\n"
         "    uvarint_here,\n    walk_native,\n    walk_whole_native,\n)\n"

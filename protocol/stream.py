@@ -33,6 +33,10 @@ BATCH_HEADER_BYTES: Final = 61
 TIMESTAMP_TYPE_LOG_APPEND: Final = 0x08
 CONTROL_BATCH: Final = 0x20
 MAX_ARRAY: Final = 1 << 24  # a sanity bound: arrays longer than this are corrupt
+# A tag buffer holds a struct's tagged fields, a handful in any real message: one that claims more
+# than this is not read (a hostile count, or millions of legal two-byte tags, would otherwise hold
+# the event loop for a second per MiB, tag by tag); its message is reported as not decoded
+MAX_TAGS: Final = 1 << 12
 _CORE = native.core()
 # The native core's walk of a records blob whole in the buffer (``native/src/lib.rs``), or None:
 # ``walk`` below, the same rules in Python (tests/protocol/test_batches_native.py holds the two
@@ -257,6 +261,8 @@ def tags(r: Reader, wanted: dict[int, str] | None = None) -> Parser[dict[str, tu
         count = yield from uvarint(r)
     if count == 0:  # the common case: an empty tag buffer (a dozen in a Fetch: no dict made for each)
         return NO_TAGS
+    if count > MAX_TAGS:
+        raise DecodeError(f"a tag buffer of {count} tags is beyond any real message (at most {MAX_TAGS} are read)")
     found: dict[str, tuple[int, bytes]] = {}
     for _ in range(count):
         tag = yield from uvarint(r)

@@ -20,6 +20,7 @@ from .stream import (
     BATCH_HEADER_BYTES,
     CONTROL_BATCH,
     MAX_ARRAY,
+    MAX_TAGS,
     NO_TAGS,
     TIMESTAMP_TYPE_LOG_APPEND,
     WALK,
@@ -139,6 +140,8 @@ def tags_now(r: Reader, wanted: dict[int, str] | None = None) -> dict[str, tuple
         count = uvarint_now(r)
     if count == 0:  # the common case: an empty tag buffer (a dozen in a Fetch: no dict made for each)
         return NO_TAGS
+    if count > MAX_TAGS:
+        raise DecodeError(f"a tag buffer of {count} tags is beyond any real message (at most {MAX_TAGS} are read)")
     found: dict[str, tuple[int, bytes]] = {}
     for _ in range(count):
         tag = uvarint_now(r)
