@@ -12,6 +12,7 @@ READ_BYTES: int
 STAMP_OFFSET: tuple[int, int, int]  # OFFSET_REFRESH_NS, OFFSET_TRIES, TIGHT_NS (proxy/clock.py's)
 DIGEST_STATS_WIDTH: int
 DIGEST_MAX_ARRAY: int
+DIGEST_MAX_TAGS: int
 STAMP_CONTROL: tuple[int, int]  # SO_TIMESTAMPNS, the control message room
 WIRE_KINDS: tuple[int, int]  # a record's kinds: a request, an answer
 WIRE_PEEK_BYTES: int

@@ -1,4 +1,4 @@
-"""One connection read by the native core first (``native/src/wire.rs``, ``Wire``), with only the
+"""One connection read by the native core first (``native/src/wire/``, ``Wire``), with only the
 frames the Python road must parse routed to it: ``KafkaConnection``'s face, the next step of the
 native road (``docs/architecture.md``, "The native core").
 

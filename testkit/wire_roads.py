@@ -1,6 +1,6 @@
 """One connection's byte streams through the two roads that frame them: the Python road
 (``protocol/connection.py``'s ``KafkaConnection``: requests seen, responses matched) and the native
-core's ``Wire`` (``native/src/wire.rs``: the same as records). What the differential test
+core's ``Wire`` (``native/src/wire/``: the same as records). What the differential test
 (``tests/protocol/test_wire_native.py``) and the fuzz harness (``tests/fuzz/harness.py``) compare.
 
 The routed road (``protocol/routed.py``) is held to the Python road whole: the same bytes forwarded

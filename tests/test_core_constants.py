@@ -27,6 +27,7 @@ MIRRORED: dict[str, Callable[[], Any]] = {
     "STAMP_OFFSET": lambda: (clock.OFFSET_REFRESH_NS, clock.OFFSET_TRIES, clock.TIGHT_NS),
     "DIGEST_STATS_WIDTH": lambda: digested.STATS.size // 8,
     "DIGEST_MAX_ARRAY": lambda: stream.MAX_ARRAY,
+    "DIGEST_MAX_TAGS": lambda: stream.MAX_TAGS,
     "BATCH_HEADER_BYTES": lambda: stream.BATCH_HEADER_BYTES,
     "BATCH_ATTRIBUTES": lambda: (stream.TIMESTAMP_TYPE_LOG_APPEND, stream.CONTROL_BATCH),
     "RELAY_KINDS": lambda: relayed.KINDS,

@@ -175,6 +175,9 @@ enum TagRead {
 
 /// A tag buffer's least size an element: a tag and a size of one byte each.
 const TAG_MIN: usize = 2;
+/// `stream.MAX_TAGS`: a tag buffer that claims more tags than this is beyond any real message
+/// (a struct's tagged fields are a handful); its body is not followed.
+pub const MAX_TAGS: u64 = 1 << 12;
 /// The most a digest's skeleton may hold (the body less its records): an answer's fields and
 /// tags for some hundred thousand partitions. A body whose skeleton would be bigger is not
 /// followed (`finish` is None): the Python road reports it as not decoded, and the core keeps
@@ -394,7 +397,7 @@ impl Digester {
     fn tag_step(&mut self, c: &mut Cursor) -> Got<bool> {
         let Some(left) = self.tags_left else {
             let n = c.uvarint()?;
-            if (n as u128) * (TAG_MIN as u128) > c.left() as u128 {
+            if n > MAX_TAGS || (n as u128) * (TAG_MIN as u128) > c.left() as u128 {
                 return Err(Stop::Bad);
             }
             self.tags_left = (n > 0).then_some(n);

@@ -9,7 +9,7 @@
 //!   that pair's `Wire`, digests the Fetch answers and Produce requests as they come
 //!   (`digest.rs`), and queues what Python must see, which Python takes in batches.
 //!
-//! - `Wire` (`wire.rs`): one connection's framing, request headers and correlation, both ways,
+//! - `Wire` (`wire/`): one connection's framing, request headers and correlation, both ways,
 //!   each exchange a fixed-width record: the Python road's rules, held to it by
 //!   `tests/protocol/test_wire_native.py` and the fuzz target.
 //!
@@ -70,6 +70,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("RELAY_PRESENT", (relay::HAS_DATA, relay::HAS_RECORDS, relay::HAS_HANDED, relay::HAS_DIGEST, relay::HAS_REASON))?;
     m.add("DIGEST_STATS_WIDTH", digest::STATS_WIDTH)?;
     m.add("DIGEST_MAX_ARRAY", digest::MAX_ARRAY)?;
+    m.add("DIGEST_MAX_TAGS", digest::MAX_TAGS)?;
     m.add_function(wrap_pyfunction!(digest::digest_fetch, m)?)?;
     m.add("WIRE_RECORD_WIDTH", wire::RECORD_WIDTH)?;
     m.add("WIRE_FLAGS", (wire::EXPECTS_RESPONSE, wire::OBSERVED, wire::HEADER_UNREADABLE, wire::SASL_V0,

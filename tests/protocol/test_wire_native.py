@@ -1,4 +1,4 @@
-"""The native core's framing, headers and correlation (``native/src/wire.rs``: ``Wire``) against
+"""The native core's framing, headers and correlation (``native/src/wire/``: ``Wire``) against
 the Python road's (``protocol/requests.py``, ``protocol/responses.py``): the same requests seen
 and the same responses matched, with the same client ids, sizes and stamps, for the same bytes
 whatever the bytes, and the same framing errors in the same words.

@@ -343,7 +343,7 @@ fn a_count_that_cannot_fit_ends_the_digest_at_once() {
 #[test]
 fn the_cost_is_linear_however_the_body_is_cut() {
     let mut bodies: Vec<(&str, i16, Vec<u8>)> = Vec::new();
-    let many: Vec<usize> = vec![0; 1 << 19]; // within SKELETON_MAX
+    let many: Vec<usize> = vec![100; MAX_TAGS as usize]; // the most tags a buffer may hold, 100 bytes each
     bodies.push(("header tags", 12, fetch(12, &many, &[], &[]).0));
     let (b, _) = fetch(12, &[], &[vec![Partition { aborted: 1 << 16, records: Vec::new(), tags: many.clone() }]], &[]);
     bodies.push(("aborted transactions and partition tags", 12, b));
@@ -421,3 +421,16 @@ proptest! {
     }
 }
 
+/// A tag buffer of more tags than `MAX_TAGS` ends the digest at its count, whether they are all
+/// there or not, as `stream.MAX_TAGS` ends the Python road's parse; up to it, it is followed.
+#[test]
+fn a_tag_buffer_past_the_bound_is_not_followed() {
+    let at_bound = fetch(12, &vec![0; MAX_TAGS as usize], &[], &[]).0;
+    assert!(digest_in(12, false, &at_bound, at_bound.len()).0.is_some());
+    let past = fetch(12, &vec![0; MAX_TAGS as usize + 1], &[], &[]).0;
+    for step in [1, 64 << 10, past.len()] {
+        let (d, examined) = digest_in(12, false, &past, step);
+        assert!(d.is_none(), "{step}-byte reads");
+        assert!(examined < 16, "{step}-byte reads: {examined} bytes examined");
+    }
+}

@@ -19,14 +19,21 @@
 //!
 //! Every length read from the bytes is checked before it is used; a frame is never copied, only
 //! its first `PEEK_BYTES` when it arrives in pieces (as the Python road).
+//!
+//! Its parts: `header.rs` reads a request's header (the version tables it is made with, the
+//! header's fields); this file frames both directions, keeps the requests in flight and makes the
+//! records; `py.rs` is its Python face (`PyWire`).
+
+mod header;
+mod py;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use pyo3::buffer::PyBuffer;
-use pyo3::exceptions::PyValueError;
-use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyBytes, PyString};
+pub use header::Ranges;
+use header::{be_i16, be_i32, string_span};
+pub(crate) use py::client_id;
+pub use py::PyWire;
 
 /// The first bytes of a request read for its header and a Produce's acks (`REQUEST_PEEK_BYTES`).
 pub const PEEK_BYTES: usize = 512;
@@ -56,149 +63,6 @@ pub const SASL_HANDSHAKE: i16 = 17;
 /// `inflight.SASL_TOKEN`: the pseudo key of a raw SASL token. A request a client sends with this
 /// key is answered the same way there (a bare size prefix, no correlation id): so here too.
 const SASL_TOKEN: i16 = -1;
-
-/// Version ranges per api key (inclusive; an empty range where lo > hi).
-#[derive(Clone, Default)]
-pub struct Ranges(Vec<Option<(i16, i16)>>);
-
-impl Ranges {
-    pub fn new(items: &[(i16, i16, i16)]) -> Self {
-        let top = items.iter().map(|&(k, _, _)| k.max(0) as usize).max().unwrap_or(0);
-        let mut v = vec![None; top + 1];
-        for &(k, lo, hi) in items {
-            if k >= 0 {
-                v[k as usize] = Some((lo, hi));
-            }
-        }
-        Ranges(v)
-    }
-
-    /// The key is known (has a range, even an empty one).
-    fn known(&self, key: i16) -> bool {
-        key >= 0 && matches!(self.0.get(key as usize), Some(Some(_)))
-    }
-
-    fn contains(&self, key: i16, version: i16) -> bool {
-        match self.0.get(key.max(0) as usize) {
-            Some(Some((lo, hi))) if key >= 0 => *lo <= version && version <= *hi,
-            _ => false,
-        }
-    }
-}
-
-/// A request's header as `protocol/headers.py` reads it.
-#[derive(Debug, PartialEq, Eq)]
-pub struct Header {
-    pub api_key: i16,
-    pub api_version: i16,
-    pub correlation_id: i32,
-    pub client_id: Option<Arc<[u8]>>,
-    pub body_start: usize,
-}
-
-fn be_i16(b: &[u8], at: usize) -> Option<i16> {
-    Some(i16::from_be_bytes(b.get(at..at + 2)?.try_into().ok()?))
-}
-
-fn be_i32(b: &[u8], at: usize) -> Option<i32> {
-    Some(i32::from_be_bytes(b.get(at..at + 4)?.try_into().ok()?))
-}
-
-/// `primitives.uvarint_at` / `read_uvarint`: at most 10 bytes (the tenth without a continuation
-/// bit), None when it runs past `b` or is longer.
-fn uvarint(b: &[u8], mut at: usize) -> Option<(u128, usize)> {
-    let mut value: u128 = 0;
-    let mut shift = 0u32;
-    loop {
-        let byte = *b.get(at)?;
-        at += 1;
-        value |= ((byte & 0x7f) as u128) << shift;
-        if byte & 0x80 == 0 {
-            return Some((value, at));
-        }
-        shift += 7;
-        if shift > 63 {
-            return None;
-        }
-    }
-}
-
-/// `stream_now.tags_now`: a tag buffer skipped; the position after it, None when it runs past `b`.
-fn skip_tags(b: &[u8], at: usize) -> Option<usize> {
-    let (count, mut p) = uvarint(b, at)?;
-    let mut i: u128 = 0;
-    while i < count {
-        let (_, q) = uvarint(b, p)?;
-        let (size, q) = uvarint(b, q)?;
-        let end = (q as u128).checked_add(size).filter(|&e| e <= b.len() as u128)?;
-        p = end as usize;
-        i += 1;
-    }
-    Some(p)
-}
-
-/// `primitives.read_string`: `(present, end)` of a string at `at`, None when it runs past `b` or
-/// is not UTF-8 (both are a `DecodeError` there).
-fn string_span(b: &[u8], at: usize, flexible: bool) -> Option<(Option<(usize, usize)>, usize)> {
-    let (n, p): (i128, usize) = if flexible {
-        let (n, p) = uvarint(b, at)?;
-        (n as i128 - 1, p)
-    } else {
-        (be_i16(b, at)? as i128, at + 2)
-    };
-    if n < 0 {
-        return Some((None, p));
-    }
-    let end = (p as i128 + n) as usize;
-    if p as i128 + n > b.len() as i128 {
-        return None;
-    }
-    std::str::from_utf8(&b[p..end]).ok()?;
-    Some((Some((p, end)), end))
-}
-
-// `from_client` / `from_broker`: the bytes from each side, as the Python road names them
-#[allow(clippy::wrong_self_convention)]
-impl Wire {
-    /// `apis.request_header_version`.
-    fn request_header_version(&self, key: i16, version: i16) -> u8 {
-        if key == CONTROLLED_SHUTDOWN && version == 0 {
-            return 0;
-        }
-        if !self.flexible.known(key) {
-            return 1;
-        }
-        if self.flexible.contains(key, version) { 2 } else { 1 }
-    }
-
-    /// `headers.parse_request_header` of `peek`, None where it raises `DecodeError`.
-    pub fn header(&self, peek: &[u8]) -> Option<Header> {
-        let api_key = be_i16(peek, 0)?;
-        let api_version = be_i16(peek, 2)?;
-        let correlation_id = be_i32(peek, 4)?;
-        let hv = self.request_header_version(api_key, api_version);
-        let mut p = 8;
-        let mut client_id = None;
-        if hv >= 1 {
-            let (span, end) = string_span(peek, p, false)?;
-            client_id = span.map(|(s, e)| self.intern(&peek[s..e]));
-            p = end;
-        }
-        if hv >= 2 {
-            p = skip_tags(peek, p)?;
-        }
-        Some(Header { api_key, api_version, correlation_id, client_id, body_start: p })
-    }
-
-    /// The client id as an `Arc` shared with the last request's when it is the same (it nearly
-    /// always is: a connection is one client).
-    fn intern(&self, raw: &[u8]) -> Arc<[u8]> {
-        match &self.last_client {
-            Some(c) if &c[..] == raw => c.clone(),
-            _ => Arc::from(raw),
-        }
-    }
-}
 
 /// A request forwarded whose answer has not begun.
 #[derive(Clone, Debug)]
@@ -775,134 +639,6 @@ impl Wire {
     }
 }
 
-/// The Python face: `Wire(max_frame_bytes, flexible, observed)`, the two version tables as
-/// `(api_key, lo, hi)` triples (`apis.table()`'s request flexible versions; `inflight.observed`).
-#[pyclass(name = "Wire", module = "fetchlat.native._core")]
-pub struct PyWire {
-    wire: Wire,
-    take_records: bool,
-}
-
-fn with_bytes<T>(buf: &Bound<'_, PyAny>, f: impl FnOnce(&[u8]) -> T) -> PyResult<T> {
-    if let Ok(b) = buf.downcast::<PyBytes>() {
-        return Ok(f(b.as_bytes())); // a read's bytes, nearly always: no buffer to take
-    }
-    let pybuf: PyBuffer<u8> = PyBuffer::get(buf)?;
-    if !pybuf.is_c_contiguous() {
-        return Err(PyValueError::new_err("the native wire needs a contiguous buffer"));
-    }
-    // SAFETY: the buffer is held (pybuf) for as long as the slice lives, is contiguous and is
-    // len_bytes() long; the GIL is held, so nothing resizes it meanwhile
-    let all: &[u8] = unsafe { std::slice::from_raw_parts(pybuf.buf_ptr() as *const u8, pybuf.len_bytes()) };
-    Ok(f(all))
-}
-
-/// `(held, spans, rest, pending, records)`: the bytes to feed the Python road first (b"" when
-/// none), then the `(start, end)` ranges of the chunk, then (unless `rest` is -1) the chunk from
-/// `rest` on and every later chunk of this direction; `pending`, the bytes at the end of the read
-/// that are the start of an answer's prefix the core holds (`Routed`); `records`, for a `Wire`
-/// made with `take_records`, `drain()`'s answer when a record since the last is not `ROUTED`
-/// (otherwise None, and those records are dropped). None when there is none of these.
-///
-/// The commonest routed read, one frame of the Python road's that is the whole read and nothing
-/// else (no records, nothing held or pending), is answered `True` instead: nothing to allocate.
-type Records<'py> = Option<(Bound<'py, PyBytes>, Vec<Bound<'py, PyString>>)>;
-type RoutedTuple<'py> = Option<(Bound<'py, PyBytes>, Vec<(usize, usize)>, i64, usize, Records<'py>)>;
-
-fn records_bytes<'py>(py: Python<'py>, records: Vec<i64>, ids: Vec<Arc<[u8]>>) -> (Bound<'py, PyBytes>, Vec<Bound<'py, PyString>>) {
-    (crate::values::i64_bytes(py, &records), ids.iter().map(|i| client_id(py, i)).collect())
-}
-
-/// A client id, which the core read only where it is UTF-8 (as the Python road reads it), as a str.
-pub(crate) fn client_id<'py>(py: Python<'py>, id: &[u8]) -> Bound<'py, PyString> {
-    PyString::new(py, std::str::from_utf8(id).unwrap_or(""))
-}
-
-// `from_client` / `from_broker`: the bytes from each side, as the Python road names them
-#[allow(clippy::wrong_self_convention)]
-impl PyWire {
-    fn answer<'py>(&mut self, py: Python<'py>, out: Routed, n: usize) -> PyResult<Bound<'py, PyAny>> {
-        let records = if self.take_records {
-            self.wire.drain_native().map(|(r, ids)| records_bytes(py, r, ids))
-        } else {
-            None
-        };
-        if out.is_empty() && records.is_none() {
-            return Ok(py.None().into_bound(py));
-        }
-        if records.is_none() && out.held.is_empty() && out.rest.is_none() && out.pending == 0
-            && out.spans.len() == 1 && out.spans[0] == (0, n) {
-            return Ok(PyBool::new(py, true).to_owned().into_any());
-        }
-        let t: RoutedTuple<'_> =
-            Some((PyBytes::new(py, &out.held), out.spans, out.rest.map_or(-1, |r| r as i64), out.pending, records));
-        Ok(t.into_pyobject(py)?.into_any())
-    }
-}
-
-#[pymethods]
-// `from_client` / `from_broker`: the bytes from each side, as the Python road names them
-#[allow(clippy::wrong_self_convention)]
-impl PyWire {
-    /// `take_records`: every read's answer carries the records it made (`drain_native`), instead
-    /// of their waiting for `drain()`.
-    #[new]
-    #[pyo3(signature = (max_frame_bytes, flexible, observed, take_records=false))]
-    fn new(max_frame_bytes: i64, flexible: Vec<(i16, i16, i16)>, observed: Vec<(i16, i16, i16)>,
-           take_records: bool) -> Self {
-        PyWire { wire: Wire::new(max_frame_bytes, Ranges::new(&flexible), Ranges::new(&observed)), take_records }
-    }
-
-    /// Bytes the client sent at `t_ns`; a framing error raises `ValueError` with the Python
-    /// road's words (the connection is lost: nothing after it is read). None when no frame of
-    /// them goes to the Python road, otherwise `routed()`'s answer for them.
-    fn from_client<'py>(&mut self, py: Python<'py>, data: &Bound<'_, PyAny>, t_ns: i64) -> PyResult<Bound<'py, PyAny>> {
-        let mut out = Routed::default();
-        let n = with_bytes(data, |b| self.wire.from_client(b, t_ns, &mut out).map(|_| b.len()))?
-            .map_err(|Framing(m)| PyValueError::new_err(m))?;
-        self.answer(py, out, n)
-    }
-
-    /// Bytes the broker sent, read at `t_ns`; the same answer as `from_client`.
-    fn from_broker<'py>(&mut self, py: Python<'py>, data: &Bound<'_, PyAny>, t_ns: i64) -> PyResult<Bound<'py, PyAny>> {
-        let mut out = Routed::default();
-        let n = with_bytes(data, |b| self.wire.from_broker(b, t_ns, &mut out).map(|_| b.len()))?
-            .map_err(|Framing(m)| PyValueError::new_err(m))?;
-        self.answer(py, out, n)
-    }
-
-    /// `(records, client_ids)`: the records since the last drain as native-endian i64s,
-    /// `RECORD_WIDTH` per record (kind, correlation id, api key, api version, client id index or
-    /// -1, size, flags, t_request, t_first, t_last), and the client ids (str) they index.
-    fn drain<'py>(&mut self, py: Python<'py>) -> (Bound<'py, PyBytes>, Vec<Bound<'py, PyString>>) {
-        let (records, ids) = self.wire.drain();
-        records_bytes(py, records, ids)
-    }
-
-    #[getter]
-    fn client_mid_frame(&self) -> bool {
-        self.wire.client_mid_frame()
-    }
-
-    #[getter]
-    fn in_flight(&self) -> usize {
-        self.wire.in_flight.len()
-    }
-
-    /// Of `in_flight`, the requests routed to the Python road too (its own in-flight count has them).
-    #[getter]
-    fn routed_in_flight(&self) -> usize {
-        self.wire.in_flight.iter().filter(|f| f.routed).count()
-    }
-
-    /// A SaslHandshake v0 went by: its answer may turn the connection to raw SASL tokens, which
-    /// only the Python road follows.
-    #[getter]
-    fn needs_python(&self) -> bool {
-        self.wire.needs_python
-    }
-}
-
 #[cfg(test)]
-#[path = "tests/wire.rs"]
+#[path = "../tests/wire.rs"]
 mod tests;
