@@ -132,9 +132,6 @@ class PartitionLogs:
             p = self._parts[key] = PartitionLog()
         return p
 
-    def known(self, topic: str, partition: int) -> PartitionLog | None:
-        return self._parts.get((topic, partition))
-
     def keep_topics(self, names: set[str]) -> int:
         """Only these topics' partitions are kept (the others were deleted): how many went."""
         gone = [key for key in self._parts if key[0] not in names]
