@@ -22,7 +22,7 @@ TOOLS := javac:openjdk-17-jdk-headless mvn:maven node:nodejs npm:npm
 # cargo is new enough where the plain cargo package is not), else Debian's cargo. Without a new
 # enough one the install builds the compiled road and says why (setup.py).
 
-.PHONY: debs cargo-test image test test-long test-pure demo lint typecheck unit integration deps clean bench-observe bench-analyze load soak fuzz bench-proxy \
+.PHONY: debs cargo-test image test test-long test-pure demo lint typecheck unit integration deps clean bench-observe bench-analyze load soak fuzz bench-proxy bench-proxy-full \
 	bench-memory bench-instr bench-codec bench-walk bench-spike bench-gil profile-proxy bench-core bench-rate bench-accuracy profile-api bench-pcap bench-scale bench-prune bench-incremental
 
 $(BIN)/python:
@@ -170,8 +170,15 @@ bench-prune: $(STAMP)
 bench-incremental: $(STAMP)
 	$(BIN)/python bench/bench_incremental.py --rows 12500000 --hours 25
 
+# the paths the goals name (the two floors, the default road with and without traces), three
+# interleaved trials on Tansu, half the full run's records; bench-proxy-full: every path on both
+# brokers, five trials (hours). Each prints how long it took at its end.
 bench-proxy: deps
-	$(BIN)/python bench/bench_proxy.py --trials 5 --broker both --out bench-proxy.json
+	$(BIN)/python bench/bench_proxy.py --trials 3 --broker tansu --records 50000 \
+	  --paths haproxy,relay,fetchlat-relay,fetchlat-relay+traces --out bench-proxy.json
+
+bench-proxy-full: deps
+	$(BIN)/python bench/bench_proxy.py --trials 5 --broker both --out bench-proxy-full.json
 
 bench-memory: deps
 	$(BIN)/python bench/memory.py --connections 200 --seconds 30 --response-mb 50

@@ -544,6 +544,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="fetchlat-bench-"))
     brokers = BROKERS if args.broker == "both" else (args.broker,)
     raw: dict[str, list[dict[str, Any]]] = {t: [] for t in targets}
+    began = time.monotonic()
     for trial in range(args.trials):
         k = trial % len(targets)
         order = targets[k:] + targets[:k]  # rotate: no target always runs first
@@ -557,6 +558,7 @@ def main() -> int:
             raw[kind].append(merged)
     report = summarize(raw)
     print(render(report, args))
+    print(f"the whole bench took {(time.monotonic() - began) / 60:.1f} min", file=sys.stderr)
     if args.out:
         Path(args.out).write_text(json.dumps({"raw": raw, "report": report}, indent=2))
     return 0
