@@ -94,7 +94,9 @@ image:
 	fi
 	@docker image inspect $(IMAGE_BASE) >/dev/null 2>&1 || timeout 60 docker pull -q $(IMAGE_BASE) >/dev/null 2>&1 || { \
 	  echo "no registry gives $(IMAGE_BASE): making it from Debian's packages (mmdebstrap bookworm)"; \
-	  mmdebstrap --quiet --variant=minbase bookworm - | docker import - $(IMAGE_BASE); }
+	  mmdebstrap --quiet --variant=minbase bookworm - | docker import - $(IMAGE_BASE) >/dev/null; \
+	  made=$$(docker run --rm $(IMAGE_BASE) cat /etc/debian_version); \
+	  case "$(IMAGE_BASE)" in *:$$made-slim) ;; *) echo "note: the mirror's bookworm is $$made, tagged $(IMAGE_BASE)";; esac; }
 	@rm -rf build/image-ca && mkdir -p build/image-ca && \
 	  for c in /usr/local/share/ca-certificates/*.crt; do if [ -e "$$c" ]; then cp "$$c" build/image-ca/; fi; done
 	docker build -f deploy/docker/Dockerfile --build-arg BASE=$(IMAGE_BASE) -t $(IMAGE) .
