@@ -159,6 +159,16 @@ pub type WholeRange = (usize, usize, Option<(i16, i16)>);
 #[derive(Debug, PartialEq, Eq)]
 pub struct Framing(pub String);
 
+/// The first four bytes of `b` (a size prefix, a correlation id), zeros past its end: the callers
+/// have checked that four are there, so no conversion can fail on the bytes.
+fn four(b: &[u8]) -> [u8; 4] {
+    let mut out = [0u8; 4];
+    for (o, v) in out.iter_mut().zip(b) {
+        *o = *v;
+    }
+    out
+}
+
 fn frame_size(raw: [u8; 4], max: i64, side: &str) -> Result<usize, Framing> {
     let size = i32::from_be_bytes(raw) as i64;
     if size <= 0 {
@@ -254,6 +264,15 @@ impl Wire {
         self.observed.contains(key, version) || (key == SASL_HANDSHAKE && version == 0)
     }
 
+    /// `routes` of the request whose api key and version begin at `at` of `b` (not routed where
+    /// they are not there).
+    fn routes_at(&self, b: &[u8], at: usize) -> bool {
+        match (be_i16(b, at), be_i16(b, at + 2)) {
+            (Some(key), Some(version)) => self.routes(key, version),
+            _ => false,
+        }
+    }
+
     /// Requests: `requests.py`'s `RequestDecoder.receive`, the bytes the client sent at `t_ns`;
     /// the bytes of `data` the Python road must see go into `out`: every request it parses, whole
     /// (size prefix included), and nothing else.
@@ -271,12 +290,12 @@ impl Wire {
         while pos < n {
             let at = pos;
             if self.rq_left == 0 && self.rq_size_buf.is_empty() && n - pos >= 4 {
-                let size = frame_size(data[pos..pos + 4].try_into().unwrap(), self.max_frame, "request")?;
+                let size = frame_size(four(&data[pos..pos + 4]), self.max_frame, "request")?;
                 if n - pos - 4 >= size {
                     // the whole request is here: read where it lies
                     let start = pos + 4;
                     self.rq_size = size;
-                    if size >= 4 && self.routes(be_i16(data, start).unwrap(), be_i16(data, start + 2).unwrap()) {
+                    if size >= 4 && self.routes_at(data, start) {
                         out.span(pos, start + size);
                     }
                     self.done(&data[start..start + size.min(PEEK_BYTES)], t_ns)?;
@@ -306,7 +325,7 @@ impl Wire {
                 self.rq_size_buf.extend_from_slice(&data[pos..pos + take]);
                 pos += take;
                 if self.rq_size_buf.len() == 4 {
-                    let raw: [u8; 4] = self.rq_size_buf[..].try_into().unwrap();
+                    let raw = four(&self.rq_size_buf);
                     let size = frame_size(raw, self.max_frame, "request")?;
                     self.rq_size = size;
                     self.rq_left = size;
@@ -329,7 +348,7 @@ impl Wire {
                 Route::Python => out.span(at, pos),
                 Route::Native => {}
                 Route::Undecided if self.rq_peek.len() >= 4 => {
-                    if self.routes(be_i16(&self.rq_peek, 0).unwrap(), be_i16(&self.rq_peek, 2).unwrap()) {
+                    if self.routes_at(&self.rq_peek, 0) {
                         self.rq_route = Route::Python;
                         if fstart == 0 {
                             out.held.append(&mut self.rq_carry);
@@ -543,7 +562,7 @@ impl Wire {
     }
 
     fn start(&mut self, t_ns: i64) -> Result<(), Framing> {
-        let size = frame_size(self.rs_prefix[..4].try_into().unwrap(), self.max_frame, "response")?;
+        let size = frame_size(four(&self.rs_prefix), self.max_frame, "response")?;
         let Some(head) = self.in_flight.front() else {
             return Err(Framing("response from the broker matches no request".into()));
         };
@@ -551,7 +570,7 @@ impl Wire {
             if size < 4 {
                 return Err(Framing(format!("response frame of {size} bytes has no correlation id")));
             }
-            let corr = i32::from_be_bytes(self.rs_prefix[4..8].try_into().unwrap());
+            let corr = i32::from_be_bytes(four(&self.rs_prefix[4..]));
             if corr != head.correlation_id {
                 return Err(Framing(format!("response correlation id {corr} does not match the oldest request's {}",
                                            head.correlation_id)));
