@@ -29,9 +29,12 @@ import pyarrow.parquet as pq
 import pytest
 from fetchlat.metrics import broker_timing
 
-from .conftest import start_proxy, stop_proxy, tansu_behind_delay
+from .conftest import JUDGED_BY_THE_BROKERS_CLOCK, start_proxy, stop_proxy, tansu_behind_delay
 
-pytestmark = pytest.mark.integration
+# judged against a known delay through a user-space relay, whose jitter lands in a 20 s run's
+# medians: run once more when it misses a bar, as the tests judged by the broker's clock (a wrong
+# model misses on both runs; pytest says when the second was needed)
+pytestmark = [pytest.mark.integration, JUDGED_BY_THE_BROKERS_CLOCK]
 
 MS = 1_000_000
 DELAY_MS = 25
