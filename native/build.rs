@@ -5,6 +5,8 @@
 mod layouts;
 #[path = "build/source.rs"]
 mod source;
+#[path = "src/step.rs"]
+mod step;
 
 use std::path::PathBuf;
 

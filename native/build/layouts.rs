@@ -16,18 +16,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-/// One step of a program (`src/layout.rs`'s `Op`, written out as Rust).
-#[derive(Clone, Debug, PartialEq)]
-enum Op {
-    Fixed(usize),
-    Str,
-    /// its elements' steps follow, up to the `End` at `end`; `least`: an element's least size
-    Array { end: usize, least: usize },
-    End,
-    Records,
-    Tags,
-    Rest,
-}
+use crate::step::Op;
 
 /// A versions field ("4+", "0-12", "13", "none") holds `v`.
 fn holds(versions: Option<&Value>, v: i64) -> bool {

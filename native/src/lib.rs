@@ -38,6 +38,7 @@ mod digest;
 mod layout;
 mod relay;
 mod stamps;
+mod step;
 mod values;
 mod wire;
 
