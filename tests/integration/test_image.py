@@ -36,6 +36,7 @@ def metrics(port: int) -> dict[str, list[tuple[dict[str, str], float]]]:
 @pytest.mark.skipif(shutil.which("make") is None, reason="no make")
 def test_the_image_runs_the_fast_road_as_a_kafka_sidecar(tmp_path: Path) -> None:
     from confluent_kafka import Consumer, Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
     from fetchlat.embedded import kafka
 
     built = subprocess.run(["make", "-s", "-C", str(ROOT), "image", f"IMAGE={IMAGE}"], capture_output=True,
@@ -66,10 +67,16 @@ def test_the_image_runs_the_fast_road_as_a_kafka_sidecar(tmp_path: Path) -> None
                                                                    text=True).stderr[-3000:]
                 time.sleep(0.5)
             bootstrap = f"127.0.0.1:{sidecar_port}"
+            # the test broker creates no topic on first use: CreateTopics goes through the image too
+            admin = AdminClient({"bootstrap.servers": bootstrap})
+            created = admin.create_topics([NewTopic("image", num_partitions=2, replication_factor=1)])
+            created["image"].result(timeout=30)
+            failed: list[object] = []
             p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
             for i in range(200):
-                p.produce("image", f"record-{i}".encode())
+                p.produce("image", f"record-{i}".encode(), on_delivery=lambda err, _m: err and failed.append(err))
             assert p.flush(30) == 0
+            assert failed == []
             consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "image", "auto.offset.reset": "earliest"})
             consumer.subscribe(["image"])
             got, deadline = 0, time.monotonic() + 60
@@ -78,7 +85,7 @@ def test_the_image_runs_the_fast_road_as_a_kafka_sidecar(tmp_path: Path) -> None
                 if m is not None and m.error() is None:
                     got += 1
             consumer.close()
-            assert got == 200
+            assert got == 200, subprocess.run(["docker", "logs", name], capture_output=True, text=True).stderr[-3000:]
             time.sleep(2.5)  # the tick takes what the relay queued; the trace files rotate each second
             m = metrics(metrics_port)
             assert [labels["hot_path"] for labels, _ in m["fetchlat_build_info"]] == ["native"]
