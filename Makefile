@@ -15,8 +15,9 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 DEB_PACKAGES := kcat haproxy prometheus chromium tcpdump tshark python3-venv python3-dev
 # Commands the build and the tests run, each with the Debian package that brings it when it is
 # missing: Java 17 with its compiler (Spark, Apache Kafka, the Java client's scenarios run as
-# source files), Maven (Kafka's jars), Node.js and npm (the KafkaJS tests)
-TOOLS := javac:openjdk-17-jdk-headless mvn:maven node:nodejs npm:npm
+# source files), Maven (Kafka's jars), Node.js and npm (the KafkaJS tests), a C compiler (mypyc's
+# hot path, and the linker the Rust core needs)
+TOOLS := javac:openjdk-17-jdk-headless mvn:maven node:nodejs npm:npm gcc:gcc
 # The native core's Rust: a cargo at least as new as native/Cargo.toml's rust-version, else
 # Debian's newer toolchain where the release has one (bookworm: rustc-web and cargo-web, whose
 # cargo is new enough where the plain cargo package is not), else Debian's cargo. Without a new
@@ -25,7 +26,7 @@ TOOLS := javac:openjdk-17-jdk-headless mvn:maven node:nodejs npm:npm
 .PHONY: debs cargo-test image test test-long test-pure demo lint typecheck unit integration deps clean bench-observe bench-analyze load soak fuzz bench-proxy bench-proxy-full \
 	bench-memory bench-instr bench-codec bench-walk bench-spike bench-gil profile-proxy bench-core bench-rate bench-accuracy profile-api bench-pcap bench-scale bench-prune bench-incremental
 
-$(BIN)/python:
+$(BIN)/python: | debs
 	$(PY) -m venv $(VENV)
 
 $(STAMP): pyproject.toml | $(BIN)/python

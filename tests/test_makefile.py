@@ -34,7 +34,7 @@ def _make(target: str, path: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([MAKE, "-s", "-C", str(ROOT), target], env=env, capture_output=True, text=True, timeout=60)
 
 
-def test_java_maven_node_and_npm_are_installed_when_missing(tmp_path: Path) -> None:
+def test_java_maven_node_npm_and_gcc_are_installed_when_missing(tmp_path: Path) -> None:
     bin_dir, asked = _bare_path(tmp_path, dpkg_knows_all=True)
     r = _make("debs", str(bin_dir))
     assert r.returncode == 0, r.stderr
@@ -44,7 +44,7 @@ def test_java_maven_node_and_npm_are_installed_when_missing(tmp_path: Path) -> N
     assert installed[:3] == ["install", "-y", "-qq"]
     # cargo is asked for too unless rustup's is in ~/.cargo/bin (the Makefile puts it on PATH)
     rustup = (Path.home() / ".cargo" / "bin" / "cargo").exists()
-    assert sorted(installed[3:]) == sorted(["maven", "nodejs", "npm", "openjdk-17-jdk-headless",
+    assert sorted(installed[3:]) == sorted(["gcc", "maven", "nodejs", "npm", "openjdk-17-jdk-headless",
                                             *([] if rustup else ["cargo"])])
 
 
@@ -55,11 +55,11 @@ def test_the_debian_tools_are_installed_when_dpkg_lacks_them(tmp_path: Path) -> 
     assert {"kcat", "haproxy", "prometheus", "chromium", "tcpdump", "tshark"} <= set(installed)
 
 
-@pytest.mark.skipif(not all(shutil.which(t) for t in ("javac", "mvn", "node", "npm", "cargo")),
+@pytest.mark.skipif(not all(shutil.which(t) for t in ("javac", "mvn", "node", "npm", "gcc", "cargo")),
                     reason="this machine lacks one of the tools itself")
 def test_nothing_is_asked_for_where_the_tools_are_found(tmp_path: Path) -> None:
     bin_dir, asked = _bare_path(tmp_path, dpkg_knows_all=True)
-    tools = {t: shutil.which(t) for t in ("javac", "mvn", "node", "npm", "cargo")}
+    tools = {t: shutil.which(t) for t in ("javac", "mvn", "node", "npm", "gcc", "cargo")}
     for name, where in tools.items():
         assert where is not None
         (bin_dir / name).symlink_to(where)
@@ -83,7 +83,7 @@ def _rust_machine(tmp: Path, cargo_version: str | None, cargo_web: bool, uid: in
     }
     if cargo_version is not None:
         stubs["cargo"] = f'#!/bin/sh\necho "cargo {cargo_version} (deadbeef 2023-01-01)"\n'
-    for tool in ("javac", "mvn", "node", "npm"):
+    for tool in ("javac", "mvn", "node", "npm", "gcc"):
         stubs[tool] = "#!/bin/sh\nexit 0\n"
     for name, text in stubs.items():
         (bin_dir / name).write_text(text)
