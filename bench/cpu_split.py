@@ -3,7 +3,7 @@ time per round trip (``/proc/PID/task/*/stat``), haproxy, the relay and fetchlat
 fresh Tansu each, one request at a time (``bench_proxy.round_trips``: ApiVersions, Metadata,
 Fetch with max_wait 0, Produce of one record).
 
-    python bench/cpu_split.py [--round-trips 3000] [--rounds 2] [--traces] [--threads]
+    python bench/cpu_split.py [--round-trips 3000] [--rounds 2] [--traces] [--threads] [--paths P,Q]
 
 The system time is the sockets' work (the same syscalls on every path); the user time is what
 each path does in its own process: haproxy's C, the relay's uvloop and Python callbacks,
@@ -48,8 +48,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--traces", action="store_true", help="fetchlat once more, writing a trace row per request")
     ap.add_argument("--threads", action="store_true", help="fetchlat's time by thread (the loop's is the main one)")
+    ap.add_argument("--paths", help="comma-separated bench_proxy paths instead (e.g. haproxy,fetchlat-relay+traces)")
     args = ap.parse_args()
-    kinds = ("haproxy", "relay", "fetchlat", *(("fetchlat+traces",) if args.traces else ()))
+    kinds = (tuple(k.strip() for k in args.paths.split(",") if k.strip()) if args.paths else
+             ("haproxy", "relay", "fetchlat", *(("fetchlat+traces",) if args.traces else ())))
     n = 4 * args.round_trips
     print(f"µs of CPU per round trip ({n} round trips a run): user / system")
     for rnd in range(args.rounds):
