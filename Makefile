@@ -20,8 +20,9 @@ DEB_PACKAGES := kcat haproxy prometheus chromium tcpdump tshark python3-venv pyt
 TOOLS := javac:openjdk-17-jdk-headless mvn:maven node:nodejs npm:npm gcc:gcc
 # The native core's Rust: a cargo at least as new as native/Cargo.toml's rust-version, else
 # Debian's newer toolchain where the release has one (bookworm: rustc-web and cargo-web, whose
-# cargo is new enough where the plain cargo package is not), else Debian's cargo. Without a new
-# enough one the install builds the compiled road and says why (setup.py).
+# cargo is new enough where the plain cargo package is not), else Debian's cargo; and the clippy
+# of that toolchain (make lint). Without a new enough one the install builds the compiled road and
+# says why (setup.py).
 
 .PHONY: debs cargo-test image test test-long test-pure demo lint typecheck unit integration deps clean bench-observe bench-analyze load soak fuzz bench-proxy bench-proxy-full \
 	bench-memory bench-instr bench-codec bench-walk bench-spike bench-gil profile-proxy bench-core bench-rate bench-accuracy profile-api bench-pcap bench-scale bench-prune bench-incremental
@@ -62,9 +63,13 @@ debs:
 	done < native/Cargo.toml; \
 	set -- $$(cargo --version 2>/dev/null); have=$${2:-}; \
 	if [ -z "$$have" ] || ! dpkg --compare-versions "$$have" ge "$$need" 2>/dev/null; then \
-	  if apt-cache show cargo-web >/dev/null 2>&1; then missing="$$missing rustc-web cargo-web"; \
-	  else missing="$$missing cargo"; fi; \
+	  if apt-cache show cargo-web >/dev/null 2>&1; then rust="rustc-web cargo-web"; clippy=rust-web-clippy; \
+	  else rust=cargo; clippy=rust-clippy; fi; \
+	  missing="$$missing $$rust"; \
+	elif ! cargo clippy --version >/dev/null 2>&1; then \
+	  if dpkg -s cargo-web >/dev/null 2>&1; then clippy=rust-web-clippy; else clippy=rust-clippy; fi; \
 	fi; \
+	if [ -n "$${clippy:-}" ] && apt-cache show $$clippy >/dev/null 2>&1; then missing="$$missing $$clippy"; fi; \
 	if [ -n "$$missing" ] && [ "$$(id -u 2>/dev/null || echo 0)" != 0 ]; then \
 	  echo "make needs root to install these Debian packages:$$missing"; \
 	  echo "run it as root (sudo make ...), or install them and run make again"; exit 1; \

@@ -67,7 +67,8 @@ def test_nothing_is_asked_for_where_the_tools_are_found(tmp_path: Path) -> None:
     assert not asked.exists()
 
 
-def _rust_machine(tmp: Path, cargo_version: str | None, cargo_web: bool, uid: int = 0) -> tuple[dict[str, str], Path]:
+def _rust_machine(tmp: Path, cargo_version: str | None, cargo_web: bool, uid: int = 0,
+                  clippy: bool = True) -> tuple[dict[str, str], Path]:
     """A machine whose packages are all in but Rust's: ``cargo --version`` says ``cargo_version``
     (None: no cargo), ``apt-cache`` knows ``cargo-web`` or not, ``id -u`` says ``uid``; no rustup
     (HOME is empty). The environment for ``make`` and the apt-get log."""
@@ -82,7 +83,8 @@ def _rust_machine(tmp: Path, cargo_version: str | None, cargo_web: bool, uid: in
         "id": f"#!/bin/sh\necho {uid}\n",
     }
     if cargo_version is not None:
-        stubs["cargo"] = f'#!/bin/sh\necho "cargo {cargo_version} (deadbeef 2023-01-01)"\n'
+        no_clippy = '[ "$1" = clippy ] && exit 101\n' if not clippy else ""
+        stubs["cargo"] = f'#!/bin/sh\n{no_clippy}echo "cargo {cargo_version} (deadbeef 2023-01-01)"\n'
     for tool in ("javac", "mvn", "node", "npm", "gcc"):
         stubs[tool] = "#!/bin/sh\nexit 0\n"
     for name, text in stubs.items():
@@ -99,9 +101,9 @@ def _debs(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize(("cargo_version", "cargo_web", "wanted"), [
-    ("1.65.0", True, ["rustc-web", "cargo-web"]),  # bookworm's cargo: too old, its cargo-web is not
-    (None, True, ["rustc-web", "cargo-web"]),
-    (None, False, ["cargo"]),  # a release whose own cargo is the one to have
+    ("1.65.0", True, ["rustc-web", "cargo-web", "rust-web-clippy"]),  # bookworm's cargo: too old, its cargo-web is not
+    (None, True, ["rustc-web", "cargo-web", "rust-web-clippy"]),
+    (None, False, ["cargo"]),  # a release whose own cargo is the one to have (apt-cache knows no clippy here)
     ("1.95.0", True, None),  # new enough: nothing asked for
 ])
 def test_a_rust_new_enough_for_the_core_is_asked_for(tmp_path: Path, cargo_version: str | None, cargo_web: bool,
@@ -120,3 +122,12 @@ def test_it_says_plainly_when_it_needs_root(tmp_path: Path) -> None:
     r = _debs(env)
     assert r.returncode != 0 and not asked.exists()
     assert "needs root" in r.stdout and "rustc-web cargo-web" in r.stdout
+
+
+def test_the_toolchains_clippy_is_asked_for_where_cargo_has_none(tmp_path: Path) -> None:
+    """A new enough cargo without clippy (make lint's): the clippy of Debian's toolchain that
+    is installed (this machine's dpkg knows every package, cargo-web's toolchain too)."""
+    env, asked = _rust_machine(tmp_path, "1.95.0", True, clippy=False)
+    r = _debs(env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert asked.read_text().splitlines()[1].split()[3:] == ["rust-web-clippy"]
