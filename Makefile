@@ -24,7 +24,7 @@ TOOLS := javac:openjdk-17-jdk-headless mvn:maven node:nodejs npm:npm gcc:gcc
 # of that toolchain (make lint). Without a new enough one the install builds the compiled road and
 # says why (setup.py).
 
-.PHONY: debs cargo-test image test test-long test-pure demo lint typecheck unit integration deps clean bench-observe bench-analyze load soak fuzz bench-proxy bench-proxy-full \
+.PHONY: debs cargo-test docker-base image test-fresh-debian test test-long test-pure demo lint typecheck unit integration deps clean bench-observe bench-analyze load soak fuzz bench-proxy bench-proxy-full \
 	bench-memory bench-instr bench-codec bench-walk bench-spike bench-gil profile-proxy bench-core bench-rate bench-accuracy profile-api bench-pcap bench-scale bench-prune bench-incremental
 
 $(BIN)/python: | debs
@@ -86,9 +86,9 @@ debs:
 # which only the build stage copies. `make image IMAGE=name:tag`.
 IMAGE ?= fetchlat:dev
 IMAGE_BASE = $(shell sed -n 's/^ARG BASE=//p' deploy/docker/Dockerfile)
-image:
+docker-base:
 	@if ! command -v dockerd >/dev/null 2>&1 || ! command -v mmdebstrap >/dev/null 2>&1; then \
-	  if [ "$$(id -u 2>/dev/null || echo 0)" != 0 ]; then echo "make image needs root to install docker.io and mmdebstrap"; exit 1; fi; \
+	  if [ "$$(id -u 2>/dev/null || echo 0)" != 0 ]; then echo "make needs root to install docker.io and mmdebstrap"; exit 1; fi; \
 	  echo "installing Debian packages: docker.io mmdebstrap"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io mmdebstrap >/dev/null; \
 	fi
@@ -103,9 +103,18 @@ image:
 	  mmdebstrap --quiet --variant=minbase bookworm - | docker import - $(IMAGE_BASE) >/dev/null; \
 	  made=$$(docker run --rm $(IMAGE_BASE) cat /etc/debian_version); \
 	  case "$(IMAGE_BASE)" in *:$$made-slim) ;; *) echo "note: the mirror's bookworm is $$made, tagged $(IMAGE_BASE)";; esac; }
+
+image: docker-base
 	@rm -rf build/image-ca && mkdir -p build/image-ca && \
 	  for c in /usr/local/share/ca-certificates/*.crt; do if [ -e "$$c" ]; then cp "$$c" build/image-ca/; fi; done
 	docker build -f deploy/docker/Dockerfile --build-arg BASE=$(IMAGE_BASE) -t $(IMAGE) .
+
+# `make test` as a new user runs it: a clean clone of this checkout's HEAD in a container of the
+# Dockerfile's Debian base (git, make and python3 added first), as root, with no rustup; the
+# Makefile installs the rest from Debian's packages. The host's extra certificate authorities go
+# in as the host trusts them. Prints the install's road and the time make test took (~40 min).
+test-fresh-debian: docker-base
+	testkit/fresh_debian.sh $(IMAGE_BASE)
 
 deps: debs $(COMPILED) $(KAFKA_JARS) $(NODE_CLIENTS)
 	@for t in $(TOOLS); do printf '%s: %s\n' $${t%%:*} "$$(command -v $${t%%:*})"; done

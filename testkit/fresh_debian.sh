@@ -1,0 +1,37 @@
+#!/bin/sh
+# make test on a fresh Debian (`make test-fresh-debian`): a clean clone of HEAD in a container of
+# the image $1 (a bare Debian), the prerequisites the README names (git, make, python3) installed
+# first, then `make test`, whose Makefile installs everything else. The container and the clone
+# are removed at the end; the log stays in build/fresh-debian.log.
+set -eu
+base=$1
+root=$(cd "$(dirname "$0")/.." && pwd)
+work=$(mktemp -d /tmp/fetchlat-fresh-XXXXXX)
+name=fetchlat-fresh-$(basename "$work" | cut -d- -f3)
+git clone -q "$root" "$work/src"
+mkdir -p "$work/ca" "$root/build"
+for c in /usr/local/share/ca-certificates/*.crt; do if [ -e "$c" ]; then cp "$c" "$work/ca/"; fi; done
+cat > "$work/run.sh" <<'INNER'
+set -e
+t0=$(date +%s)
+apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ca-certificates git make python3 >/dev/null
+if ls /hostca/*.crt >/dev/null 2>&1; then cp /hostca/*.crt /usr/local/share/ca-certificates/ && update-ca-certificates >/dev/null 2>&1; fi
+command -v cargo >/dev/null && echo "cargo before make: $(cargo --version)" || echo "no cargo, no rustup before make"
+cd /src
+t1=$(date +%s)
+set +e
+make test
+rc=$?
+echo "fresh Debian $(cat /etc/debian_version): prerequisites $((t1 - t0)) s; make test exit $rc in $(( $(date +%s) - t1 )) s"
+exit $rc
+INNER
+ca=/etc/ssl/certs/ca-certificates.crt
+set +e
+docker run --name "$name" --shm-size 2g -v "$work/src:/src" -v "$work/ca:/hostca:ro" -v "$work/run.sh:/run.sh:ro" \
+  -e SSL_CERT_FILE=$ca -e PIP_CERT=$ca -e NODE_EXTRA_CA_CERTS=$ca -e REQUESTS_CA_BUNDLE=$ca \
+  "$base" sh /run.sh > "$root/build/fresh-debian.log" 2>&1
+rc=$?
+docker rm -f "$name" >/dev/null 2>&1
+rm -rf "$work"
+grep -E "^hot path:|^fresh Debian|passed|failed" "$root/build/fresh-debian.log" | tail -8
+exit $rc
