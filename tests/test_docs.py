@@ -31,7 +31,8 @@ def test_no_page_names_an_issue_or_the_sitting_that_wrote_it() -> None:
 
 
 def test_the_pattern_catches_what_it_is_for() -> None:
-    for line in ("as issue 44 asked", "the code #28 closed with", "written in this session", "stop 70", "inside the last stop's make test"):
+    for line in ("as issue 44 asked", "the code #28 closed with", "written in this session", "stop 70",
+                 "inside the last stop's make test"):
         assert NAMES_ITS_MAKING.search(line), line
     for line in ("a share session's first fetch", "sent session 0, epoch -1", "`&#8203;`", "a sitting's speed"):
         assert not NAMES_ITS_MAKING.search(line), line
