@@ -1,16 +1,17 @@
 #!/bin/sh
 # make test on a fresh Debian (`make test-fresh-debian`): a clean clone of HEAD in a container of
 # the image $1 (a bare Debian), the prerequisites the README names (git, make, python3) installed
-# first, then `make test`, whose Makefile installs everything else. The container and the clone
-# are removed at the end; the log stays in build/fresh-debian.log.
+# first, then `make test`, whose Makefile installs everything else; the container trusts the extra
+# certificate authorities in the folder $2 (`make image-ca`: the host's). The container and the
+# clone are removed at the end; the log stays in build/fresh-debian.log.
 set -eu
 base=$1
+ca_dir=$(cd "$2" && pwd)
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d /tmp/fetchlat-fresh-XXXXXX)
 name=fetchlat-fresh-$(basename "$work" | cut -d- -f3)
 git clone -q "$root" "$work/src"
-mkdir -p "$work/ca" "$root/build"
-for c in /usr/local/share/ca-certificates/*.crt; do if [ -e "$c" ]; then cp "$c" "$work/ca/"; fi; done
+mkdir -p "$root/build"
 cat > "$work/run.sh" <<'INNER'
 set -e
 t0=$(date +%s)
@@ -27,7 +28,7 @@ exit $rc
 INNER
 ca=/etc/ssl/certs/ca-certificates.crt
 set +e
-docker run --name "$name" --shm-size 2g -v "$work/src:/src" -v "$work/ca:/hostca:ro" -v "$work/run.sh:/run.sh:ro" \
+docker run --name "$name" --shm-size 2g -v "$work/src:/src" -v "$ca_dir:/hostca:ro" -v "$work/run.sh:/run.sh:ro" \
   -e SSL_CERT_FILE=$ca -e PIP_CERT=$ca -e NODE_EXTRA_CA_CERTS=$ca -e REQUESTS_CA_BUNDLE=$ca \
   "$base" sh /run.sh > "$root/build/fresh-debian.log" 2>&1
 rc=$?
