@@ -351,8 +351,8 @@ def test_busy_consumer_woken_and_immediate_fetches_against_remote_time(kafka_nod
         stop.set()
         feeder.join(30)
         filler.join(30)
-    # six seconds of catching up: 148-152 immediate fetches across the delay relay in four, but 19
-    # in one whole make test on a fresh Debian, where the consumer's start took most of them
+    # six seconds of catching up: 148-152 immediate fetches across the delay relay in four here, but
+    # 19 in one whole make test in a fresh Debian container (why so few there is not known yet)
     poller = threading.Thread(target=confluent_consume, args=(bootstrap, idle, idle, 6.5, 1 << 20),
                               kwargs={"max_wait_ms": 100, "from_start": False})
     poller.start()
