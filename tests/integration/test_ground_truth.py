@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -30,6 +32,8 @@ import pytest
 from fetchlat.metrics import broker_timing
 
 from .conftest import JUDGED_BY_THE_BROKERS_CLOCK, start_proxy, stop_proxy, tansu_behind_delay
+
+CLIENTS_DIR = Path(__file__).with_name("clients")
 
 # judged against a known delay through a user-space relay, whose jitter lands in a 20 s run's
 # medians: run once more when it misses a bar, as the tests judged by the broker's clock (a wrong
@@ -105,6 +109,16 @@ def create_topic(bootstrap: str, topic: str, records: int) -> None:
 def confluent_consume(bootstrap: str, topic: str, client_id: str, seconds: float, fetch_bytes: int,
                       on_tick: Callable[[float], None] | None = None, *, max_wait_ms: int = MAX_WAIT_MS,
                       from_start: bool = True) -> int:
+    """A confluent-kafka consumer for ``seconds``: how many records it read. Without ``on_tick``
+    (which must run beside its polls) it runs in a child process (``clients/confluent_consume.py``),
+    so an abort inside librdkafka fails only the test that ran it."""
+    if on_tick is None:
+        args = {"bootstrap": bootstrap, "topic": topic, "client_id": client_id, "seconds": seconds,
+                "fetch_bytes": fetch_bytes, "max_wait_ms": max_wait_ms, "from_start": from_start}
+        r = subprocess.run([sys.executable, str(CLIENTS_DIR / "confluent_consume.py"), json.dumps(args)],
+                           capture_output=True, text=True, timeout=seconds + 60)
+        assert r.returncode == 0, f"the consumer {client_id} ended with {r.returncode}: {r.stderr[-3000:]}"
+        return int(json.loads(r.stdout.strip().splitlines()[-1])["records"])
     from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": client_id, "client.id": client_id,
@@ -118,8 +132,7 @@ def confluent_consume(bootstrap: str, topic: str, client_id: str, seconds: float
         m = c.poll(0.05)
         if m is not None and m.error() is None:
             n += 1
-        if on_tick:
-            on_tick(end - time.monotonic())
+        on_tick(end - time.monotonic())
     c.close()
     return n
 

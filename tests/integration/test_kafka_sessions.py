@@ -143,8 +143,9 @@ RACE = "a fetch and the produce of its data within a millisecond of each other: 
 KNOWN = [
     KnownMiss("outcome_agree_share", 0.957, "95.7-99.6 % (97.7-98.2 % on a quiet machine, docs/kafka.md)", RACE),
     KnownMiss("abs_err_p50_ms", 0.36, "0.22-0.36 ms, more with other tests' processes running", RACE),
-    KnownMiss("abs_err_p99_ms", 4.7, "3.5-4.7 ms; 3.73 ms with the wait ending at the answer (2026-12-05)",
-              RACE + "; a late wake-up of the broker sets the p99"),
+    KnownMiss("abs_err_p99_ms", 5.4, "3.5-5.4 ms; 8.7 and 9.8 ms in a CI run whose broker's own local-time p99 was "
+              "13-14 ms (4.1-6.7 ms otherwise): 0.66-0.89 of that p99 in eight runs (2026-12-06)",
+              RACE + "; a late wake-up of the broker sets the p99", of_broker_local=0.89),
     KnownMiss("local_bias_ms:woken", 0.22, "+0.09 to +0.18 ms (four runs), +0.22 ms with the wait ending at the answer "
               "(2026-12-05: the broker parked these 0.2 ms after they went out, the model takes 0.4)", RACE),
     KnownMiss("local_bias_ms:immediate", 0.08, "+0.08 ms (2026-11-27)",

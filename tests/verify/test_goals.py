@@ -60,6 +60,19 @@ def test_a_known_miss_twice_as_bad_as_its_worst_fails():
         hold("t", figures(woken_bias=-1.0), bias)  # a bias by its size, whichever its sign
 
 
+def test_a_miss_the_brokers_own_slowness_sets_is_held_to_what_this_runs_broker_allowed():
+    known = [KnownMiss("abs_err_p99_ms", 4.0, "4 ms", "a late wake-up of the broker", of_broker_local=0.9)]
+    slow = {**figures(p99=9.0), "broker_local_p99_ms": 13.0}  # limit 1.75 x 0.9 x 13 = 20.5 ms
+    with pytest.raises(pytest.xfail.Exception):
+        hold("t", slow, known)
+    with pytest.raises(AssertionError, match=r"past 20\.4"):
+        hold("t", {**slow, "abs_err_p99_ms": 21.0}, known)
+    with pytest.raises(AssertionError, match=r"past 7\b"):  # a quiet broker: the absolute worst
+        hold("t", {**figures(p99=9.0), "broker_local_p99_ms": 4.0}, known)
+    with pytest.raises(AssertionError, match=r"past 7\b"):  # no broker figure: the same
+        hold("t", {**figures(p99=9.0), "broker_local_p99_ms": math.nan}, known)
+
+
 def test_a_known_share_miss_fails_when_its_shortfall_doubles():
     known = [KnownMiss("matched_share", 0.98, "98 %", "the last fetch")]
     with pytest.raises(pytest.xfail.Exception):
