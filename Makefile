@@ -14,10 +14,10 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 # the hot path is not compiled (it runs as Python, and says so)
 DEB_PACKAGES := kcat haproxy prometheus chromium tcpdump tshark python3-venv python3-dev
 # Commands the build and the tests run, each with the Debian package that brings it when it is
-# missing: Java 17 with its compiler (Spark, Apache Kafka, the Java client's scenarios run as
-# source files), Maven (Kafka's jars), Node.js and npm (the KafkaJS tests), a C compiler (mypyc's
-# hot path, and the linker the Rust core needs)
-TOOLS := javac:openjdk-17-jdk-headless mvn:maven node:nodejs npm:npm gcc:gcc
+# missing: the release's Java (17 on bookworm, 21 on trixie) with its compiler (Spark, Apache
+# Kafka, the Java client's scenarios run as source files), Maven (Kafka's jars), Node.js and npm
+# (the KafkaJS tests), a C compiler (mypyc's hot path, and the linker the Rust core needs)
+TOOLS := javac:default-jdk-headless mvn:maven node:nodejs npm:npm gcc:gcc
 # The native core's Rust: a cargo at least as new as native/Cargo.toml's rust-version, else
 # Debian's newer toolchain where the release has one (bookworm: rustc-web and cargo-web, whose
 # cargo is new enough where the plain cargo package is not), else Debian's cargo; and the clippy
@@ -113,13 +113,19 @@ image-ca:
 image: docker-base image-ca
 	docker build -f deploy/docker/Dockerfile --build-arg BASE=$(IMAGE_BASE) -t $(IMAGE) .
 
-# `make test` as a new user runs it: a clean clone of this checkout's HEAD in a container of the
-# Dockerfile's Debian base (git, make and python3 added first), as root, with no rustup; the
-# Makefile installs the rest from Debian's packages, and the container trusts build/image-ca as
-# the host does. Prints the install's road and how long make test took (27.6 minutes to the end of
-# its integration stage on 2 cores on 2026-12-06, every install included).
+# `make test` as a new user runs it: a clean clone of this checkout's HEAD in a container of a
+# bare Debian (git, make and python3 added first), as root, with no rustup; the Makefile installs
+# the rest from Debian's packages, and the container trusts build/image-ca as the host does.
+# DEBIAN=bookworm (the default: the Dockerfile's base) or another release (trixie), made from
+# Debian's packages with mmdebstrap. Prints the install's road and how long make test took; the
+# log: build/fresh-debian-<release>.log.
+DEBIAN ?= bookworm
+FRESH_BASE = $(if $(filter bookworm,$(DEBIAN)),$(IMAGE_BASE),fetchlat-debian:$(DEBIAN))
 test-fresh-debian: docker-base image-ca
-	testkit/fresh_debian.sh $(IMAGE_BASE) build/image-ca
+	@docker image inspect $(FRESH_BASE) >/dev/null 2>&1 || { \
+	  echo "making $(FRESH_BASE) from Debian's packages (mmdebstrap $(DEBIAN))"; \
+	  mmdebstrap --quiet --variant=minbase $(DEBIAN) - | docker import - $(FRESH_BASE) >/dev/null; }
+	testkit/fresh_debian.sh $(FRESH_BASE) build/image-ca build/fresh-debian-$(DEBIAN).log
 
 deps: debs $(COMPILED) $(KAFKA_JARS) $(NODE_CLIENTS)
 	@for t in $(TOOLS); do printf '%s: %s\n' $${t%%:*} "$$(command -v $${t%%:*})"; done

@@ -3,11 +3,12 @@
 # the image $1 (a bare Debian), the prerequisites the README names (git, make, python3) installed
 # first, then `make test`, whose Makefile installs everything else; the container trusts the extra
 # certificate authorities in the folder $2 (`make image-ca`: the host's). The container and the
-# clone are removed at the end; the log stays in build/fresh-debian.log.
+# clone are removed at the end; the log stays in $3.
 set -eu
 base=$1
 ca_dir=$(cd "$2" && pwd)
 root=$(cd "$(dirname "$0")/.." && pwd)
+log=$root/$3
 work=$(mktemp -d /tmp/fetchlat-fresh-XXXXXX)
 name=fetchlat-fresh-$(basename "$work" | cut -d- -f3)
 git clone -q "$root" "$work/src"
@@ -30,9 +31,9 @@ ca=/etc/ssl/certs/ca-certificates.crt
 set +e
 docker run --name "$name" --shm-size 2g -v "$work/src:/src" -v "$ca_dir:/hostca:ro" -v "$work/run.sh:/run.sh:ro" \
   -e SSL_CERT_FILE=$ca -e PIP_CERT=$ca -e NODE_EXTRA_CA_CERTS=$ca -e REQUESTS_CA_BUNDLE=$ca \
-  "$base" sh /run.sh > "$root/build/fresh-debian.log" 2>&1
+  "$base" sh /run.sh > "$log" 2>&1
 rc=$?
 docker rm -f "$name" >/dev/null 2>&1
 rm -rf "$work"
-grep -E "^hot path:|^fresh Debian|passed|failed" "$root/build/fresh-debian.log" | tail -8
+grep -E "^hot path:|^fresh Debian|passed|failed" "$log" | tail -8
 exit $rc

@@ -44,7 +44,7 @@ def test_java_maven_node_npm_and_gcc_are_installed_when_missing(tmp_path: Path) 
     assert installed[:3] == ["install", "-y", "-qq"]
     # cargo is asked for too unless rustup's is in ~/.cargo/bin (the Makefile puts it on PATH)
     rustup = (Path.home() / ".cargo" / "bin" / "cargo").exists()
-    assert sorted(installed[3:]) == sorted(["gcc", "maven", "nodejs", "npm", "openjdk-17-jdk-headless",
+    assert sorted(installed[3:]) == sorted(["gcc", "maven", "nodejs", "npm", "default-jdk-headless",
                                             *([] if rustup else ["cargo"])])
 
 

@@ -10,10 +10,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fetchlat.embedded import proxy as proxy_process
@@ -230,3 +231,29 @@ class ConnectionSampler:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(5)
+
+
+# --------------------------------------------------------------------- a failure's proxy logs
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
+    """A failed test shows what the proxies of the session logged above INFO in the last ten
+    minutes, and what the delay relay wrote (their logs sit in pytest's temporary folders, gone
+    with the machine in CI)."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when != "call" or not report.failed:
+        return
+    base = item.config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
+    since = time.time() - 600
+    lines: list[str] = []
+    for log in sorted(base.rglob("*.log")):
+        if not log.name.startswith(("proxy-", "sidecar-", "delay-relay")) or log.stat().st_mtime < since:
+            continue
+        text = log.read_text(errors="replace").splitlines()
+        noted = text if log.name.startswith("delay-relay") else [  # the delay relay writes only its errors
+            ln for ln in text
+            if " WARNING " in ln or " ERROR " in ln or " CRITICAL " in ln or ln.startswith(("Traceback", "  "))]
+        if noted:
+            lines += [f"--- {log.relative_to(base)}", *noted[-40:]]
+    if lines:
+        report.sections.append(("the proxies' warnings and errors", "\n".join(lines)))

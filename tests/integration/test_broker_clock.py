@@ -159,8 +159,9 @@ def kafka_node(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
     relay_port = kafka.free_port()
     with kafka.cluster(home, brokers=1, advertised_ports=[relay_port]) as c:
         holds = home / "relay-holds.json"
-        relay = subprocess.Popen([sys.executable, str(DELAY_RELAY), str(relay_port), str(c.nodes[0].port),
-                                  str(DELAY_MS), str(holds)], stdout=subprocess.DEVNULL)
+        with open(home / "delay-relay.log", "ab") as relay_log:  # shown with a failure (conftest.py)
+            relay = subprocess.Popen([sys.executable, str(DELAY_RELAY), str(relay_port), str(c.nodes[0].port),
+                                      str(DELAY_MS), str(holds)], stdout=subprocess.DEVNULL, stderr=relay_log)
         try:
             wait_port(relay_port)
             proxy = start_proxy(f"127.0.0.1:{relay_port}", home, *trace_args, base=free_ports(0, 1, 1000))
