@@ -102,6 +102,18 @@ class StampCounts:
         self.clock = 0
 
 
+def _pause_for_good(transport: Any) -> None:
+    """Pause ``transport``'s own reading once more, after it started: uvloop starts it whatever
+    connection_made did, and so does CPython's selector loop without the fix of gh-103607 (Debian
+    12's Python 3.11.2: it adds its reader even when paused), where a second ``pause_reading`` is
+    a no-op (the flag is already set): so the pause is unset and set again. Two readers of one
+    socket would split its bytes between them, out of order."""
+    if transport.is_closing():
+        return
+    transport.resume_reading()
+    transport.pause_reading()
+
+
 class StampedReader:
     """Reads one plain TCP connection with ``recvmsg_into`` and hands each read on with its stamp.
 
@@ -143,12 +155,12 @@ class StampedReader:
             os.close(fd)
             return None
         reader = StampedReader(loop, sock, counts, deliver, eof, failed)
-        # for good: this reader reads instead. uvloop starts a transport's reading right after
-        # connection_made returns, so the pause is also made once more just after that (before
-        # any request goes out: a broker speaks only when asked)
+        # for good: this reader reads instead. A transport starts its reading just after
+        # connection_made returns, so the pause is made again just after that (before any
+        # request goes out: a broker speaks only when asked)
         pause: Callable[[], None] = transport.pause_reading  # type: ignore[attr-defined]
         pause()
-        loop.call_soon(pause)
+        loop.call_soon(_pause_for_good, transport)
         reader.resume()
         return reader
 

@@ -145,3 +145,42 @@ def test_a_reset_is_reported_and_the_connection_ends() -> None:
 def test_the_source_follows_the_setting() -> None:
     assert stamp_source("kernel") == KERNEL
     assert stamp_source("clock") == CLOCK
+
+
+def _add_reader_even_when_paused(self, fd, callback, *args):  # type: ignore[no-untyped-def]
+    """CPython's ``_SelectorTransport._add_reader`` without the fix of gh-103607 (as in Debian
+    12's Python 3.11.2): a transport paused in connection_made starts reading anyway."""
+    if self._closing:
+        return
+    self._loop._add_reader(fd, callback, *args)
+
+
+@pytest.mark.parametrize("loop", ["uvloop", "asyncio", "asyncio-3.11.2"])
+def test_the_transport_itself_never_reads_once_the_reader_took_over(loop: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On every loop the proxy or the tests' relays run on, every byte reaches the reader, in
+    order, and the transport reads none (two readers of one socket split its bytes between them:
+    a broker's answers then reach the client out of order)."""
+    if loop == "asyncio-3.11.2":
+        from asyncio import selector_events
+
+        monkeypatch.setattr(selector_events._SelectorTransport, "_add_reader", _add_reader_even_when_paused)
+    sent = [bytes([65 + i % 26]) * (1000 + i) for i in range(40)]
+
+    async def run() -> Reading:
+        counts = StampCounts()
+        server, proto, peer = await connected(counts)
+        for chunk in sent:  # in bursts the loop reads as they come, across several iterations
+            peer.sendall(chunk)
+            await asyncio.sleep(0.002)
+        deadline = time.monotonic() + 5
+        while sum(len(d) for d, _ in proto.got) + sum(map(len, proto.direct)) < sum(map(len, sent)) \
+                and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+        peer.close()
+        server.close()
+        await asyncio.wait_for(proto.lost, 5)
+        return proto
+
+    proto = uvloop.run(run()) if loop == "uvloop" else asyncio.run(run())
+    assert proto.direct == []
+    assert b"".join(d for d, _ in proto.got) == b"".join(sent)
