@@ -15,9 +15,11 @@ from fetchlat.proxy.session import tcp_rtt_ns
 def test_a_live_tcp_socket_has_an_rtt_and_a_closed_transport_gives_none() -> None:
     async def run() -> tuple[int | None, int | None]:
         got: list[object] = []
+        writers: list[asyncio.StreamWriter] = []
 
         async def on_client(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
             got.append(w.transport)
+            writers.append(w)  # kept: since Python 3.13 a writer collected closes its transport
 
         server = await asyncio.start_server(on_client, "127.0.0.1", 0)
         _r, w = await asyncio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1])
