@@ -203,9 +203,11 @@ def kcat(*args: str, data: bytes | None = None, timeout: float = 40) -> subproce
 @pytest.mark.skipif(shutil.which("kcat") is None, reason="Debian kcat not installed (make test installs it)")
 def test_kcat_works_through_the_proxy_but_not_directly(tansu: Broker, proxy: ProxyProc, tmp_path: Path) -> None:
     topic, group = names()
-    # directly, librdkafka 2.0.2 cannot parse Tansu's ApiVersions tags (docs/proxy.md)
+    # directly, librdkafka 2.0.2 (Debian 12's kcat) cannot parse Tansu's ApiVersions tags
+    # (docs/proxy.md); Debian 13's newer librdkafka can
     direct = kcat("-L", "-b", tansu.bootstrap, "-m", "3", timeout=20)
-    assert direct.returncode != 0
+    if b"librdkafka 2.0." in kcat("-V").stdout:
+        assert direct.returncode != 0
     with ConnectionSampler({tansu.port}, proxy.ports) as sampler:
         lines = b"".join(k + b":" + v + b"\n" for k, v in RECORDS)
         produced = kcat("-P", "-b", proxy.bootstrap, "-t", topic, "-K:", data=lines)
