@@ -77,9 +77,9 @@ def groups(t: pa.Table, keys: Sequence[str]) -> tuple[np.ndarray, int, np.ndarra
             span = int(key.max()) + 1 if t.num_rows else 1
         key = key * card + codes
         span *= card
-    groups, inverse = np.unique(key, return_inverse=True)
+    seen, inverse = np.unique(key, return_inverse=True)
     gid = inverse.reshape(-1).astype(np.int64)
-    n = len(groups)  # gid indexes them (numpy 2.5's stubs give an intp array no max() without arguments)
+    n = len(seen)  # the keys seen, which gid indexes (numpy 2.5's stubs give an intp array no max() without arguments)
     first = np.zeros(n, np.int64)
     first[gid[::-1]] = np.arange(t.num_rows, dtype=np.int64)[::-1]  # the group's first row
     return gid, n, first
