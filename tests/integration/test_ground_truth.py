@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 import pytest
 from fetchlat.metrics import broker_timing
 
+from .clients.confluent_consume import consume
 from .conftest import JUDGED_BY_THE_BROKERS_CLOCK, start_proxy, stop_proxy, tansu_behind_delay
 
 CLIENTS_DIR = Path(__file__).with_name("clients")
@@ -112,29 +113,14 @@ def confluent_consume(bootstrap: str, topic: str, client_id: str, seconds: float
     """A confluent-kafka consumer for ``seconds``: how many records it read. Without ``on_tick``
     (which must run beside its polls) it runs in a child process (``clients/confluent_consume.py``),
     so an abort inside librdkafka fails only the test that ran it."""
-    if on_tick is None:
-        args = {"bootstrap": bootstrap, "topic": topic, "client_id": client_id, "seconds": seconds,
-                "fetch_bytes": fetch_bytes, "max_wait_ms": max_wait_ms, "from_start": from_start}
-        r = subprocess.run([sys.executable, str(CLIENTS_DIR / "confluent_consume.py"), json.dumps(args)],
-                           capture_output=True, text=True, timeout=seconds + 60)
-        assert r.returncode == 0, f"the consumer {client_id} ended with {r.returncode}: {r.stderr[-3000:]}"
-        return int(json.loads(r.stdout.strip().splitlines()[-1])["records"])
-    from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
-
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": client_id, "client.id": client_id,
-                  "fetch.wait.max.ms": max_wait_ms, "fetch.min.bytes": 1, "enable.auto.commit": False,
-                  "max.partition.fetch.bytes": fetch_bytes, "fetch.max.bytes": fetch_bytes,
-                  "message.max.bytes": fetch_bytes, "queued.max.messages.kbytes": 64})
-    c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING if from_start else OFFSET_END)])
-    n = 0
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        m = c.poll(0.05)
-        if m is not None and m.error() is None:
-            n += 1
-        on_tick(end - time.monotonic())
-    c.close()
-    return n
+    args: dict[str, Any] = {"bootstrap": bootstrap, "topic": topic, "client_id": client_id, "seconds": seconds,
+                            "fetch_bytes": fetch_bytes, "max_wait_ms": max_wait_ms, "from_start": from_start}
+    if on_tick is not None:
+        return consume(**args, on_tick=on_tick)
+    r = subprocess.run([sys.executable, str(CLIENTS_DIR / "confluent_consume.py"), json.dumps(args)],
+                       capture_output=True, text=True, timeout=seconds + 60)
+    assert r.returncode == 0, f"the consumer {client_id} ended with {r.returncode}: {r.stderr[-3000:]}"
+    return int(json.loads(r.stdout.strip().splitlines()[-1])["records"])
 
 
 def kafkapython_consume(bootstrap: str, topic: str, client_id: str, seconds: float, fetch_bytes: int,
