@@ -85,6 +85,8 @@ debs:
 # base); the host's extra certificate authorities (an intercepting proxy's) in build/image-ca/,
 # which only the build stage copies. `make image IMAGE=name:tag`.
 IMAGE ?= fetchlat:dev
+# a bare Debian release ($1) made from Debian's packages alone, tagged $2
+debian_base = mmdebstrap --quiet --variant=minbase $(1) - | docker import - $(2) >/dev/null
 IMAGE_BASE = $(shell sed -n 's/^ARG BASE=//p' deploy/docker/Dockerfile)
 docker-base:
 	@if ! command -v dockerd >/dev/null 2>&1 || ! command -v mmdebstrap >/dev/null 2>&1; then \
@@ -100,7 +102,7 @@ docker-base:
 	fi
 	@docker image inspect $(IMAGE_BASE) >/dev/null 2>&1 || timeout 60 docker pull -q $(IMAGE_BASE) >/dev/null 2>&1 || { \
 	  echo "no registry gives $(IMAGE_BASE): making it from Debian's packages (mmdebstrap bookworm)"; \
-	  mmdebstrap --quiet --variant=minbase bookworm - | docker import - $(IMAGE_BASE) >/dev/null; \
+	  $(call debian_base,bookworm,$(IMAGE_BASE)); \
 	  made=$$(docker run --rm $(IMAGE_BASE) cat /etc/debian_version); \
 	  case "$(IMAGE_BASE)" in *:$$made-slim) ;; *) echo "note: the mirror's bookworm is $$made, tagged $(IMAGE_BASE)";; esac; }
 
@@ -124,7 +126,7 @@ FRESH_BASE = $(if $(filter bookworm,$(DEBIAN)),$(IMAGE_BASE),fetchlat-debian:$(D
 test-fresh-debian: docker-base image-ca
 	@docker image inspect $(FRESH_BASE) >/dev/null 2>&1 || { \
 	  echo "making $(FRESH_BASE) from Debian's packages (mmdebstrap $(DEBIAN))"; \
-	  mmdebstrap --quiet --variant=minbase $(DEBIAN) - | docker import - $(FRESH_BASE) >/dev/null; }
+	  $(call debian_base,$(DEBIAN),$(FRESH_BASE)); }
 	testkit/fresh_debian.sh $(FRESH_BASE) build/image-ca build/fresh-debian-$(DEBIAN).log
 
 deps: debs $(COMPILED) $(KAFKA_JARS) $(NODE_CLIENTS)
