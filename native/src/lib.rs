@@ -23,6 +23,10 @@
 //!   fed in pieces, for the tests. The layouts it walks (`layout.rs`) are generated at build
 //!   time from Kafka's JSON message specs, the files the Python codec reads (`build/layouts.rs`).
 //!
+//! - `tls` (`tls.rs`): TLS towards a client with rustls, the session over the client's socket,
+//!   and the listener's settings from the PEM files the event loop's road reads; tested in its
+//!   own language, not yet carried by the relay (TLS connections stay on the event loop).
+//!
 //! - `Columns` (`columns.rs`): one table's trace rows of a batch as columns of machine values,
 //!   which the trace writer wraps as Arrow arrays without converting a value.
 //!
@@ -39,6 +43,7 @@ mod layout;
 mod relay;
 mod stamps;
 mod step;
+mod tls;
 mod values;
 mod wire;
 

@@ -1,21 +1,22 @@
 //! The relay's thread: one epoll loop over its pairs (`Looper::run`): reads, frames, writes
 //! on, queues for Python; adopts, answers and ends what Python asks; stops at a full queue.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::os::fd::RawFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::digest::{Digest, Digester};
 use crate::stamps::{recv_stamped, Read, WallOffset};
+use crate::tls::{Failure, Read1};
 use crate::wire::{Framing, Ranges, Routed, Wire};
 use super::gather::{FETCH, GATHER_BYTES, Gather, digest_ended, digest_request, gathered, routed_bytes};
 use super::memo::Memo;
 use super::pair::{rearm, Pair, Seg, Side, Stats, BROKER, CLIENT};
 use super::queue::{BATCH_NS, CLOSED, FROM_BROKER, FROM_CLIENT, Item, NOTIFY_BYTES, NOTIFY_ITEMS, REWRITE};
-use super::shared::Shared;
+use super::shared::{Added, Shared};
 use super::spare::Stock;
-use super::sys::{bump, clear, epoll_set, mono_ns, nonblocking, sockopt_on, tcp_rtt_ns, write_some};
+use super::sys::{bump, clear, epoll_set, mono_ns, nonblocking, sockopt_on, tcp_rtt_ns};
 
 
 
@@ -43,6 +44,8 @@ pub(super) struct Looper {
     pub(super) ep: RawFd,
     pub(super) pairs: HashMap<u64, Pair>,
     pub(super) buf: Vec<u8>,
+    /// the plaintext of a TLS client's read (`buf` is its TLS bytes' place in rustls' own buffer)
+    pub(super) plain: Vec<u8>,
     pub(super) max_frame: i64,
     pub(super) flexible: Ranges,
     pub(super) observed: Ranges,
@@ -106,6 +109,11 @@ impl Looper {
             self.held_total -= p.held;
             self.shared.held_now.store(self.held_total, Ordering::Relaxed);
             self.shared.stats.lock().unwrap().remove(&id);
+            if let Some(t) = p.client.tls.as_mut() {
+                // the session's end towards the client, on the way out: as much as its socket takes now
+                t.close();
+                let _ = t.flush(p.client.fd);
+            }
             for fd in [p.client.fd, p.broker.fd] {
                 // SAFETY: the pair owned these fds; removing it from the map gives them up once.
                 // Closing the fd takes it out of the epoll set whatever the DEL says (ENOENT for
@@ -151,8 +159,8 @@ impl Looper {
         self.adopt_pairs(added);
     }
 
-    pub(super) fn adopt_pairs(&mut self, added: Vec<(u64, RawFd, RawFd)>) {
-        for (id, cfd, bfd) in added {
+    pub(super) fn adopt_pairs(&mut self, added: Vec<Added>) {
+        for (id, cfd, bfd, tls) in added {
             // the kernel's stamps: without them the broker's reads are dated by the clock (and
             // counted so, `stamps`); without TCP_NODELAY small answers may wait for Nagle: neither
             // ends the pair. A socket that cannot be made non-blocking, or watched, is refused.
@@ -182,8 +190,7 @@ impl Looper {
             let stats = Arc::new(Stats::default());
             stats.client_read_ns.store(mono_ns(), Ordering::Relaxed);
             self.shared.stats.lock().unwrap().insert(id, stats.clone());
-            self.pairs.insert(id, Pair { client: Side { fd: cfd, queue: VecDeque::new() },
-                                         broker: Side { fd: bfd, queue: VecDeque::new() }, whole: Vec::new(),
+            self.pairs.insert(id, Pair { client: Side::new(cfd, tls), broker: Side::new(bfd, None), whole: Vec::new(),
                                          armed: [libc::EPOLLIN as u32; 2], wire, stats, client_eof: false,
                                          shut: false, gather: None, gather_rq: None, broker_gone: None,
                                          held: 0 });
@@ -234,9 +241,9 @@ impl Looper {
     /// `readable`'s work: the items to queue, or why the pair ends.
     pub(super) fn read_one(&mut self, id: u64, side: u64, items: &mut Vec<Item>) -> Result<(), String> {
         let Some(p) = self.pairs.get_mut(&id) else { return Ok(()) };
-        let (from, to) = if side == CLIENT { (&p.client, &mut p.broker) } else { (&p.broker, &mut p.client) };
+        let mut tls_closed = false;
         let (n, t_ns) = if side == BROKER {
-            match recv_stamped(from.fd, &mut self.buf) {
+            match recv_stamped(p.broker.fd, &mut self.buf) {
                 Ok(Read::WouldBlock) => return Ok(()),
                 Ok(Read::Data { n, wall_ns }) => {
                     let now = mono_ns();
@@ -248,9 +255,29 @@ impl Looper {
                 }
                 Err(e) => return Err(format!("broker read: {e}")),
             }
+        } else if let Some(t) = p.client.tls.as_mut() {
+            // one read of the client's TLS bytes, decrypted; the handshake's answers and any
+            // alert go back at once
+            self.plain.clear();
+            let got = t.read(p.client.fd, &mut self.plain);
+            let flushed = t.flush(p.client.fd);
+            let t_ns = mono_ns();
+            match got {
+                Err(Failure::Tls { reason, handshaken: false }) => return Err(format!("tls handshake failed: {reason}")),
+                Err(Failure::Tls { reason, handshaken: true }) => return Err(format!("tls error: {reason}")),
+                Err(Failure::Io(e)) => return Err(format!("client read: {e}")),
+                Ok(r) => {
+                    flushed.map_err(|e| format!("write to the client: {e}"))?;
+                    tls_closed = r == Read1::Closed;
+                }
+            }
+            if self.plain.is_empty() && !tls_closed {
+                return rearm(self.ep, id, p); // the handshake under way, or a record not whole yet
+            }
+            (self.plain.len(), t_ns)
         } else {
             // SAFETY: reads at most buf.len() bytes into buf
-            let r = unsafe { libc::recv(from.fd, self.buf.as_mut_ptr().cast(), self.buf.len(), 0) };
+            let r = unsafe { libc::recv(p.client.fd, self.buf.as_mut_ptr().cast(), self.buf.len(), 0) };
             if r < 0 {
                 let e = std::io::Error::last_os_error();
                 if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted) {
@@ -268,7 +295,8 @@ impl Looper {
             return Err(if p.client_eof { "broker closed the connection after the client's end of stream".into() }
                        else { "broker closed the connection".into() });
         }
-        let data = &self.buf[..n];
+        let data = if p.client.tls.is_some() && side == CLIENT { &self.plain[..] } else { &self.buf[..n] };
+        let to = if side == CLIENT { &mut p.broker } else { &mut p.client };
         let mut out = Routed::default();
         let framed = if side == CLIENT { p.wire.from_client(data, t_ns, &mut out) }
                      else { p.wire.from_broker(data, t_ns, &mut out) };
@@ -291,10 +319,7 @@ impl Looper {
         let write_err = if side == CLIENT { "write to the broker" } else { "write to the client" };
         // the bytes as read go on first (but for answers held whole); what Python must see of them after
         if out.whole.is_empty() && to.queue.is_empty() {
-            let k = write_some(to.fd, data).map_err(|e| format!("{write_err}: {e}"))?;
-            if k < n {
-                to.queue.push_back(Seg::Bytes(data[k..].to_vec()));
-            }
+            to.write_now(data).map_err(|e| format!("{write_err}: {e}"))?;
         } else {
             let mut at = 0;
             for &(start, end, ends) in &out.whole {
@@ -334,6 +359,9 @@ impl Looper {
                 to.queue.push_back(Seg::Bytes(data[at..].to_vec()));
             }
             to.flush().map_err(|e| format!("{write_err}: {e}"))?;
+        }
+        if tls_closed {
+            p.client_eof = true; // its close_notify after these bytes: a half-close, as an end of stream
         }
         rearm(self.ep, id, p)?;
         let t_written_ns = mono_ns();

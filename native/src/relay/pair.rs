@@ -7,6 +7,7 @@ use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crate::tls::TlsServer;
 use crate::wire::Wire;
 use super::gather::Gather;
 use super::sys::{epoll_set, mono_ns, write_some};
@@ -50,25 +51,65 @@ pub(super) enum Seg {
 pub(super) struct Side {
     pub(super) fd: RawFd,
     pub(super) queue: VecDeque<Seg>,
+    /// the client's TLS session where the core carries its TLS (`tls.rs`): what this side is
+    /// written is encrypted by it (the queue holds plaintext), what is read of it decrypted
+    pub(super) tls: Option<Box<TlsServer>>,
 }
 
 impl Side {
+    pub(super) fn new(fd: RawFd, tls: Option<Box<TlsServer>>) -> Self {
+        Self { fd, queue: VecDeque::new(), tls }
+    }
+
     /// This side's queue lets the other side be read: nothing waits, or only an answer held
-    /// whole that is still arriving (its rest must be read).
+    /// whole that is still arriving (its rest must be read). (TLS bytes in the session do not
+    /// stop it: the session takes at most `tls::OUT_LIMIT`, the rest waits in the queue.)
     pub(super) fn lets_other_read(&self) -> bool {
         matches!((self.queue.len(), self.queue.front()), (0, _) | (1, Some(Seg::Answer { asked: false, .. })))
     }
 
-    /// Writes what it can of the queue, up to an answer not given yet.
+    /// Bytes wait for this side's socket: in its queue, or encrypted in its TLS session.
+    pub(super) fn waiting(&self) -> bool {
+        matches!(self.queue.front(), Some(Seg::Bytes(_))) || self.tls.as_ref().is_some_and(|t| t.wants_write())
+    }
+
+    /// Writes `data`, nothing waiting before it in the queue: what the socket (or the TLS
+    /// session) does not take now waits in the queue.
+    pub(super) fn write_now(&mut self, data: &[u8]) -> std::io::Result<()> {
+        let k = match self.tls.as_mut() {
+            None => write_some(self.fd, data)?,
+            Some(t) => {
+                let k = t.take(data);
+                t.flush(self.fd)?;
+                k
+            }
+        };
+        if k < data.len() {
+            self.queue.push_back(Seg::Bytes(data[k..].to_vec()));
+        }
+        Ok(())
+    }
+
+    /// Writes what it can of the queue, up to an answer not given yet (through the TLS session,
+    /// which is flushed first and last, where there is one).
     pub(super) fn flush(&mut self) -> std::io::Result<()> {
+        if let Some(t) = self.tls.as_mut() {
+            t.flush(self.fd)?;
+        }
         while let Some(seg) = self.queue.front_mut() {
-            let Seg::Bytes(v) = seg else { return Ok(()) };
-            let k = write_some(self.fd, v)?;
+            let Seg::Bytes(v) = seg else { break };
+            let k = match self.tls.as_mut() {
+                None => write_some(self.fd, v)?,
+                Some(t) => t.take(v),
+            };
             if k < v.len() {
                 v.drain(..k);
-                return Ok(());
+                break;
             }
             self.queue.pop_front();
+        }
+        if let Some(t) = self.tls.as_mut() {
+            t.flush(self.fd)?;
         }
         Ok(())
     }
@@ -121,7 +162,7 @@ pub(super) fn rearm(ep: RawFd, id: u64, p: &mut Pair) -> Result<(), String> {
         if other.lets_other_read() && !(side == CLIENT && p.client_eof) {
             ev |= libc::EPOLLIN as u32;
         }
-        if matches!(me.queue.front(), Some(Seg::Bytes(_))) {
+        if me.waiting() {
             ev |= libc::EPOLLOUT as u32;
         }
         if p.armed[i] != ev {
@@ -139,7 +180,7 @@ pub(super) fn rearm(ep: RawFd, id: u64, p: &mut Pair) -> Result<(), String> {
             }
         }
     }
-    let waits = matches!(p.client.queue.front(), Some(Seg::Bytes(_)));
+    let waits = p.client.waiting();
     let since = &p.stats.stalled_since_ns;
     if waits != (since.load(Ordering::Relaxed) != 0) {
         since.store(if waits { mono_ns() } else { 0 }, Ordering::Relaxed);

@@ -5,11 +5,16 @@ use std::collections::HashMap;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex};
+use crate::tls::TlsServer;
 use super::pair::Stats;
 use super::queue::Item;
 use super::spare::Spare;
 
 
+
+/// A pair handed over: its id, the client's and the broker's fds, and the client's TLS session
+/// where the core carries its TLS.
+pub(super) type Added = (u64, RawFd, RawFd, Option<Box<TlsServer>>);
 
 pub(super) struct Shared {
     pub(super) queue: Mutex<Vec<Item>>,
@@ -19,7 +24,7 @@ pub(super) struct Shared {
     pub(super) spare: Mutex<Spare>,
     /// pairs handed over and not adopted yet; None once the relay's thread has ended (`add` is
     /// refused from then: nothing would own the fds)
-    pub(super) added: Mutex<Option<Vec<(u64, RawFd, RawFd)>>>,
+    pub(super) added: Mutex<Option<Vec<Added>>>,
     pub(super) answers: Mutex<Vec<(u64, Vec<u8>)>>,
     /// pairs Python ends (`end`)
     pub(super) ends: Mutex<Vec<u64>>,

@@ -12,6 +12,7 @@ use std::os::fd::{AsRawFd, IntoRawFd};
 use std::time::{Duration, Instant};
 
 use super::*;
+use crate::tls::tests::Pki as TestPki;
 use crate::wire::{KIND_REQUEST, KIND_RESPONSE, RECORD_WIDTH};
 
 const DEADLINE: Duration = Duration::from_secs(10);
@@ -315,4 +316,106 @@ fn a_closed_relay_takes_no_connection() {
         assert_eq!(libc::close(fa), 0);
         assert_eq!(libc::close(fb), 0);
     }
+}
+
+// ------------------------------------------------------------------ a client's TLS, carried by the core
+
+/// A TLS client (rustls, blocking) and a broker joined by the relay, which carries the client's
+/// TLS from its handshake on (`add_tls`): `(client, broker, conn)`; with `mtls`, a client
+/// certificate is required and the client has one of the authority's.
+fn joined_tls(r: &mut PyRelay, pki: &TestPki, mtls: bool, cert: bool)
+              -> (rustls::StreamOwned<rustls::ClientConnection, TcpStream>, TcpStream, u64) {
+    let (client, client_side) = connected();
+    let (broker_side, broker) = connected();
+    for s in [&client, &broker] {
+        s.set_read_timeout(Some(DEADLINE)).unwrap();
+    }
+    let session = crate::tls::TlsServer::new(&pki.server_config(mtls)).expect("a session");
+    let conn = r.add_tls(client_side.into_raw_fd(), broker_side.into_raw_fd(), session)
+        .unwrap_or_else(|_| panic!("taken"));
+    (rustls::StreamOwned::new(pki.client(cert.then_some(&pki.client)), client), broker, conn)
+}
+
+#[test]
+fn a_tls_clients_bytes_pass_decrypted_both_ways_and_each_exchange_is_recorded() {
+    let pki = TestPki::new();
+    let mut r = relay(None, None);
+    let (mut client, mut broker, conn) = joined_tls(&mut r, &pki, false, false);
+    for corr in 1..=3 {
+        let rq = request(corr);
+        client.write_all(&rq).unwrap();
+        assert_eq!(read_exact(&mut broker, rq.len()), rq, "the broker reads the plaintext request");
+        let rs = answer(corr, 100 * corr as usize, 7);
+        broker.write_all(&rs).unwrap();
+        let mut got = vec![0; rs.len()];
+        client.read_exact(&mut got).expect("the answer, decrypted by the client");
+        assert_eq!(got, rs);
+    }
+    let items = until(&r, "three exchanges recorded", |all| exchanges(all, conn).len() >= 6);
+    let seen = exchanges(&items, conn);
+    for corr in 1..=3i64 {
+        assert!(seen.contains(&(KIND_REQUEST, corr)) && seen.contains(&(KIND_RESPONSE, corr)), "{seen:?}");
+    }
+    // the client's close_notify is its end of stream: passed on to the broker, whose close ends the pair
+    client.conn.send_close_notify();
+    client.flush().unwrap();
+    assert!(at_end(&mut broker), "the broker sees the client's end");
+    drop(broker);
+    let items = until(&r, "the pair's end", |all| closed(all, conn).is_some());
+    assert_eq!(closed(&items, conn), Some("broker closed the connection after the client's end of stream"));
+}
+
+#[test]
+fn a_big_answer_reaches_a_slow_tls_client_whole_and_in_order() {
+    let pki = TestPki::new();
+    let mut r = relay(None, None);
+    let (mut client, mut broker, _conn) = joined_tls(&mut r, &pki, false, false);
+    small_buffer(client.get_ref(), libc::SO_RCVBUF);
+    let rq = request(9);
+    client.write_all(&rq).unwrap();
+    assert_eq!(read_exact(&mut broker, rq.len()), rq);
+    // four times what the session takes at once: the rest waits in the pair, the broker is not
+    // read meanwhile, and every byte still comes
+    let rs = answer(9, 4 * crate::tls::OUT_LIMIT, 3);
+    let writer = std::thread::spawn(move || {
+        broker.write_all(&rs).unwrap();
+        (broker, rs)
+    });
+    let mut got = vec![0; 8 + 4 * crate::tls::OUT_LIMIT];
+    std::thread::sleep(Duration::from_millis(50)); // the client slow to begin reading
+    client.read_exact(&mut got).expect("the whole answer");
+    let (_broker, rs) = writer.join().unwrap();
+    assert_eq!(got, rs);
+}
+
+#[test]
+fn a_failed_handshake_ends_its_own_pair_and_no_other() {
+    let pki = TestPki::new();
+    let mut r = relay(None, None);
+    let (mut plain_client, mut plain_broker, _plain) = joined(&mut r);
+    // bytes that are not TLS, on a connection whose TLS the core carries
+    let (mut http, http_side) = connected();
+    let (broker_side, _broker) = connected();
+    http.set_read_timeout(Some(DEADLINE)).unwrap();
+    let session = crate::tls::TlsServer::new(&pki.server_config(false)).expect("a session");
+    let bad = r.add_tls(http_side.into_raw_fd(), broker_side.into_raw_fd(), session).unwrap_or_else(|_| panic!("taken"));
+    http.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    // mTLS: a client with no certificate is refused the same way
+    let (mut anonymous, _b2, refused) = joined_tls(&mut r, &pki, true, false);
+    let _ = anonymous.write_all(&request(1)); // the handshake runs on its first write, and fails
+    let items = until(&r, "both ends", |all| closed(all, bad).is_some() && closed(all, refused).is_some());
+    let reason = closed(&items, bad).unwrap();
+    assert!(reason.starts_with("tls handshake failed: "), "{reason}");
+    let reason = closed(&items, refused).unwrap();
+    assert!(reason.starts_with("tls handshake failed: ") && reason.to_lowercase().contains("certificate"), "{reason}");
+    // the client is told why (a TLS alert: content type 21), then the connection ends
+    let mut told = Vec::new();
+    http.read_to_end(&mut told).expect("the alert and the end, within the deadline");
+    assert_eq!(told.first(), Some(&21u8), "{told:?}");
+    // the plaintext pair never noticed
+    exchange(&mut plain_client, &mut plain_broker, 5);
+    // and a client with the authority's certificate gets through
+    let (mut trusted, mut broker, _) = joined_tls(&mut r, &pki, true, true);
+    trusted.write_all(&request(2)).unwrap();
+    assert_eq!(read_exact(&mut broker, request(2).len()), request(2));
 }

@@ -1,0 +1,220 @@
+//! TLS towards a client, owned by the core from the connection's first byte (rustls, with
+//! aws-lc as its cryptography, post-quantum key exchange first): what the relay needs to carry a
+//! TLS client connection itself.
+//! A TLS session cannot move from Python's `ssl` (OpenSSL) to another library halfway through,
+//! and this kernel has no kTLS, so a connection the core is to carry must be the core's from its
+//! ClientHello on.
+//!
+//! - `server_config`: the listener's settings from the same PEM files the event loop's road
+//!   reads (`proxy/tls.py`'s `server_context`): the certificate chain and its key, and, for
+//!   mTLS, the certificate authorities a client's certificate must chain to (then required).
+//!   TLS 1.2 and 1.3, as there. A new config (a SIGHUP's reload) serves new connections only.
+//! - `TlsServer`: one client's session over its non-blocking socket: `read` takes one read of
+//!   the socket's TLS bytes and gives their plaintext; `take` accepts plaintext to encrypt (the
+//!   session's buffer is bounded: `OUT_LIMIT`), `flush` writes the TLS bytes that wait.
+//!
+//! Must never: log or return key material or plaintext anywhere but to its caller; block (every
+//! socket it is given is non-blocking: EAGAIN is "nothing now"); keep a length the kernel
+//! returned without checking it against the buffer it gave.
+
+#![cfg_attr(not(test), allow(dead_code))] // the relay does not carry TLS yet: its tests use all of it
+
+use std::io::{self, Read, Write};
+use std::os::fd::RawFd;
+use std::sync::Arc;
+
+use rustls::crypto::aws_lc_rs::default_provider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{RootCertStore, ServerConfig, ServerConnection};
+
+/// The TLS bytes and plaintext a session holds for its client at most; past it `take` takes no
+/// more, and what waits stays in the caller's queue (back-pressure, as for a plaintext socket).
+pub const OUT_LIMIT: usize = 256 << 10;
+
+fn unusable(what: &str, e: impl std::fmt::Display) -> String {
+    format!("tls_cert / tls_key / tls_client_ca: not usable ({what}: {e}); give PEM files, the key matching the \
+             certificate")
+}
+
+fn certificates(path: &str) -> Result<Vec<CertificateDer<'static>>, String> {
+    let certs = CertificateDer::pem_file_iter(path).map_err(|e| unusable(path, e))?
+        .collect::<Result<Vec<_>, _>>().map_err(|e| unusable(path, e))?;
+    if certs.is_empty() {
+        return Err(unusable(path, "no certificate in it"));
+    }
+    Ok(certs)
+}
+
+/// A listener's TLS settings: `cert` (PEM: the chain, leaf first) and `key` (PEM), and
+/// `client_ca` (PEM) to require client certificates that chain to it. The error says which file
+/// and why, in the words of the event loop's road.
+pub fn server_config(cert: &str, key: &str, client_ca: Option<&str>) -> Result<Arc<ServerConfig>, String> {
+    let chain = certificates(cert)?;
+    let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| unusable(key, e))?;
+    let provider = Arc::new(default_provider());
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(|e| unusable("protocol versions", e))?;
+    let builder = match client_ca {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let mut roots = RootCertStore::empty();
+            for c in certificates(ca)? {
+                roots.add(c).map_err(|e| unusable(ca, e))?;
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build().map_err(|e| unusable(ca, e))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let config = builder.with_single_cert(chain, key_der).map_err(|e| unusable("the certificate and its key", e))?;
+    Ok(Arc::new(config))
+}
+
+/// A socket as `Read` and `Write` for rustls: one `recv` or `send` each call, its length checked.
+struct Fd(RawFd);
+
+impl Read for Fd {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        // SAFETY: the pointer and length are a live, writable slice's
+        let n = unsafe { libc::recv(self.0, buf.as_mut_ptr().cast(), buf.len(), 0) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok((n as usize).min(buf.len()))
+    }
+}
+
+impl Write for Fd {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        // SAFETY: the pointer and length are a live slice's
+        let n = unsafe { libc::send(self.0, buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok((n as usize).min(buf.len()))
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// What one `read` found besides plaintext.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Read1 {
+    /// the session goes on (nothing more to read now, or more to come)
+    Open,
+    /// the client ended its side: its close_notify, or the end of its stream
+    Closed,
+}
+
+/// Why a session ended on its own.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// the client's bytes broke TLS (a bad handshake, a refused certificate, bytes that are not
+    /// TLS): the reason, and whether the handshake had completed; the alert for the client waits
+    /// in the session (`flush` it before closing)
+    Tls { reason: String, handshaken: bool },
+    /// the socket failed
+    Io(String),
+}
+
+/// One client's TLS session over its non-blocking socket.
+pub struct TlsServer {
+    conn: ServerConnection,
+    closed: bool,
+}
+
+impl TlsServer {
+    pub fn new(config: &Arc<ServerConfig>) -> Result<Self, String> {
+        let mut conn = ServerConnection::new(Arc::clone(config)).map_err(|e| format!("tls: {e}"))?;
+        conn.set_buffer_limit(Some(OUT_LIMIT));
+        Ok(Self { conn, closed: false })
+    }
+
+    pub fn handshaking(&self) -> bool {
+        self.conn.is_handshaking()
+    }
+
+    /// One read of the socket's TLS bytes (as much as one `recv` gives), processed: the
+    /// plaintext they carried is appended to `out` (none while the handshake runs: its answers
+    /// wait for `flush`). EAGAIN reads nothing.
+    pub fn read(&mut self, fd: RawFd, out: &mut Vec<u8>) -> Result<Read1, Failure> {
+        if self.closed {
+            return Ok(Read1::Closed);
+        }
+        let eof = loop {
+            match self.conn.read_tls(&mut Fd(fd)) {
+                Ok(0) => break true,
+                Ok(_) => break false,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Read1::Open),
+                Err(e) => return Err(Failure::Io(e.to_string())),
+            }
+        };
+        let handshaken = !self.conn.is_handshaking();
+        let state = self.conn.process_new_packets()
+            .map_err(|e| Failure::Tls { reason: e.to_string(), handshaken })?;
+        let n = state.plaintext_bytes_to_read();
+        if n > 0 {
+            let at = out.len();
+            out.resize(at + n, 0);
+            if let Err(e) = self.conn.reader().read_exact(&mut out[at..]) {
+                out.truncate(at);
+                return Err(Failure::Tls { reason: e.to_string(), handshaken });
+            }
+        }
+        if state.peer_has_closed() || eof {
+            self.closed = true;
+            if eof && self.conn.is_handshaking() {
+                return Err(Failure::Tls { reason: "the client closed the connection during the handshake".into(),
+                                          handshaken: false });
+            }
+            return Ok(Read1::Closed);
+        }
+        Ok(Read1::Open)
+    }
+
+    /// Takes what it can of `data` to encrypt (bounded by `OUT_LIMIT` with what waits): how
+    /// many bytes it took. Before the handshake completes they wait in the session.
+    pub fn take(&mut self, data: &[u8]) -> usize {
+        self.conn.writer().write(data).unwrap_or(0)
+    }
+
+    /// TLS bytes wait for the socket (the handshake's, an alert, encrypted plaintext).
+    pub fn wants_write(&self) -> bool {
+        self.conn.wants_write()
+    }
+
+    /// Writes what waits of the TLS bytes: Ok(true) once nothing waits, Ok(false) when the
+    /// socket takes no more now.
+    pub fn flush(&mut self, fd: RawFd) -> io::Result<bool> {
+        while self.conn.wants_write() {
+            match self.conn.write_tls(&mut Fd(fd)) {
+                Ok(0) => return Ok(false),
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(true)
+    }
+
+    /// The session's end towards the client: a close_notify waits to be flushed.
+    pub fn close(&mut self) {
+        self.conn.send_close_notify();
+    }
+
+    /// The client's certificate (DER, leaf first) once the handshake completed with one.
+    pub fn peer_certificate(&self) -> Option<&[u8]> {
+        self.conn.peer_certificates().and_then(|c| c.first()).map(|c| c.as_ref())
+    }
+}
+
+#[cfg(test)]
+#[path = "tests/tls.rs"]
+pub(crate) mod tests; // its certificates serve the relay's TLS tests too
