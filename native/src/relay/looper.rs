@@ -10,6 +10,7 @@ use crate::digest::{Digest, Digester};
 use crate::stamps::{recv_stamped, Read, WallOffset};
 use crate::tls::{Failure, Read1};
 use crate::wire::{Framing, Ranges, Routed, Wire};
+use super::front::{Front, Fused};
 use super::gather::{FETCH, GATHER_BYTES, Gather, digest_ended, digest_request, gathered, routed_bytes};
 use super::memo::Memo;
 use super::pair::{rearm, Pair, Seg, Side, Stats, BROKER, CLIENT};
@@ -43,6 +44,8 @@ pub(super) struct Looper {
     pub(super) shared: Arc<Shared>,
     pub(super) ep: RawFd,
     pub(super) pairs: HashMap<u64, Pair>,
+    /// TLS clients' connections before their hand-over (`front.rs`), by id
+    pub(super) fronts: HashMap<u64, Front>,
     pub(super) buf: Vec<u8>,
     /// the plaintext of a TLS client's read (`buf` is its TLS bytes' place in rustls' own buffer)
     pub(super) plain: Vec<u8>,
@@ -161,6 +164,30 @@ impl Looper {
 
     pub(super) fn adopt_pairs(&mut self, added: Vec<Added>) {
         for (id, cfd, bfd, tls) in added {
+            // a TLS client's connection the core fronted: its hand-over is the fuse of the two
+            let (cfd, tls, fused) = match (tls.is_none()).then(|| self.fuse(cfd)).flatten() {
+                None => (cfd, tls, None),
+                Some(fused) => {
+                    // SAFETY: Python's duplicate of its bridge end, handed to the relay to close
+                    unsafe { libc::close(cfd) };
+                    match fused {
+                        Ok(f) => (f.client, None, Some(f)),
+                        Err(reason) => {
+                            // SAFETY: the broker's fd, handed to the relay to own
+                            unsafe { libc::close(bfd) };
+                            let t = mono_ns();
+                            self.push(Item { conn: id, kind: CLOSED, t_ns: t, t_written_ns: t, python: Vec::new(),
+                                             records: None, reason, api: None, counts: (0, 0), handed: Vec::new(),
+                                             digest: None });
+                            continue;
+                        }
+                    }
+                }
+            };
+            let (tls, fused) = match fused {
+                Some(Fused { tls: session, owed, unread, client_done, .. }) => (Some(session), Some((owed, unread, client_done))),
+                None => (tls, None),
+            };
             // the kernel's stamps: without them the broker's reads are dated by the clock (and
             // counted so, `stamps`); without TCP_NODELAY small answers may wait for Nagle: neither
             // ends the pair. A socket that cannot be made non-blocking, or watched, is refused.
@@ -194,6 +221,9 @@ impl Looper {
                                          armed: [libc::EPOLLIN as u32; 2], wire, stats, client_eof: false,
                                          shut: false, gather: None, gather_rq: None, broker_gone: None,
                                          held: 0 });
+            if let Some((owed, unread, client_done)) = fused {
+                self.fused_begins(id, &owed, unread, client_done);
+            }
         }
     }
 
@@ -287,6 +317,17 @@ impl Looper {
             }
             ((r as usize).min(self.buf.len()), mono_ns())
         };
+        let plain = side == CLIENT && p.client.tls.is_some();
+        self.forward_read(id, side, n, t_ns, plain, tls_closed, items)
+    }
+
+    /// A read's `n` bytes (in `plain` where `from_plain`, else in `buf`) of pair `id`'s `side`,
+    /// read at `t_ns`: framed, written on, queued for Python; `tls_closed`: the client's TLS
+    /// session ended after them. (Also the bytes a pair begins with: `front.rs`'s fuse.)
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn forward_read(&mut self, id: u64, side: u64, n: usize, t_ns: i64, from_plain: bool,
+                               tls_closed: bool, items: &mut Vec<Item>) -> Result<(), String> {
+        let Some(p) = self.pairs.get_mut(&id) else { return Ok(()) };
         if n == 0 {
             if side == CLIENT {
                 p.client_eof = true;  // a half-close, passed on: the answers still come back
@@ -295,7 +336,7 @@ impl Looper {
             return Err(if p.client_eof { "broker closed the connection after the client's end of stream".into() }
                        else { "broker closed the connection".into() });
         }
-        let data = if p.client.tls.is_some() && side == CLIENT { &self.plain[..] } else { &self.buf[..n] };
+        let data = if from_plain { &self.plain[..n] } else { &self.buf[..n] };
         let to = if side == CLIENT { &mut p.broker } else { &mut p.client };
         let mut out = Routed::default();
         let framed = if side == CLIENT { p.wire.from_client(data, t_ns, &mut out) }
@@ -565,6 +606,7 @@ impl Looper {
     /// What Python asked for (`wake_fd`): pairs to adopt, answers, ends.
     pub(super) fn woken(&mut self) {
         clear(self.shared.wake_fd);
+        self.adopt_fronts(); // before the pairs: a hand-over may fuse a front taken in the same wake
         self.adopt();
         self.answered();
         let ends = std::mem::take(&mut *self.shared.ends.lock().unwrap());
@@ -622,6 +664,10 @@ impl Looper {
                     continue;
                 }
                 let (id, side) = (token >> 1, token & 1);
+                if self.fronts.contains_key(&id) {
+                    self.front_event(id, side, flags);
+                    continue;
+                }
                 if flags & libc::EPOLLOUT as u32 != 0 {
                     self.writable(id, side);
                 }
@@ -651,6 +697,7 @@ impl Looper {
         self.adopt_pairs(late);
         let ids: Vec<u64> = self.pairs.keys().copied().collect();
         let reason = failed.unwrap_or_else(|| "the relay stopped".into());
+        self.close_fronts(&reason);
         for id in ids {
             self.close(id, reason.clone());
         }

@@ -32,6 +32,7 @@
 //! the buffer it was given, and every system call's result is checked (`sys.rs`). The bounds
 //! and timeouts, and what happens at each: `docs/proxy.md`.
 
+mod front;
 mod gather;
 mod looper;
 mod memo;
@@ -47,7 +48,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering}
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use pyo3::exceptions::{PyOSError, PyRuntimeError};
+use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString};
 
@@ -126,6 +127,7 @@ impl PyRelay {
         }
         let shared = Arc::new(Shared { queue: Mutex::new(Vec::new()), queue_spare: Mutex::new(Vec::new()),
                                        spare: Mutex::new(Spare::default()), added: Mutex::new(Some(Vec::new())),
+                                       fronts: Mutex::new(Vec::new()), tls_config: Mutex::new(None),
                                        answers: Mutex::new(Vec::new()), ends: Mutex::new(Vec::new()),
                                        stats: Mutex::new(HashMap::new()), kernel_reads: AtomicU64::new(0),
                                        clock_reads: AtomicU64::new(0), memo_rewrites: Mutex::new(HashMap::new()),
@@ -139,6 +141,7 @@ impl PyRelay {
         epoll_set(ep, libc::EPOLL_CTL_ADD, shared.wake_fd, libc::EPOLLIN as u32, WAKE)
             .map_err(|e| PyOSError::new_err(e.to_string()))?;
         let mut looper = Looper { shared: shared.clone(), ep, pairs: HashMap::new(), buf: vec![0; READ_BYTES], plain: Vec::new(),
+                                  fronts: HashMap::new(),
                                   max_frame: max_frame_bytes, flexible: Ranges::new(&flexible),
                                   observed: Ranges::new(&observed), whole, memo: Memo { entries: VecDeque::new() },
                                   stock: Stock::default(), offset: Default::default(), ask_at_answer,
@@ -154,6 +157,47 @@ impl PyRelay {
     /// thread has ended: nothing would own them.
     fn add(&mut self, client_fd: RawFd, broker_fd: RawFd) -> PyResult<u64> {
         self.hand(client_fd, broker_fd, None)
+    }
+
+    /// The listener's TLS settings (PEM files: the certificate chain, its key, and the client
+    /// authority that makes a client certificate required) for the connections `front` takes
+    /// from here; a reload calls it again. `ValueError` says which file and why.
+    #[pyo3(signature = (cert, key, client_ca=None))]
+    fn tls_config(&self, cert: &str, key: &str, client_ca: Option<&str>) -> PyResult<()> {
+        let config = crate::tls::server_config(cert, key, client_ca).map_err(PyValueError::new_err)?;
+        *self.shared.tls_config.lock().unwrap() = Some(config);
+        Ok(())
+    }
+
+    /// Takes a TLS client's connection from its first byte (`client_fd`, the core's from here;
+    /// `relay/front.rs`): its id (a failure comes back as a `CLOSED` item under it) and the
+    /// plaintext end for Python, a connected Unix socket that is Python's to read, write and
+    /// close. Its hand-over is `add` of that end (a duplicate of it): the pair is the TLS socket.
+    fn front(&mut self, client_fd: RawFd) -> PyResult<(u64, RawFd)> {
+        let config = self.shared.tls_config.lock().unwrap().clone()
+            .ok_or_else(|| PyRuntimeError::new_err("the relay has no TLS settings (tls_config)"))?;
+        let tls = TlsServer::new(&config).map_err(PyRuntimeError::new_err)?;
+        if self.shared.stop.load(Ordering::Relaxed) {
+            return Err(PyRuntimeError::new_err("the relay is closed: it takes no connection"));
+        }
+        let mut fds: [libc::c_int; 2] = [-1; 2];
+        // SAFETY: the kernel writes two fds into `fds`
+        if unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) } < 0 {
+            return Err(PyOSError::new_err(std::io::Error::last_os_error().to_string()));
+        }
+        let Some(python_end) = front::inode(fds[1]) else {
+            // SAFETY: the fds just made, ours alone
+            unsafe {
+                libc::close(fds[0]);
+                libc::close(fds[1]);
+            }
+            return Err(PyOSError::new_err(std::io::Error::last_os_error().to_string()));
+        };
+        let id = self.next_id;
+        self.next_id += 1;
+        self.shared.fronts.lock().unwrap().push((id, client_fd, Box::new(tls), fds[0], python_end));
+        bump(self.shared.wake_fd);
+        Ok((id, fds[1]))
     }
 
     /// The bytes all pairs hold now and the bounds: `(held, one pair's bound, all pairs' bound)`.

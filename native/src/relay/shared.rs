@@ -5,7 +5,10 @@ use std::collections::HashMap;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex};
+use rustls::ServerConfig;
+
 use crate::tls::TlsServer;
+use super::front::FrontAdded;
 use super::pair::Stats;
 use super::queue::Item;
 use super::spare::Spare;
@@ -25,6 +28,10 @@ pub(super) struct Shared {
     /// pairs handed over and not adopted yet; None once the relay's thread has ended (`add` is
     /// refused from then: nothing would own the fds)
     pub(super) added: Mutex<Option<Vec<Added>>>,
+    /// TLS clients' connections taken from their first byte (`front`) and not adopted yet
+    pub(super) fronts: Mutex<Vec<FrontAdded>>,
+    /// the listener's TLS settings for the fronts from here (`tls_config`; a reload replaces them)
+    pub(super) tls_config: Mutex<Option<Arc<ServerConfig>>>,
     pub(super) answers: Mutex<Vec<(u64, Vec<u8>)>>,
     /// pairs Python ends (`end`)
     pub(super) ends: Mutex<Vec<u64>>,

@@ -8,7 +8,8 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::os::fd::{AsRawFd, IntoRawFd};
+use std::os::unix::net::UnixStream;
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
 use std::time::{Duration, Instant};
 
 use super::*;
@@ -418,4 +419,100 @@ fn a_failed_handshake_ends_its_own_pair_and_no_other() {
     let (mut trusted, mut broker, _) = joined_tls(&mut r, &pki, true, true);
     trusted.write_all(&request(2)).unwrap();
     assert_eq!(read_exact(&mut broker, request(2).len()), request(2));
+}
+
+// ------------------------------------------------------------------ a TLS client fronted, then fused
+
+/// A TLS client whose connection the core takes from its first byte (`front`), the bridge's
+/// Python end as the test's socket: `(client, python, front id)`.
+fn fronted(r: &mut PyRelay, pki: &TestPki) -> (rustls::StreamOwned<rustls::ClientConnection, TcpStream>, UnixStream, u64) {
+    r.tls_config(&pki.path("server.pem"), &pki.path("server.key"), None).unwrap_or_else(|_| panic!("TLS settings"));
+    let (client, client_side) = connected();
+    client.set_read_timeout(Some(DEADLINE)).unwrap();
+    let (id, python_fd) = r.front(client_side.into_raw_fd()).unwrap_or_else(|_| panic!("fronted"));
+    // SAFETY: the fd `front` gave, the test's alone
+    let python = unsafe { UnixStream::from_raw_fd(python_fd) };
+    python.set_read_timeout(Some(DEADLINE)).unwrap();
+    (rustls::StreamOwned::new(pki.client(None), client), python, id)
+}
+
+fn read_unix(s: &mut UnixStream, n: usize) -> Vec<u8> {
+    let mut buf = vec![0; n];
+    s.read_exact(&mut buf).expect("the bytes, within the deadline");
+    buf
+}
+
+#[test]
+fn a_fronted_tls_client_talks_to_python_in_plaintext_and_is_fused_into_a_pair_at_the_hand_over() {
+    let pki = TestPki::new();
+    let mut r = relay(None, None);
+    let (mut client, mut python, front) = fronted(&mut r, &pki);
+    // the first exchange on the event loop's road: plaintext both ways through the bridge
+    client.write_all(&request(1)).unwrap();
+    assert_eq!(read_unix(&mut python, request(1).len()), request(1));
+    python.write_all(&answer(1, 40, 1)).unwrap();
+    let mut got = vec![0; answer(1, 40, 1).len()];
+    client.read_exact(&mut got).unwrap();
+    assert_eq!(got, answer(1, 40, 1));
+    // the client pipelines its next request before the hand-over, and Python's second answer
+    // is written just before it: the first reaches the broker, the second the client, in order
+    client.write_all(&request(2)).unwrap();
+    std::thread::sleep(Duration::from_millis(50)); // in the bridge, unread by Python
+    python.write_all(&answer(2, 30, 2)).unwrap();
+    let (broker_side, mut broker) = connected();
+    broker.set_read_timeout(Some(DEADLINE)).unwrap();
+    // SAFETY: dup of the test's own fd; the relay closes the duplicate
+    let dup = unsafe { libc::dup(python.as_raw_fd()) };
+    let conn = r.add(dup, broker_side.into_raw_fd()).unwrap_or_else(|_| panic!("taken"));
+    let mut got = vec![0; answer(2, 30, 2).len()];
+    client.read_exact(&mut got).unwrap();
+    assert_eq!(got, answer(2, 30, 2), "Python's answer written before the hand-over comes first");
+    assert_eq!(read_exact(&mut broker, request(2).len()), request(2), "the request Python had not read");
+    for corr in 3..=4 {
+        broker.write_all(&answer(corr - 1, 20, 9)).unwrap(); // the broker answers the one before
+        client.write_all(&request(corr)).unwrap();
+        let mut got = vec![0; answer(corr - 1, 20, 9).len()];
+        client.read_exact(&mut got).unwrap();
+        assert_eq!(got, answer(corr - 1, 20, 9));
+        assert_eq!(read_exact(&mut broker, request(corr).len()), request(corr));
+    }
+    // the bridge is gone: Python's end reads its end of stream; the front queued nothing
+    let mut rest = Vec::new();
+    python.read_to_end(&mut rest).expect("the bridge's end");
+    assert!(rest.is_empty());
+    let items = until(&r, "the fused pair's exchanges", |all| exchanges(all, conn).len() >= 4);
+    assert_eq!(closed(&items, front), None);
+}
+
+#[test]
+fn a_fronts_failed_handshake_is_queued_under_its_id_and_python_sees_the_end() {
+    let pki = TestPki::new();
+    let mut r = relay(None, None);
+    let (client, mut python, front) = fronted(&mut r, &pki);
+    let mut raw = client.into_parts().1; // the socket, without TLS
+    raw.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let items = until(&r, "the front's end", |all| closed(all, front).is_some());
+    let reason = closed(&items, front).unwrap();
+    assert!(reason.starts_with("tls handshake failed: "), "{reason}");
+    let mut rest = Vec::new();
+    python.read_to_end(&mut rest).expect("the bridge's end");
+    assert!(rest.is_empty(), "no plaintext from a failed handshake");
+    let mut told = Vec::new();
+    raw.read_to_end(&mut told).expect("the alert and the end");
+    assert_eq!(told.first(), Some(&21u8), "a TLS alert first: {told:?}");
+}
+
+#[test]
+fn python_closing_its_end_of_a_front_closes_the_clients_session_cleanly() {
+    let pki = TestPki::new();
+    let mut r = relay(None, None);
+    let (mut client, mut python, front) = fronted(&mut r, &pki);
+    client.write_all(&request(1)).unwrap();
+    assert_eq!(read_unix(&mut python, request(1).len()), request(1));
+    drop(python);
+    let mut rest = Vec::new();
+    client.read_to_end(&mut rest).expect("a clean end: the server's close_notify");
+    assert!(rest.is_empty());
+    let items = until(&r, "the front's end", |all| closed(all, front).is_some());
+    assert_eq!(closed(&items, front), Some("closed by the proxy"));
 }

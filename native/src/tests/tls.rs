@@ -74,7 +74,7 @@ impl Pki {
         pki
     }
 
-    fn path(&self, name: &str) -> String {
+    pub(crate) fn path(&self, name: &str) -> String {
         self.dir.join(name).to_string_lossy().into_owned()
     }
 

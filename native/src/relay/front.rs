@@ -1,0 +1,271 @@
+//! A TLS client's connection before its hand-over (`Relay.front`): the core holds the client's
+//! TLS session from its first byte and bridges the plaintext to Python over a socketpair, so the
+//! event loop's road (the sniff, the broker connection, the first exchange) runs on plaintext as
+//! for any client. At the hand-over (`add` of the socketpair's Python end, recognized by its
+//! inode) the two are fused (`fuse`): the pair's client side is the TLS socket and its session,
+//! and what was under way in the socketpair either way goes on in order: Python's bytes to the
+//! client first, the client's bytes Python had not read yet as the pair's first read.
+//!
+//! A front's failure (a bad handshake, the client gone) closes both its sockets and queues a
+//! `CLOSED` item under the front's id, in the words of the pair's (`tls handshake failed: ...`);
+//! Python closing its end is the proxy's close: the client gets a close_notify.
+
+use std::os::fd::RawFd;
+
+use crate::tls::{Failure, Read1, TlsServer};
+use super::looper::Looper;
+use super::pair::{rearm, BROKER, CLIENT};
+use super::queue::{Item, CLOSED};
+use super::sys::{epoll_set, mono_ns, nonblocking, write_some};
+
+/// The epoll tokens of a front: `id << 1 | CLIENT` its TLS socket, `id << 1 | PYTHON` the bridge.
+pub(super) const PYTHON: u64 = BROKER;
+
+/// The most plaintext a front holds either way before it stops reading that side.
+pub(super) const FRONT_HELD_MAX: usize = 256 << 10;
+
+pub(super) struct Front {
+    /// the client's socket, and its TLS session
+    pub(super) client: RawFd,
+    pub(super) tls: Box<TlsServer>,
+    /// the core's end of the socketpair; and Python's end, as the kernel names it (device, inode)
+    pub(super) bridge: RawFd,
+    pub(super) python_end: (u64, u64),
+    /// the client's plaintext the bridge did not take yet, and Python's the session did not
+    pub(super) to_python: Vec<u8>,
+    pub(super) to_client: Vec<u8>,
+    /// the client's session ended (close_notify, or its end of stream): Python gets an end of
+    /// stream once it has every byte before it
+    pub(super) client_done: bool,
+    pub(super) shut: bool,
+    pub(super) armed: [u32; 2],
+}
+
+/// A front handed over: its id, the client's socket and session, the bridge's two ends' (the
+/// core's fd, Python's inode).
+pub(super) type FrontAdded = (u64, RawFd, Box<TlsServer>, RawFd, (u64, u64));
+
+/// The (device, inode) of the socket behind `fd`: a socketpair end and its duplicates share it.
+pub(super) fn inode(fd: RawFd) -> Option<(u64, u64)> {
+    // SAFETY: an all-zero stat is a valid value for the kernel to overwrite
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: st lives for the call; the kernel checks the fd
+    if unsafe { libc::fstat(fd, &mut st) } < 0 {
+        return None;
+    }
+    Some((st.st_dev, st.st_ino))
+}
+
+/// Everything `fd` (non-blocking) holds to read now, appended to `out`: Ok(true) at its end of stream.
+fn read_all(fd: RawFd, buf: &mut [u8], out: &mut Vec<u8>) -> std::io::Result<bool> {
+    loop {
+        // SAFETY: reads at most buf.len() bytes into buf
+        let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            return match e.kind() {
+                std::io::ErrorKind::WouldBlock => Ok(false),
+                std::io::ErrorKind::Interrupted => continue,
+                _ => Err(e),
+            };
+        }
+        if n == 0 {
+            return Ok(true);
+        }
+        out.extend_from_slice(&buf[..(n as usize).min(buf.len())]);
+    }
+}
+
+fn close_fds(ep: RawFd, fds: &[RawFd]) {
+    for &fd in fds {
+        // SAFETY: fds the front owned, given up once (see `Looper::close`)
+        unsafe {
+            libc::epoll_ctl(ep, libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut());
+            libc::close(fd);
+        }
+    }
+}
+
+impl Looper {
+    pub(super) fn adopt_fronts(&mut self) {
+        let added = std::mem::take(&mut *self.shared.fronts.lock().unwrap());
+        for (id, client, tls, bridge, python_end) in added {
+            let set_up = nonblocking(client).and_then(|()| nonblocking(bridge))
+                .and_then(|()| epoll_set(self.ep, libc::EPOLL_CTL_ADD, client, libc::EPOLLIN as u32, id << 1 | CLIENT))
+                .and_then(|()| epoll_set(self.ep, libc::EPOLL_CTL_ADD, bridge, libc::EPOLLIN as u32, id << 1 | PYTHON));
+            if let Err(e) = set_up {
+                close_fds(self.ep, &[client, bridge]);
+                self.front_closed(id, format!("relay could not take the connection: {e}"));
+                continue;
+            }
+            self.fronts.insert(id, Front { client, tls, bridge, python_end, to_python: Vec::new(), to_client: Vec::new(),
+                                           client_done: false, shut: false, armed: [libc::EPOLLIN as u32; 2] });
+        }
+    }
+
+    fn front_closed(&self, id: u64, reason: String) {
+        let t = mono_ns();
+        self.push(Item { conn: id, kind: CLOSED, t_ns: t, t_written_ns: t, python: Vec::new(), records: None, reason,
+                         api: None, counts: (0, 0), handed: Vec::new(), digest: None });
+    }
+
+    /// Ends front `id`: a close_notify to the client (as much as its socket takes now), both
+    /// sockets closed, a `CLOSED` item with `reason`.
+    pub(super) fn close_front(&mut self, id: u64, reason: String) {
+        if let Some(mut f) = self.fronts.remove(&id) {
+            f.tls.close();
+            let _ = f.tls.flush(f.client);
+            close_fds(self.ep, &[f.client, f.bridge]);
+            self.front_closed(id, reason);
+        }
+    }
+
+    /// An epoll event of front `id`'s `side` (`CLIENT`: its TLS socket; `PYTHON`: the bridge).
+    pub(super) fn front_event(&mut self, id: u64, side: u64, flags: u32) {
+        let result = if flags & (libc::EPOLLIN | libc::EPOLLOUT) as u32 != 0 {
+            self.front_move(id, side, flags & libc::EPOLLIN as u32 != 0)
+        } else if side == CLIENT {
+            Err("client closed the connection".into())
+        } else {
+            Err("closed by the proxy".into())
+        };
+        if let Err(reason) = result {
+            self.close_front(id, reason);
+        }
+    }
+
+    /// Moves what can move both ways (reading `side` if `readable`), then sets each socket's interest.
+    fn front_move(&mut self, id: u64, side: u64, readable: bool) -> Result<(), String> {
+        let Some(f) = self.fronts.get_mut(&id) else { return Ok(()) };
+        if readable && side == CLIENT {
+            let got = f.tls.read(f.client, &mut f.to_python);
+            let _ = f.tls.flush(f.client); // the handshake's answers, an alert
+            match got {
+                Err(Failure::Tls { reason, handshaken: false }) => return Err(format!("tls handshake failed: {reason}")),
+                Err(Failure::Tls { reason, handshaken: true }) => return Err(format!("tls error: {reason}")),
+                Err(Failure::Io(e)) => return Err(format!("client read: {e}")),
+                Ok(Read1::Closed) => f.client_done = true,
+                Ok(Read1::Open) => {}
+            }
+        }
+        if readable && side == PYTHON {
+            // SAFETY: reads at most buf.len() bytes into buf
+            let n = unsafe { libc::recv(f.bridge, self.buf.as_mut_ptr().cast(), self.buf.len(), 0) };
+            if n == 0 {
+                return Err("closed by the proxy".into());
+            }
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                if !matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted) {
+                    return Err(format!("proxy side read: {e}"));
+                }
+            } else {
+                f.to_client.extend_from_slice(&self.buf[..(n as usize).min(self.buf.len())]);
+            }
+        }
+        // the client's plaintext to Python, Python's through the session to the client
+        let k = write_some(f.bridge, &f.to_python).map_err(|e| format!("write to the proxy side: {e}"))?;
+        f.to_python.drain(..k);
+        let k = f.tls.take(&f.to_client);
+        f.to_client.drain(..k);
+        f.tls.flush(f.client).map_err(|e| format!("write to the client: {e}"))?;
+        if f.client_done && f.to_python.is_empty() && !f.shut {
+            f.shut = true;
+            // SAFETY: the front's own fd
+            unsafe { libc::shutdown(f.bridge, libc::SHUT_WR) };
+        }
+        let want = [
+            // the client: read while Python has taken what came before; write while TLS bytes wait
+            (if f.to_python.len() < FRONT_HELD_MAX && !f.client_done { libc::EPOLLIN as u32 } else { 0 })
+                | (if f.tls.wants_write() || !f.to_client.is_empty() { libc::EPOLLOUT as u32 } else { 0 }),
+            // the bridge: read while the session takes Python's bytes; write while the client's wait
+            (if f.to_client.len() < FRONT_HELD_MAX { libc::EPOLLIN as u32 } else { 0 })
+                | (if f.to_python.is_empty() { 0 } else { libc::EPOLLOUT as u32 }),
+        ];
+        for (i, (fd, token)) in [(f.client, id << 1 | CLIENT), (f.bridge, id << 1 | PYTHON)].into_iter().enumerate() {
+            if f.armed[i] != want[i] {
+                f.armed[i] = want[i];
+                epoll_set(self.ep, libc::EPOLL_CTL_MOD, fd, want[i], token).map_err(|e| format!("relay epoll: {e}"))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The hand-over of the front whose Python end is `python_fd` (a duplicate, the caller's to
+    /// close), if there is one: its TLS socket and session; the bytes Python wrote that the
+    /// client is still owed, in order; the client's bytes Python had not read (the pair's first
+    /// read); whether the client's session had ended. The front is gone from the epoll set and
+    /// its bridge closed.
+    pub(super) fn fuse(&mut self, python_fd: RawFd) -> Option<Result<Fused, String>> {
+        let key = inode(python_fd)?;
+        let id = self.fronts.iter().find(|(_, f)| f.python_end == key).map(|(&id, _)| id)?;
+        let mut f = self.fronts.remove(&id)?;
+        let mut owed = std::mem::take(&mut f.to_client);
+        let mut unread = Vec::new();
+        // Python's writes the front had not read yet, then the client's bytes Python had not
+        // read (in its socket), then those the bridge had not taken
+        let drained = read_all(f.bridge, &mut self.buf, &mut owed)
+            .and_then(|_| read_all(python_fd, &mut self.buf, &mut unread));
+        unread.extend_from_slice(&f.to_python);
+        // SAFETY: the front's fds; the client's socket stays open, the pair's from here
+        unsafe {
+            libc::epoll_ctl(self.ep, libc::EPOLL_CTL_DEL, f.client, std::ptr::null_mut());
+        }
+        close_fds(self.ep, &[f.bridge]);
+        if let Err(e) = drained {
+            f.tls.close();
+            let _ = f.tls.flush(f.client);
+            close_fds(self.ep, &[f.client]);
+            return Some(Err(format!("relay could not take the connection: {e}")));
+        }
+        Some(Ok(Fused { client: f.client, tls: f.tls, owed, unread, client_done: f.client_done }))
+    }
+
+    /// A fused pair's beginning: Python's bytes the client is owed go first, then the client's
+    /// bytes Python had not read are the pair's first read (its end, if its session had ended).
+    pub(super) fn fused_begins(&mut self, id: u64, owed: &[u8], unread: Vec<u8>, client_done: bool) {
+        let mut result = Ok(());
+        if let Some(p) = self.pairs.get_mut(&id) {
+            if !owed.is_empty() {
+                result = p.client.write_now(owed).map_err(|e| format!("write to the client: {e}"));
+            }
+        }
+        let mut items = Vec::new();
+        if result.is_ok() && (!unread.is_empty() || client_done) {
+            let n = unread.len();
+            self.plain = unread;
+            result = self.forward_read(id, CLIENT, n, mono_ns(), true, client_done, &mut items);
+        }
+        if result.is_ok() {
+            if let Some(p) = self.pairs.get_mut(&id) {
+                result = rearm(self.ep, id, p);
+            }
+        }
+        match result {
+            Ok(()) => {
+                for item in items {
+                    self.push(item);
+                }
+            }
+            Err(reason) => self.close(id, reason),
+        }
+    }
+
+    /// Every front, at the relay's stop.
+    pub(super) fn close_fronts(&mut self, reason: &str) {
+        self.adopt_fronts();
+        let ids: Vec<u64> = self.fronts.keys().copied().collect();
+        for id in ids {
+            self.close_front(id, reason.into());
+        }
+    }
+}
+
+/// A front fused into a pair at its hand-over (`Looper::fuse`).
+pub(super) struct Fused {
+    pub(super) client: RawFd,
+    pub(super) tls: Box<TlsServer>,
+    pub(super) owed: Vec<u8>,
+    pub(super) unread: Vec<u8>,
+    pub(super) client_done: bool,
+}
