@@ -68,7 +68,9 @@ def first_bytes_verdict(first: bytes) -> Refusal | None:
 def tls_failure(handshaken: bool, error: str) -> Refusal:
     """Why a TLS session failed, with a hint when the peer spoke plaintext to a TLS listener."""
     what = "TLS error" if handshaken else "TLS handshake failed"
-    plaintext = any(k in error for k in ("WRONG_VERSION_NUMBER", "HTTP_REQUEST", "UNKNOWN_PROTOCOL"))
+    # OpenSSL's words on the event loop's road, rustls' on the core's (relay/front.rs)
+    plaintext = any(k in error for k in ("WRONG_VERSION_NUMBER", "HTTP_REQUEST", "UNKNOWN_PROTOCOL",
+                                         "InvalidContentType"))
     hint = " (a plaintext client on a TLS listener?)" if plaintext else ""
     return Refusal("tls_error" if handshaken else "tls_handshake_failed",
                    f"{what}: {error}{hint}; closing this connection")

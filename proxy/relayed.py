@@ -31,7 +31,11 @@ here. Every second (``tick``) the core's counters and timers of
 each connection come back: the bytes counters, the idle, partial-frame and stalled-client
 timeouts (the connection's ``ConnectionPolicy`` decides, as on the asyncio road), the client RTT.
 
-What stays on the asyncio road: TLS either way, a proxy away from its brokers (its rewrites),
+A TLS client's connection is the core's from its first byte (``native/src/relay/front.rs``): its
+session is rustls', and the asyncio road reads the plaintext the core bridges to it over a
+socketpair (``session.ClientSide._front``) until the hand-over, which fuses the two.
+
+What stays on the asyncio road: TLS to the brokers, a proxy away from its brokers (its rewrites),
 the routed road (``FETCHLAT_ROUTED``), a connection until its first answer (the sniff of its
 first bytes, the upstream holds and reconnects), and one whose hand-over moment never comes.
 
@@ -163,16 +167,19 @@ def held_answer(rewriter: ResponseRewriter, frame: bytes, api: tuple[int, int]) 
     return (frame if body is None else len(body).to_bytes(4, "big") + body), res
 
 
-def relay_road(choice: str, sidecar: bool, tls: bool, routed: bool, max_frame_bytes: int,
-               rewriter: ResponseRewriter, metrics: ProxyMetrics) -> RelayRoad | None:
+def relay_road(choice: str, sidecar: bool, upstream_tls: bool, routed: bool, max_frame_bytes: int,
+               rewriter: ResponseRewriter, metrics: ProxyMetrics,
+               server_tls: tuple[str, str, str | None] | None = None) -> RelayRoad | None:
     """The native core's relay where the ``relay`` setting (``choice``: auto or native) asks for it
-    and it can carry the proxy's connections (a sidecar, plaintext both ways, the core loaded);
-    the log says why not."""
+    and it can carry the proxy's connections (a sidecar, plaintext to its broker, the core
+    loaded); the log says why not. With ``server_tls`` (the listener's certificate, key and
+    client authority) the core holds each TLS client's session from its first byte
+    (``relay/front.rs``), where its TLS can read those files (else TLS clients stay here)."""
     if choice == "off":
         return None
     core = native.core()
     why = ("it carries a sidecar's connections only (a proxy away from its brokers rewrites addresses)"
-           if not sidecar else "TLS stays on the event loop" if tls
+           if not sidecar else "TLS to the brokers stays on the event loop" if upstream_tls
            else "the routed road (FETCHLAT_ROUTED) is on" if routed
            else f"the native core is not loaded: {native.reason()}" if core is None
            else "the native core has no relay (an older build)" if not hasattr(core, "Relay") else None)
@@ -180,7 +187,15 @@ def relay_road(choice: str, sidecar: bool, tls: bool, routed: bool, max_frame_by
         log.log(logging.WARNING if choice == "native" else logging.INFO,
                 "relay: %s, not used: %s; the event loop carries every connection", choice, why)
         return None
-    return RelayRoad(core, max_frame_bytes, rewriter, metrics)
+    road = RelayRoad(core, max_frame_bytes, rewriter, metrics)
+    if server_tls is not None:
+        try:
+            road.relay.tls_config(*server_tls)
+            road.fronts_tls = True
+        except ValueError as exc:  # a file OpenSSL reads and rustls does not (an encrypted key, ...)
+            log.warning("relay: the native core cannot read the TLS settings (%s); TLS clients stay on the "
+                        "event loop", exc)
+    return road
 
 
 class RelayRoad:
@@ -202,6 +217,7 @@ class RelayRoad:
         if (tuple(core.RELAY_KINDS), core.RELAY_ITEM_WIDTH, tuple(core.RELAY_PRESENT)) != (KINDS, ITEM_WIDTH, PRESENT):
             raise RuntimeError("the native core's drain is not this build's (rebuild it: make .venv/.compiled)")
         self.conns: dict[int, Carried] = {}
+        self.fronts_tls = False  # the core holds TLS clients' sessions (``relay_road``'s ``server_tls``)
         self._queue_full = 0  # the core's count of the times its queue filled, counted
         relay = self.relay
         metrics.relay_queue_items.set_function(lambda: float(relay.queue_depth()[0]))
@@ -235,6 +251,18 @@ class RelayRoad:
     def end(self, conn: int) -> None:
         """Closes a connection the core carries (its CLOSED item comes back, as every close's)."""
         self.relay.end(conn)
+
+    def front(self, watch: Carried, client_fd: int) -> tuple[int, int]:
+        """Hands a TLS client's socket to the core from its first byte (it owns and closes it from
+        here): the front's id, which ``watch`` answers for until the hand-over, and the plaintext
+        end of the bridge, for the event loop's road to read."""
+        front, python_fd = self.relay.front(client_fd)
+        self.conns[int(front)] = watch
+        return int(front), int(python_fd)
+
+    def forget(self, conn: int) -> None:
+        """A front fused into its pair at the hand-over: nothing more comes under its id."""
+        self.conns.pop(conn, None)
 
     # ------------------------------------------------------------------ the queue
     def _notified(self) -> None:

@@ -63,8 +63,10 @@ class Proxy:
                                 connect_timeout_s=cfg.connect_timeout_s,
                                 kernel_stamps=stamp_source(cfg.stamps) == KERNEL)
         assert self.core.rewriter is not None
-        self.relay = relay_road(cfg.relay, cfg.sidecar, upstream_tls is not None or server_tls is not None,
-                                self.core.routed, cfg.max_frame_bytes, self.core.rewriter, metrics)
+        self.relay = relay_road(cfg.relay, cfg.sidecar, upstream_tls is not None, self.core.routed,
+                                cfg.max_frame_bytes, self.core.rewriter, metrics,
+                                server_tls=(cfg.tls_cert, cfg.tls_key or cfg.tls_cert, cfg.tls_client_ca or None)
+                                if server_tls is not None and cfg.tls_cert else None)
         self.conn.relay = self.relay
         counts, relay = self.conn.stamp_counts, self.relay
         metrics.stamps.counts = lambda: self._stamp_counts(counts, relay)
@@ -205,8 +207,9 @@ class Proxy:
                  f" (fronting broker {self.cfg.sidecar_node}; addresses pass unchanged)" if self.cfg.sidecar else "")
         if self.relay is not None:
             self.relay.start(loop)
-            log.info("relay: %s: the native core's thread carries each connection after its first answer",
-                     self.cfg.relay)
+            log.info("relay: %s: the native core's thread carries each connection after its first answer%s",
+                     self.cfg.relay, "; it holds each TLS client's session from its first byte"
+                     if self.relay.fronts_tls else "")
         self.heartbeat.start(loop)
         self.metrics.loop_tasks.set_function(lambda: len(asyncio.all_tasks(loop)))  # read at scrape time
         self._tasks.append(loop.create_task(self.discovery.run()))

@@ -44,9 +44,15 @@ class Road(Protocol):
     """What a connection asks of the road that carries it once handed over (``relayed.RelayRoad``,
     which imports this module: named here by what it does, not imported)."""
 
+    fronts_tls: bool  # a TLS client's session is the core's from its first byte (``front``)
+
     def add(self, client: CarriedSide, client_fd: int, broker_fd: int) -> int: ...
 
     def end(self, conn: int) -> None: ...
+
+    def front(self, watch: FrontWatch, client_fd: int) -> tuple[int, int]: ...
+
+    def forget(self, conn: int) -> None: ...
 
 log = logging.getLogger("fetchlat.proxy")
 
@@ -107,6 +113,11 @@ class ClientSide:  # an asyncio protocol (duck-typed: a native class when compil
         self.client_eof = False  # the client half-closed: the broker closing next is expected
         self.tls = TlsServerSide(ctx.server_tls) if ctx.server_tls is not None else None
         self.carried: CarriedSide | None = None  # the core carries this connection (relayed.py)
+        # the core holds this client's TLS session from its first byte, and this side reads the
+        # plaintext of the socketpair it bridges (relay/front.rs): the front's id
+        self.fronted: int | None = None
+        self._swapping = False  # the TCP transport given up for the bridge's: its loss is not the connection's
+        self._bridging: asyncio.Task[None] | None = None
         self.conv = Conversation(ctx.core, conn_id=ctx.next_conn_id(), listener=listener, broker_label=broker_label,
                                  upstream=upstreams()[0], t_ns=clock.now_ns(), tls=self.tls is not None)
 
@@ -120,14 +131,50 @@ class ClientSide:  # an asyncio protocol (duck-typed: a native class when compil
 
     # asyncio.Protocol -------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if self.fronted is None:
+            peer = transport.get_extra_info("peername")
+            self.conv.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+            relay = self.ctx.relay
+            if self.tls is not None and relay is not None and relay.fronts_tls and self._front(relay, transport):
+                return  # the bridge's transport comes back here
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
-        peer = transport.get_extra_info("peername")
-        self.conv.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         m = self.ctx.core.observer.metrics
         m.connections.labels(self.listener).inc()
         m.connections_active.labels(self.listener).inc()
         self.ctx.sessions.add(self)
         asyncio.get_running_loop().create_task(self._connect_upstream())
+
+    def _front(self, relay: Road, transport: asyncio.BaseTransport) -> bool:
+        """Give the client's socket to the core, which holds its TLS session from the first byte
+        (``relay/front.rs``), and read the plaintext it bridges instead: this side gets the
+        bridge's transport next (``connection_made`` again). False: the core did not take it
+        (the connection stays on this road, TLS here)."""
+        try:
+            fd = os.dup(transport.get_extra_info("socket").fileno())
+        except (OSError, ValueError, AttributeError):
+            return False
+        try:
+            front, python_fd = relay.front(FrontWatch(self), fd)
+        except (RuntimeError, OSError):
+            os.close(fd)
+            return False
+        self.fronted = front
+        self.tls = None  # the core's
+        self._swapping = True
+        cast(asyncio.Transport, transport).abort()  # the duplicate keeps the connection: the core's now
+        bridge = socket.socket(fileno=python_fd)
+        loop = asyncio.get_running_loop()
+        self._bridging = loop.create_task(self._take_bridge(loop, bridge))  # kept: a task held only by the loop may go
+        return True
+
+    async def _take_bridge(self, loop: asyncio.AbstractEventLoop, bridge: socket.socket) -> None:
+        try:
+            await loop.connect_accepted_socket(lambda: as_protocol(self), sock=bridge)
+        except OSError as exc:
+            log.warning("client %s via %s: the core's TLS bridge could not be read (%s); closing this connection",
+                        self.peer, self.listener, exc)
+            bridge.close()
+            self.closed = True
 
     async def _connect_upstream(self) -> None:
         """Connect to the broker. While it is unreachable (restarting, refusing) the client's
@@ -185,6 +232,8 @@ class ClientSide:  # an asyncio protocol (duck-typed: a native class when compil
 
     def data_received(self, data: bytes) -> None:
         t_ns = clock.now_ns()
+        if self.fronted is not None and self.conv.policy.tls_pending:
+            self.conv.tls_established()  # plaintext from the core: its handshake completed
         if self.tls is not None:
             data = self._tls_in(data)
             if not data:
@@ -228,6 +277,9 @@ class ClientSide:  # an asyncio protocol (duck-typed: a native class when compil
         return None
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._swapping:
+            self._swapping = False
+            return  # the TCP transport given up for the core's bridge (``_front``)
         if self.carried is not None:
             return  # the transport was dropped at the hand-over: the connection lives on in the core
         self.forget()
@@ -320,6 +372,8 @@ class ClientSide:  # an asyncio protocol (duck-typed: a native class when compil
                 t.abort()
             return
         self.carried = carried
+        if self.fronted is not None:
+            road.forget(self.fronted)  # fused into the pair: the front has no more to say
         self.ctx.core.observer.metrics.handovers.inc()
         for t in (self.transport, broker.transport):
             t.abort()
@@ -384,6 +438,33 @@ class CarriedSide:
             client.ctx.upstream_lost(client, None if reason == "broker closed the connection"
                                      else ConnectionError(reason))
         client.forget()
+
+
+class FrontWatch:
+    """What the core says of a TLS client's connection it fronts (``relay/front.rs``) before its
+    hand-over: only its end, when the core ended it (a failed handshake, a TLS error: counted
+    and logged as on the event loop's road; the bridge's end of stream closes the connection
+    here)."""
+
+    def __init__(self, client: ClientSide) -> None:
+        self.client = client
+
+    def relayed(self, from_broker: bool, data: bytes, t_ns: int, t_written_ns: int, records: Records | None,
+                client_bytes: int, broker_bytes: int, handed: bytes | None = None,
+                digest: tuple[bytes, bytes, bytes] | None = None) -> None:
+        """(A front's plaintext goes through the bridge, never the queue.)"""
+
+    def relayed_timers(self, now_ns: int, counts: tuple[int, int], client_read_ns: int, partial_since_ns: int,
+                       stalled_since_ns: int, rtt_ns: int) -> None:
+        """(A front has no timers of the core's: the bridge's connection has this road's.)"""
+
+    def relayed_closed(self, reason: str, counts: tuple[int, int]) -> None:
+        client = self.client
+        for prefix, handshaken in (("tls handshake failed: ", False), ("tls error: ", True)):
+            if reason.startswith(prefix):
+                error = reason[len(prefix):]
+                close = client.conv.tls_failed(handshaken, error)
+                client.ctx.log_throttled(f"tls:{error[:40]}", logging.WARNING, "%s", close.message)
 
 
 class BrokerSide:  # an asyncio protocol (duck-typed)
