@@ -6,17 +6,17 @@
 //! and what was under way in the socketpair either way goes on in order: Python's bytes to the
 //! client first, the client's bytes Python had not read yet as the pair's first read.
 //!
-//! A front's failure (a bad handshake, the client gone) closes both its sockets and queues a
-//! `CLOSED` item under the front's id, in the words of the pair's (`tls handshake failed: ...`);
-//! Python closing its end is the proxy's close: the client gets a close_notify.
+//! A front's failure (a bad handshake, the client gone) closes both its sockets, and the relay's
+//! thread queues a `CLOSED` item under the front's id, in the words of the pair's (`tls handshake
+//! failed: ...`); Python closing its end is the proxy's close: the client gets a close_notify.
+//! (`Fronts` holds them and says what to report; the thread, `looper.rs`, reports it.)
 
+use std::collections::HashMap;
 use std::os::fd::RawFd;
 
 use crate::tls::{Failure, Read1, TlsServer};
-use super::looper::Looper;
-use super::pair::{rearm, BROKER, CLIENT};
-use super::queue::{Item, CLOSED};
-use super::sys::{epoll_set, mono_ns, nonblocking, write_some};
+use super::pair::{BROKER, CLIENT};
+use super::sys::{epoll_set, nonblocking, write_some};
 
 /// The epoll tokens of a front: `id << 1 | CLIENT` its TLS socket, `id << 1 | PYTHON` the bridge.
 pub(super) const PYTHON: u64 = BROKER;
@@ -24,21 +24,21 @@ pub(super) const PYTHON: u64 = BROKER;
 /// The most plaintext a front holds either way before it stops reading that side.
 pub(super) const FRONT_HELD_MAX: usize = 256 << 10;
 
-pub(super) struct Front {
+struct Front {
     /// the client's socket, and its TLS session
-    pub(super) client: RawFd,
-    pub(super) tls: Box<TlsServer>,
+    client: RawFd,
+    tls: Box<TlsServer>,
     /// the core's end of the socketpair; and Python's end, as the kernel names it (device, inode)
-    pub(super) bridge: RawFd,
-    pub(super) python_end: (u64, u64),
+    bridge: RawFd,
+    python_end: (u64, u64),
     /// the client's plaintext the bridge did not take yet, and Python's the session did not
-    pub(super) to_python: Vec<u8>,
-    pub(super) to_client: Vec<u8>,
+    to_python: Vec<u8>,
+    to_client: Vec<u8>,
     /// the client's session ended (close_notify, or its end of stream): Python gets an end of
     /// stream once it has every byte before it
-    pub(super) client_done: bool,
-    pub(super) shut: bool,
-    pub(super) armed: [u32; 2],
+    client_done: bool,
+    shut: bool,
+    armed: [u32; 2],
 }
 
 /// A front handed over: its id, the client's socket and session, the bridge's two ends' (the
@@ -86,57 +86,68 @@ fn close_fds(ep: RawFd, fds: &[RawFd]) {
     }
 }
 
-impl Looper {
-    pub(super) fn adopt_fronts(&mut self) {
-        let added = std::mem::take(&mut *self.shared.fronts.lock().unwrap());
-        for (id, client, tls, bridge, python_end) in added {
-            let set_up = nonblocking(client).and_then(|()| nonblocking(bridge))
-                .and_then(|()| epoll_set(self.ep, libc::EPOLL_CTL_ADD, client, libc::EPOLLIN as u32, id << 1 | CLIENT))
-                .and_then(|()| epoll_set(self.ep, libc::EPOLL_CTL_ADD, bridge, libc::EPOLLIN as u32, id << 1 | PYTHON));
-            if let Err(e) = set_up {
-                close_fds(self.ep, &[client, bridge]);
-                self.front_closed(id, format!("relay could not take the connection: {e}"));
-                continue;
-            }
-            self.fronts.insert(id, Front { client, tls, bridge, python_end, to_python: Vec::new(), to_client: Vec::new(),
-                                           client_done: false, shut: false, armed: [libc::EPOLLIN as u32; 2] });
-        }
+/// The fronts a relay holds, by id. Each call says what the relay's thread must do next: the
+/// fronts to report closed (`CLOSED` items under their ids, `Looper::front_closed`).
+#[derive(Default)]
+pub(super) struct Fronts {
+    map: HashMap<u64, Front>,
+}
+
+impl Fronts {
+    pub(super) fn holds(&self, id: u64) -> bool {
+        self.map.contains_key(&id)
     }
 
-    fn front_closed(&self, id: u64, reason: String) {
-        let t = mono_ns();
-        self.push(Item { conn: id, kind: CLOSED, t_ns: t, t_written_ns: t, python: Vec::new(), records: None, reason,
-                         api: None, counts: (0, 0), handed: Vec::new(), digest: None });
+    /// The fronts handed over since the last call, watched from here; those that could not be
+    /// (their sockets closed), with why.
+    pub(super) fn adopt(&mut self, ep: RawFd, added: Vec<FrontAdded>) -> Vec<(u64, String)> {
+        let mut failed = Vec::new();
+        for (id, client, tls, bridge, python_end) in added {
+            let set_up = nonblocking(client).and_then(|()| nonblocking(bridge))
+                .and_then(|()| epoll_set(ep, libc::EPOLL_CTL_ADD, client, libc::EPOLLIN as u32, id << 1 | CLIENT))
+                .and_then(|()| epoll_set(ep, libc::EPOLL_CTL_ADD, bridge, libc::EPOLLIN as u32, id << 1 | PYTHON));
+            if let Err(e) = set_up {
+                close_fds(ep, &[client, bridge]);
+                failed.push((id, format!("relay could not take the connection: {e}")));
+                continue;
+            }
+            self.map.insert(id, Front { client, tls, bridge, python_end, to_python: Vec::new(), to_client: Vec::new(),
+                                        client_done: false, shut: false, armed: [libc::EPOLLIN as u32; 2] });
+        }
+        failed
     }
 
     /// Ends front `id`: a close_notify to the client (as much as its socket takes now), both
-    /// sockets closed, a `CLOSED` item with `reason`.
-    pub(super) fn close_front(&mut self, id: u64, reason: String) {
-        if let Some(mut f) = self.fronts.remove(&id) {
-            f.tls.close();
-            let _ = f.tls.flush(f.client);
-            close_fds(self.ep, &[f.client, f.bridge]);
-            self.front_closed(id, reason);
-        }
+    /// sockets closed. False: no such front.
+    pub(super) fn close(&mut self, ep: RawFd, id: u64) -> bool {
+        let Some(mut f) = self.map.remove(&id) else { return false };
+        f.tls.close();
+        let _ = f.tls.flush(f.client);
+        close_fds(ep, &[f.client, f.bridge]);
+        true
     }
 
-    /// An epoll event of front `id`'s `side` (`CLIENT`: its TLS socket; `PYTHON`: the bridge).
-    pub(super) fn front_event(&mut self, id: u64, side: u64, flags: u32) {
+    /// Every front's id.
+    pub(super) fn ids(&self) -> Vec<u64> {
+        self.map.keys().copied().collect()
+    }
+
+    /// An epoll event of front `id`'s `side` (`CLIENT`: its TLS socket; `PYTHON`: the bridge),
+    /// `buf` a scratch buffer: why the front ends, if it does.
+    pub(super) fn event(&mut self, ep: RawFd, buf: &mut [u8], id: u64, side: u64, flags: u32) -> Option<String> {
         let result = if flags & (libc::EPOLLIN | libc::EPOLLOUT) as u32 != 0 {
-            self.front_move(id, side, flags & libc::EPOLLIN as u32 != 0)
+            self.step(ep, buf, id, side, flags & libc::EPOLLIN as u32 != 0)
         } else if side == CLIENT {
             Err("client closed the connection".into())
         } else {
             Err("closed by the proxy".into())
         };
-        if let Err(reason) = result {
-            self.close_front(id, reason);
-        }
+        result.err()
     }
 
     /// Moves what can move both ways (reading `side` if `readable`), then sets each socket's interest.
-    fn front_move(&mut self, id: u64, side: u64, readable: bool) -> Result<(), String> {
-        let Some(f) = self.fronts.get_mut(&id) else { return Ok(()) };
+    fn step(&mut self, ep: RawFd, buf: &mut [u8], id: u64, side: u64, readable: bool) -> Result<(), String> {
+        let Some(f) = self.map.get_mut(&id) else { return Ok(()) };
         if readable && side == CLIENT {
             let got = f.tls.read(f.client, &mut f.to_python);
             let _ = f.tls.flush(f.client); // the handshake's answers, an alert
@@ -150,7 +161,7 @@ impl Looper {
         }
         if readable && side == PYTHON {
             // SAFETY: reads at most buf.len() bytes into buf
-            let n = unsafe { libc::recv(f.bridge, self.buf.as_mut_ptr().cast(), self.buf.len(), 0) };
+            let n = unsafe { libc::recv(f.bridge, buf.as_mut_ptr().cast(), buf.len(), 0) };
             if n == 0 {
                 return Err("closed by the proxy".into());
             }
@@ -160,7 +171,7 @@ impl Looper {
                     return Err(format!("proxy side read: {e}"));
                 }
             } else {
-                f.to_client.extend_from_slice(&self.buf[..(n as usize).min(self.buf.len())]);
+                f.to_client.extend_from_slice(&buf[..(n as usize).min(buf.len())]);
             }
         }
         // the client's plaintext to Python, Python's through the session to the client
@@ -185,7 +196,7 @@ impl Looper {
         for (i, (fd, token)) in [(f.client, id << 1 | CLIENT), (f.bridge, id << 1 | PYTHON)].into_iter().enumerate() {
             if f.armed[i] != want[i] {
                 f.armed[i] = want[i];
-                epoll_set(self.ep, libc::EPOLL_CTL_MOD, fd, want[i], token).map_err(|e| format!("relay epoll: {e}"))?;
+                epoll_set(ep, libc::EPOLL_CTL_MOD, fd, want[i], token).map_err(|e| format!("relay epoll: {e}"))?;
             }
         }
         Ok(())
@@ -196,68 +207,28 @@ impl Looper {
     /// client is still owed, in order; the client's bytes Python had not read (the pair's first
     /// read); whether the client's session had ended. The front is gone from the epoll set and
     /// its bridge closed.
-    pub(super) fn fuse(&mut self, python_fd: RawFd) -> Option<Result<Fused, String>> {
+    pub(super) fn fuse(&mut self, ep: RawFd, buf: &mut [u8], python_fd: RawFd) -> Option<Result<Fused, String>> {
         let key = inode(python_fd)?;
-        let id = self.fronts.iter().find(|(_, f)| f.python_end == key).map(|(&id, _)| id)?;
-        let mut f = self.fronts.remove(&id)?;
+        let id = self.map.iter().find(|(_, f)| f.python_end == key).map(|(&id, _)| id)?;
+        let mut f = self.map.remove(&id)?;
         let mut owed = std::mem::take(&mut f.to_client);
         let mut unread = Vec::new();
         // Python's writes the front had not read yet, then the client's bytes Python had not
         // read (in its socket), then those the bridge had not taken
-        let drained = read_all(f.bridge, &mut self.buf, &mut owed)
-            .and_then(|_| read_all(python_fd, &mut self.buf, &mut unread));
+        let drained = read_all(f.bridge, buf, &mut owed).and_then(|_| read_all(python_fd, buf, &mut unread));
         unread.extend_from_slice(&f.to_python);
-        // SAFETY: the front's fds; the client's socket stays open, the pair's from here
+        // SAFETY: the front's fd; the client's socket stays open, the pair's from here
         unsafe {
-            libc::epoll_ctl(self.ep, libc::EPOLL_CTL_DEL, f.client, std::ptr::null_mut());
+            libc::epoll_ctl(ep, libc::EPOLL_CTL_DEL, f.client, std::ptr::null_mut());
         }
-        close_fds(self.ep, &[f.bridge]);
+        close_fds(ep, &[f.bridge]);
         if let Err(e) = drained {
             f.tls.close();
             let _ = f.tls.flush(f.client);
-            close_fds(self.ep, &[f.client]);
+            close_fds(ep, &[f.client]);
             return Some(Err(format!("relay could not take the connection: {e}")));
         }
         Some(Ok(Fused { client: f.client, tls: f.tls, owed, unread, client_done: f.client_done }))
-    }
-
-    /// A fused pair's beginning: Python's bytes the client is owed go first, then the client's
-    /// bytes Python had not read are the pair's first read (its end, if its session had ended).
-    pub(super) fn fused_begins(&mut self, id: u64, owed: &[u8], unread: Vec<u8>, client_done: bool) {
-        let mut result = Ok(());
-        if let Some(p) = self.pairs.get_mut(&id) {
-            if !owed.is_empty() {
-                result = p.client.write_now(owed).map_err(|e| format!("write to the client: {e}"));
-            }
-        }
-        let mut items = Vec::new();
-        if result.is_ok() && (!unread.is_empty() || client_done) {
-            let n = unread.len();
-            self.plain = unread;
-            result = self.forward_read(id, CLIENT, n, mono_ns(), true, client_done, &mut items);
-        }
-        if result.is_ok() {
-            if let Some(p) = self.pairs.get_mut(&id) {
-                result = rearm(self.ep, id, p);
-            }
-        }
-        match result {
-            Ok(()) => {
-                for item in items {
-                    self.push(item);
-                }
-            }
-            Err(reason) => self.close(id, reason),
-        }
-    }
-
-    /// Every front, at the relay's stop.
-    pub(super) fn close_fronts(&mut self, reason: &str) {
-        self.adopt_fronts();
-        let ids: Vec<u64> = self.fronts.keys().copied().collect();
-        for id in ids {
-            self.close_front(id, reason.into());
-        }
     }
 }
 

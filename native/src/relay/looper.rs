@@ -10,7 +10,7 @@ use crate::digest::{Digest, Digester};
 use crate::stamps::{recv_stamped, Read, WallOffset};
 use crate::tls::{Failure, Read1};
 use crate::wire::{Framing, Ranges, Routed, Wire};
-use super::front::{Front, Fused};
+use super::front::{Fronts, Fused};
 use super::gather::{FETCH, GATHER_BYTES, Gather, digest_ended, digest_request, gathered, routed_bytes};
 use super::memo::Memo;
 use super::pair::{rearm, Pair, Seg, Side, Stats, BROKER, CLIENT};
@@ -45,7 +45,7 @@ pub(super) struct Looper {
     pub(super) ep: RawFd,
     pub(super) pairs: HashMap<u64, Pair>,
     /// TLS clients' connections before their hand-over (`front.rs`), by id
-    pub(super) fronts: HashMap<u64, Front>,
+    pub(super) fronts: Fronts,
     pub(super) buf: Vec<u8>,
     /// the plaintext of a TLS client's read (`buf` is its TLS bytes' place in rustls' own buffer)
     pub(super) plain: Vec<u8>,
@@ -165,7 +165,8 @@ impl Looper {
     pub(super) fn adopt_pairs(&mut self, added: Vec<Added>) {
         for (id, cfd, bfd, tls) in added {
             // a TLS client's connection the core fronted: its hand-over is the fuse of the two
-            let (cfd, tls, fused) = match (tls.is_none()).then(|| self.fuse(cfd)).flatten() {
+            let fused = if tls.is_none() { self.fronts.fuse(self.ep, &mut self.buf, cfd) } else { None };
+            let (cfd, tls, fused) = match fused {
                 None => (cfd, tls, None),
                 Some(fused) => {
                     // SAFETY: Python's duplicate of its bridge end, handed to the relay to close
@@ -604,6 +605,68 @@ impl Looper {
     }
 
     /// What Python asked for (`wake_fd`): pairs to adopt, answers, ends.
+    // ------------------------------------------------------------ fronts (front.rs)
+    pub(super) fn adopt_fronts(&mut self) {
+        let added = std::mem::take(&mut *self.shared.fronts.lock().unwrap());
+        for (id, reason) in self.fronts.adopt(self.ep, added) {
+            self.front_closed(id, reason);
+        }
+    }
+
+    fn front_closed(&self, id: u64, reason: String) {
+        let t = mono_ns();
+        self.push(Item { conn: id, kind: CLOSED, t_ns: t, t_written_ns: t, python: Vec::new(), records: None, reason,
+                         api: None, counts: (0, 0), handed: Vec::new(), digest: None });
+    }
+
+    pub(super) fn front_event(&mut self, id: u64, side: u64, flags: u32) {
+        if let Some(reason) = self.fronts.event(self.ep, &mut self.buf, id, side, flags) {
+            if self.fronts.close(self.ep, id) {
+                self.front_closed(id, reason);
+            }
+        }
+    }
+
+    /// Every front, at the relay's stop.
+    pub(super) fn close_fronts(&mut self, reason: &str) {
+        self.adopt_fronts();
+        for id in self.fronts.ids() {
+            if self.fronts.close(self.ep, id) {
+                self.front_closed(id, reason.into());
+            }
+        }
+    }
+
+    /// A fused pair's beginning: Python's bytes the client is owed go first, then the client's
+    /// bytes Python had not read are the pair's first read (its end, if its session had ended).
+    pub(super) fn fused_begins(&mut self, id: u64, owed: &[u8], unread: Vec<u8>, client_done: bool) {
+        let mut result = Ok(());
+        if let Some(p) = self.pairs.get_mut(&id) {
+            if !owed.is_empty() {
+                result = p.client.write_now(owed).map_err(|e| format!("write to the client: {e}"));
+            }
+        }
+        let mut items = Vec::new();
+        if result.is_ok() && (!unread.is_empty() || client_done) {
+            let n = unread.len();
+            self.plain = unread;
+            result = self.forward_read(id, CLIENT, n, mono_ns(), true, client_done, &mut items);
+        }
+        if result.is_ok() {
+            if let Some(p) = self.pairs.get_mut(&id) {
+                result = rearm(self.ep, id, p);
+            }
+        }
+        match result {
+            Ok(()) => {
+                for item in items {
+                    self.push(item);
+                }
+            }
+            Err(reason) => self.close(id, reason),
+        }
+    }
+
     pub(super) fn woken(&mut self) {
         clear(self.shared.wake_fd);
         self.adopt_fronts(); // before the pairs: a hand-over may fuse a front taken in the same wake
@@ -664,7 +727,7 @@ impl Looper {
                     continue;
                 }
                 let (id, side) = (token >> 1, token & 1);
-                if self.fronts.contains_key(&id) {
+                if self.fronts.holds(id) {
                     self.front_event(id, side, flags);
                     continue;
                 }

@@ -141,7 +141,7 @@ impl PyRelay {
         epoll_set(ep, libc::EPOLL_CTL_ADD, shared.wake_fd, libc::EPOLLIN as u32, WAKE)
             .map_err(|e| PyOSError::new_err(e.to_string()))?;
         let mut looper = Looper { shared: shared.clone(), ep, pairs: HashMap::new(), buf: vec![0; READ_BYTES], plain: Vec::new(),
-                                  fronts: HashMap::new(),
+                                  fronts: Default::default(),
                                   max_frame: max_frame_bytes, flexible: Ranges::new(&flexible),
                                   observed: Ranges::new(&observed), whole, memo: Memo { entries: VecDeque::new() },
                                   stock: Stock::default(), offset: Default::default(), ask_at_answer,
