@@ -21,7 +21,7 @@ from ..protocol.rewrite import ResponseRewriter
 from ..protocol.routed import enabled as routed_road_enabled
 from . import clock
 from .calibration import Calibrator
-from .config import RELOADABLE, Config, HostPort, format_hostport
+from .config import RELOADABLE, Config, ConfigError, HostPort, format_hostport
 from .conversation import CoreContext
 from .discovery import Discovery
 from .heartbeat import Heartbeat
@@ -244,7 +244,7 @@ class Proxy:
         """Apply what is safe to change while running; say what needs a restart."""
         differ = [f.name for f in dataclasses.fields(new) if getattr(new, f.name) != getattr(self.cfg, f.name)]
         changed = {k: getattr(new, k) for k in differ if k in RELOADABLE}
-        needs_restart = sorted(k for k in differ if k not in RELOADABLE)  # every other setting, TLS included
+        needs_restart = sorted(k for k in differ if k not in RELOADABLE)  # the rest (TLS files: re-read)
         self.cfg = dataclasses.replace(self.cfg, **changed)
         self.core = dataclasses.replace(self.core, limits=Limits.from_config(self.cfg))
         self.conn.core = self.core  # new connections take the new limits, open ones too:
@@ -254,6 +254,29 @@ class Proxy:
         log.info("reloaded: %s", ", ".join(f"{k}={v}" for k, v in changed.items()) or "nothing changed")
         if needs_restart:
             log.warning("not reloaded (needs a restart): %s", ", ".join(needs_restart))
+        self._reread_tls()
+
+    def _reread_tls(self) -> None:
+        """The listener's certificate, key and client authority read again from their files (a
+        rotation writes new ones in place): new connections on either road get them, open ones
+        keep their session. Files that cannot be read leave the current ones in use."""
+        cfg = self.cfg
+        if self.conn.server_tls is None or not cfg.tls_cert:
+            return
+        try:
+            ctx = server_context(cfg)
+        except ConfigError as exc:
+            log.warning("TLS certificates not re-read (%s); the current ones stay in use", exc)
+            return
+        relay = self.relay
+        if relay is not None and relay.fronts_tls:
+            try:
+                relay.relay.tls_config(cfg.tls_cert, cfg.tls_key or cfg.tls_cert, cfg.tls_client_ca or None)
+            except ValueError as exc:
+                log.warning("TLS certificates not re-read (the native core: %s); the current ones stay in use", exc)
+                return
+        self.conn.server_tls = ctx
+        log.info("TLS certificates re-read from %s: new connections use them", cfg.tls_cert)
 
     def _held(self) -> dict[str, int]:
         """The sizes ``fetchlat_held_entries`` exports (read at scrape time, another thread: each
