@@ -206,7 +206,8 @@ bench-incremental: $(STAMP)
 # Each prints how long it took at its end.
 bench-proxy: deps
 	$(BIN)/python bench/bench_proxy.py --trials 3 --broker tansu --records 40000 \
-	  --paths haproxy,relay,fetchlat-relay,fetchlat-relay+traces --out bench-proxy.json
+	  --paths haproxy,relay,fetchlat-relay,fetchlat-relay+traces,haproxy-tls,fetchlat-relay-tls+traces \
+	  --out bench-proxy.json
 
 bench-proxy-full: deps
 	$(BIN)/python bench/bench_proxy.py --trials 5 --broker both --out bench-proxy-full.json

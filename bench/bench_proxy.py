@@ -8,6 +8,11 @@ pure Python (``fetchlat-py``), in the same run, in
 rotating order, repeated; medians, spread and ratios, plus the proxy process's CPU seconds per
 GB forwarded. A fresh broker per measurement (Tansu's in-memory log slows as it fills).
 
+TLS to the clients (round trips alone): ``haproxy-tls`` terminates TLS itself; fetchlat as the
+broker's sidecar with ``--tls-cert``, traced, its clients' TLS sessions the native core's from
+their first byte (``fetchlat-relay-tls+traces``) or the event loop's (``fetchlat-tls+traces``);
+the client speaks TLS to the path and plaintext to the broker for the paired direct requests.
+
 Brokers (``--broker``): Tansu (the default), Apache Kafka (a single KRaft node from
 ``fetchlat.embedded.kafka``; fetchlat runs as its sidecar, haproxy and the relay on the same
 port, which the broker advertises; its measures are prefixed ``kafka:``, and Kafka's own
@@ -35,6 +40,7 @@ import contextlib
 import json
 import os
 import re
+import ssl
 import statistics
 import subprocess
 import sys
@@ -56,6 +62,7 @@ from fetchlat.proxy.traces import THREAD_NAME as TRACE_THREAD
 
 from bench.kafka_client import AsyncClient, fetch_request
 from bench.procs import cpu_s, rss_mb, stop_processes, thread_cpu_s
+from testkit.certs import Certs, Pair, make_certs
 
 # relay: bench/relay.py, zero-decode Python on uvloop; fetchlat-py: fetchlat's pure-Python build
 # (FETCHLAT_PURE_PYTHON=1), fetchlat: the build installed (compiled where a C compiler is);
@@ -71,11 +78,18 @@ SPIKE, SPIKE_TRACED = "native-relay", "native-relay+traces"
 # core carries each connection after its first answer; +traces: a row per request. Every other fetchlat
 # path runs with relay: off, the event loop all the way
 RELAYED, RELAYED_TRACED = "fetchlat-relay", "fetchlat-relay+traces"
+# TLS to the clients (round trips only): haproxy terminating TLS itself; fetchlat as the broker's sidecar
+# with --tls-cert, its clients' sessions the native core's from their first byte (relay: native) or
+# the event loop's (relay: off), traces on in both
+HAPROXY_TLS, RELAYED_TLS_TRACED, TLS_TRACED = "haproxy-tls", "fetchlat-relay-tls+traces", "fetchlat-tls+traces"
+TLS_KINDS = (HAPROXY_TLS, RELAYED_TLS_TRACED, TLS_TRACED)
 # the default paths: the proxy's default road (relay: auto, a sidecar's connections carried by the core)
 # and the event loop's, each with traces off and on, against the floors
 TARGETS = ("direct", "haproxy", "relay", RELAYED, RELAYED_TRACED, "fetchlat", "fetchlat+traces", "fetchlat-py")
-SHORT = {SPIKE: "spike", SPIKE_TRACED: "spikeT", RELAYED: "road", RELAYED_TRACED: "roadT"}  # the report's ratio heads
-TRACED_KINDS = (TRACED, RELAYED_TRACED)  # the fetchlat paths started with --trace-dir
+SHORT = {SPIKE: "spike", SPIKE_TRACED: "spikeT", RELAYED: "road", RELAYED_TRACED: "roadT",
+         RELAYED_TLS_TRACED: "roadTLS", TLS_TRACED: "loopTLS"}  # the report's ratio heads
+TRACED_KINDS = (TRACED, RELAYED_TRACED, RELAYED_TLS_TRACED, TLS_TRACED)  # the fetchlat paths with --trace-dir
+SIDECAR_KINDS = (RELAYED, RELAYED_TRACED, RELAYED_TLS_TRACED, TLS_TRACED)  # fetchlat as Tansu's sidecar too
 METRICS_PORTS: dict[int, int] = {}  # a fetchlat's pid -> its /metrics port
 NODE = 111  # Tansu's node id
 BROKERS = ("tansu", "kafka")
@@ -111,10 +125,10 @@ def target(kind: str, work: Path, broker: str = "tansu") -> Iterator[tuple[int, 
     it is the broker's sidecar, on the port the broker advertises, as haproxy and the relay are."""
     base = free_port_block(0, 1, 2, 2 + 1 + NODE, 1002)
     front = base + 2
-    sidecar = kind.startswith("fetchlat") and (broker == "kafka" or kind in (RELAYED, RELAYED_TRACED))
+    sidecar = kind.startswith("fetchlat") and (broker == "kafka" or kind in SIDECAR_KINDS)
     # relays cannot rewrite metadata
     spike_sidecar = broker == "kafka" and kind in (SPIKE, SPIKE_TRACED)
-    advertised = front if kind in ("haproxy", "relay") or sidecar or spike_sidecar else None
+    advertised = front if kind in ("haproxy", HAPROXY_TLS, "relay") or sidecar or spike_sidecar else None
     procs: list[subprocess.Popen[bytes]] = []
     log = open(work / f"{broker}-{kind}-{base}.log", "wb")  # noqa: SIM115 - closed below
     try:
@@ -122,7 +136,7 @@ def target(kind: str, work: Path, broker: str = "tansu") -> Iterator[tuple[int, 
                 _front(kind, work, base, front, broker_port, sidecar, log, procs, broker):
             pid = procs[-1].pid if procs else None
             if kind.startswith("fetchlat") and pid is not None:
-                settle_calibration(front, broker_port, pid)
+                settle_calibration(front, broker_port, pid, certs(work).ca if kind in TLS_KINDS else None)
                 check_build(kind, pid)
             yield front if kind != "direct" else broker_port, pid, broker_port
     finally:
@@ -144,11 +158,13 @@ def _front(kind: str, work: Path, base: int, front: int, broker_port: int, sidec
         if kind == "direct":
             yield
             return
-        if kind == "haproxy":
+        if kind in ("haproxy", HAPROXY_TLS):
             cfg = work / f"haproxy-{base}.cfg"
+            # terminating TLS itself where it is asked to (its certificate and key in one file)
+            tls = f" ssl crt {haproxy_pem(work)}" if kind == HAPROXY_TLS else ""
             cfg.write_text("global\n  maxconn 4096\ndefaults\n  mode tcp\n  timeout connect 5s\n"
                            "  timeout client 5m\n  timeout server 5m\n"
-                           f"frontend f\n  bind 127.0.0.1:{front}\n  default_backend b\n"
+                           f"frontend f\n  bind 127.0.0.1:{front}{tls}\n  default_backend b\n"
                            f"backend b\n  server s 127.0.0.1:{broker_port}\n")
             procs.append(subprocess.Popen([*wrap, "haproxy", "-f", str(cfg), "-db"], stdout=log,
                                           stderr=subprocess.STDOUT))
@@ -170,7 +186,10 @@ def _front(kind: str, work: Path, base: int, front: int, broker_port: int, sidec
                    **({"FETCHLAT_ROUTED": "1"} if kind == ROUTED else {})}
             traces = ["--trace-dir", str(trace_dir(work, front))] if kind in TRACED_KINDS else []
             node = "0" if broker == "kafka" else str(NODE)
-            relay = ["--relay", "native" if kind in (RELAYED, RELAYED_TRACED) else "off"]
+            relay = ["--relay", "native" if kind in (RELAYED, RELAYED_TRACED, RELAYED_TLS_TRACED) else "off"]
+            if kind in TLS_KINDS:
+                c = certs(work)
+                relay += ["--tls-cert", str(c.server.cert), "--tls-key", str(c.server.key)]
             procs.append(subprocess.Popen(
                 [*wrap, sys.executable, "-m", "fetchlat.app", "proxy", "--upstream", f"127.0.0.1:{broker_port}",
                  "--listen", f"127.0.0.1:{front}", "--metrics-listen", f"127.0.0.1:{base + 1002}",
@@ -213,7 +232,30 @@ def calibration_probes(pid: int) -> float:
                if line.startswith("fetchlat_calibration_probes_total{"))
 
 
-def settle_calibration(port: int, broker_port: int, pid: int) -> None:
+def certs(work: Path) -> Certs:
+    """The TLS paths' certificates (made once per run, in ``work``)."""
+    d = work / "certs"
+    if not (d / "ca.pem").exists():
+        return make_certs(d)
+    return Certs(ca=d / "ca.pem", server=Pair(d / "server.pem", d / "server.key"),
+                 client=Pair(d / "client.pem", d / "client.key"), rogue_ca=d / "rogue-ca.pem",
+                 rogue_client=Pair(d / "rogue-client.pem", d / "rogue-client.key"))
+
+
+def haproxy_pem(work: Path) -> Path:
+    """The server's certificate and key in one file, as haproxy's ``crt`` takes them."""
+    c = certs(work)
+    out = work / "certs" / "haproxy.pem"
+    out.write_bytes(c.server.cert.read_bytes() + c.server.key.read_bytes())
+    return out
+
+
+def client_tls(work: Path) -> ssl.SSLContext:
+    """A TLS client context that trusts the TLS paths' certificate."""
+    return ssl.create_default_context(cafile=str(certs(work).ca))
+
+
+def settle_calibration(port: int, broker_port: int, pid: int, ca: Path | None = None) -> None:
     """Let a fresh fetchlat finish its start-up before anything is measured. A sidecar learns its
     broker's expiry overshoot from probes of its own (proxy/calibration.py): every 0.1 s until its
     samples are kept (60 at most), then every 30 s. It starts once a client's Metadata names a
@@ -221,10 +263,12 @@ def settle_calibration(port: int, broker_port: int, pid: int) -> None:
     few thousand round trips would count as theirs. A topic is made and named through the proxy,
     and the probes watched until they pause."""
     topic = f"warm-{uuid.uuid4().hex[:6]}"
-    create_topics(f"127.0.0.1:{broker_port}", topic)
+    # (through a TLS path itself: the broker advertises it, and a client speaks one protocol to all)
+    create_topics(f"127.0.0.1:{broker_port if ca is None else port}", topic, ca=ca)
+    tls = None if ca is None else ssl.create_default_context(cafile=str(ca))
 
     async def name_it() -> None:
-        c = await AsyncClient.connect(port, "bench-warm-up")
+        c = await AsyncClient.connect(port, "bench-warm-up", tls)
         await c.call(apis.METADATA, 12, {"Topics": [{"Name": topic, "TopicId": uuid.UUID(int=0)}],
                                          "AllowAutoTopicCreation": False})
         await c.close()
@@ -249,10 +293,12 @@ def perf(*args: str) -> dict[str, Any]:
     return json.loads(r.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-def create_topics(bootstrap: str, *topics: str) -> None:
+def create_topics(bootstrap: str, *topics: str, ca: Path | None = None) -> None:
+    """``topics`` made through ``bootstrap`` (over TLS, trusting ``ca``, where the broker advertises a TLS path)."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    tls = {"security.protocol": "SSL", "ssl.ca.location": str(ca)} if ca is not None else {}
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0, **tls})
     for f in admin.create_topics([NewTopic(t, num_partitions=1, replication_factor=1) for t in topics]).values():
         f.result(timeout=30)
 
@@ -275,7 +321,7 @@ def drained_cpu(pid: int | None) -> float:
 async def round_trips(port: int, topic: str, n: int, direct_port: int | None = None,
                       proxy_pid: int | None = None,
                       around: Callable[[str, bool], None] | None = None,
-                      list_offsets: bool = False) -> dict[str, dict[str, float]]:
+                      list_offsets: bool = False, tls: ssl.SSLContext | None = None) -> dict[str, dict[str, float]]:
     """One request at a time through ``port``. With ``direct_port``, every request through the
     path is paired with the same request straight to the broker, in alternating order: what the
     path adds is measured on the same broker at the same moment (fresh brokers differ by more
@@ -283,8 +329,9 @@ async def round_trips(port: int, topic: str, n: int, direct_port: int | None = N
     direct requests of a pair never reach it). ``around(name, start)`` is called before and after
     each type's requests (``bench/instr_round_trips.py`` counts the proxy's instructions there).
     ``list_offsets``: a fifth type after the four, ListOffsets, which no rewriter wants and whose
-    body the model does not read: the native core settles it alone."""
-    c = await AsyncClient.connect(port, "bench")
+    body the model does not read: the native core settles it alone. ``tls``: the path's client
+    connection over TLS (the direct one stays plaintext)."""
+    c = await AsyncClient.connect(port, "bench", tls)
     d = await AsyncClient.connect(direct_port, "bench-direct") if direct_port is not None else None
     md, _ = await c.call(apis.METADATA, 12, {"Topics": [{"Name": topic, "TopicId": uuid.UUID(int=0)}],
                                              "AllowAutoTopicCreation": False})
@@ -467,7 +514,8 @@ def measure(kind: str, args: argparse.Namespace, work: Path, broker: str = "tans
         rdkafka_phases(kind, args, work, res, broker)
     batches = (("default", ["--linger-ms", "5", "--batch-size", "16384"]),
                ("small-batch", ["--linger-ms", "0", "--batch-size", "1024"]))
-    for batch_name, extra in () if args.round_trips_only else batches:
+    # the TLS paths: round trips alone (the perf tools and librdkafka phases speak plaintext)
+    for batch_name, extra in () if args.round_trips_only or kind in TLS_KINDS else batches:
         with target(kind, work, broker) as (port, pid, _broker):
             bootstrap = f"127.0.0.1:{port}"
             topic = f"b-{uuid.uuid4().hex[:6]}"
@@ -492,15 +540,16 @@ def measure(kind: str, args: argparse.Namespace, work: Path, broker: str = "tans
                     res[f"trace rows dropped, {batch_name} produce+consume"] = trace_rows(pid)
     with target(kind, work, broker) as (port, rt_pid, broker_port):
         topic = f"rt-{uuid.uuid4().hex[:6]}"
-        create_topics(f"127.0.0.1:{port}", topic, topic + "-idle")
+        create_topics(f"127.0.0.1:{port}", topic, topic + "-idle", ca=certs(work).ca if kind in TLS_KINDS else None)
         # fetchlat routing in front of Tansu: the broker's own listener; a sidecar is the listener
         rt_port = port + 1 + NODE if kind.startswith("fetchlat") and broker == "tansu" and kind not in (
-            RELAYED, RELAYED_TRACED) else port
+            SIDECAR_KINDS) else port
         direct = None if kind == "direct" else broker_port
-        traced = kind in (TRACED, SPIKE_TRACED, RELAYED_TRACED)
+        traced = kind in (*TRACED_KINDS, SPIKE_TRACED)
         w0 = writer_cpu_s(rt_pid) if traced else 0.0
         cpu0 = cpu_s(rt_pid) if rt_pid else 0.0
-        trips = asyncio.run(round_trips(rt_port, topic, args.round_trips, direct, rt_pid))
+        tls = client_tls(work) if kind in TLS_KINDS else None
+        trips = asyncio.run(round_trips(rt_port, topic, args.round_trips, direct, rt_pid, tls=tls))
         cpu1 = cpu_s(rt_pid) if rt_pid else 0.0
         if traced:
             w1 = writer_cpu_s(rt_pid)
@@ -538,7 +587,8 @@ def main() -> int:
                     help="the broker behind every path: Tansu (default), Apache Kafka, or both in turn")
     ap.add_argument("--paths", default=",".join(TARGETS),
                     help=f"the paths to measure, in a comma list (default {','.join(TARGETS)}; also {NO_CORE}, "
-                         f"{ROUTED}, {SPIKE}, {SPIKE_TRACED}, {RELAYED}, {RELAYED_TRACED})")
+                         f"{ROUTED}, {SPIKE}, {SPIKE_TRACED}, {RELAYED}, {RELAYED_TRACED}; TLS to the clients, "
+                         f"round trips only: {', '.join(TLS_KINDS)})")
     args = ap.parse_args()
     targets = tuple(args.paths.split(","))
     work = Path(tempfile.mkdtemp(prefix="fetchlat-bench-"))
@@ -582,10 +632,13 @@ def render(report: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
     head = "".join(f" {t:>16}" for t in targets)
     spike = [t for t in (SPIKE, SPIKE_TRACED, RELAYED, RELAYED_TRACED) if t in targets]  # each against the floors
     both_roads = RELAYED in targets and RELAYED_TRACED in targets  # and the relay road's traces on / off
+    # the TLS paths against haproxy terminating TLS itself
+    tls = [t for t in (RELAYED_TLS_TRACED, TLS_TRACED) if t in targets] if HAPROXY_TLS in targets else []
     lines = [f"{'measure':42}{head} {'fl/hap':>7} {'fl/dir':>7} {'rl/hap':>7} {'fl/rly':>7} {'py/rly':>7}"
              f" {'tr/hap':>7} {'tr/rly':>7} {'tr/fl':>7}" + "".join(f" {SHORT[t]:>7}/hap {SHORT[t]:>7}/rly"
                                                                        for t in spike)
-             + (f" {'roadT/road':>11}" if both_roads else "")]
+             + (f" {'roadT/road':>11}" if both_roads else "")
+             + "".join(f" {SHORT[t] + '/hapTLS':>15}" for t in tls)]
     for k, row in report.items():
         cells = []
         for t in targets:
@@ -598,7 +651,8 @@ def render(report: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
                   f" {ratio('fetchlat', 'relay'):>7} {ratio('fetchlat-py', 'relay'):>7}"
                   f" {ratio(TRACED, 'haproxy'):>7} {ratio(TRACED, 'relay'):>7} {ratio(TRACED, 'fetchlat'):>7}"
                   + "".join(f" {ratio(t, 'haproxy'):>11} {ratio(t, 'relay'):>11}" for t in spike)
-                  + (f" {ratio(RELAYED_TRACED, RELAYED):>11}" if both_roads else ""))
+                  + (f" {ratio(RELAYED_TRACED, RELAYED):>11}" if both_roads else "")
+                  + "".join(f" {ratio(t, HAPROXY_TLS):>15}" for t in tls))
         lines.append(f"{k:42}" + "".join(f" {c:>16}" for c in cells) + ratios)
     lines.append("added over direct, paired on the same broker (median of per-request differences; p99: the "
                  "path's p99 minus direct's):")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 import struct
 import time
 import uuid
@@ -24,8 +25,9 @@ class AsyncClient:
         self.corr = 0
 
     @classmethod
-    async def connect(cls, port: int, client_id: str) -> AsyncClient:
-        r, w = await asyncio.open_connection("127.0.0.1", port)
+    async def connect(cls, port: int, client_id: str, tls: ssl.SSLContext | None = None) -> AsyncClient:
+        """Over TLS with ``tls`` (a client context that trusts the path's certificate)."""
+        r, w = await asyncio.open_connection("127.0.0.1", port, ssl=tls, server_hostname="localhost" if tls else None)
         return cls(r, w, client_id)
 
     async def call(self, key: int, v: int, value: dict[str, Any]) -> tuple[Any, float]:

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from .certs import Certs, make_certs
+from testkit.certs import Certs, make_certs
+
 from .conftest import Broker, ProxyProc, start_proxy, stop_proxy
 from .test_bad_input import closed_by_proxy
 from .test_faults import api_versions_frame

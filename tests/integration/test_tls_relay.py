@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 from fetchlat import native
 
-from .certs import Certs, make_certs
+from testkit.certs import Certs, make_certs
+
 from .conftest import TANSU_NODE_ID, ProxyProc, free_ports, run_tansu, start_proxy, stop_proxy
 from .test_bad_input import closed_by_proxy
 from .test_faults import api_versions_frame

@@ -1,6 +1,6 @@
-"""Test certificates, generated per test session with ``cryptography``: a CA, a server
-certificate for 127.0.0.1/localhost, a client certificate signed by the CA, and a rogue CA
-with its own client certificate."""
+"""Certificates for the tests and the benchmarks, generated per run with ``cryptography``: a CA,
+a server certificate for 127.0.0.1/localhost, a client certificate signed by the CA, and a
+rogue CA with its own client certificate."""
 
 from __future__ import annotations
 
