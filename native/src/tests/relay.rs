@@ -516,3 +516,19 @@ fn python_closing_its_end_of_a_front_closes_the_clients_session_cleanly() {
     let items = until(&r, "the front's end", |all| closed(all, front).is_some());
     assert_eq!(closed(&items, front), Some("closed by the proxy"));
 }
+
+#[test]
+fn bytes_that_are_not_tls_after_the_handshake_end_the_pair_as_a_tls_error() {
+    let pki = TestPki::new();
+    let mut r = relay(None, None);
+    let (mut client, mut broker, conn) = joined_tls(&mut r, &pki, false, false);
+    client.write_all(&request(1)).unwrap();
+    assert_eq!(read_exact(&mut broker, request(1).len()), request(1));
+    // a record that decrypts to nothing: the session is broken, the pair ends with the reason
+    client.get_mut().write_all(&[23, 3, 3, 0, 40]).unwrap();
+    client.get_mut().write_all(&[0x5a; 40]).unwrap();
+    let items = until(&r, "the pair's end", |all| closed(all, conn).is_some());
+    let reason = closed(&items, conn).unwrap();
+    assert!(reason.starts_with("tls error: "), "{reason}");
+    assert!(at_end(&mut broker), "the broker's connection closes with the pair");
+}
