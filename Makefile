@@ -200,12 +200,13 @@ bench-prune: $(STAMP)
 bench-incremental: $(STAMP)
 	$(BIN)/python bench/bench_incremental.py --rows 12500000 --hours 25
 
-# the paths the goals name (the two floors, the default road with and without traces), three
-# interleaved trials on Tansu, 40 000 records a throughput phase (the full run's 100 000; with
-# 50 000 it took 30.1 minutes); bench-proxy-full: every path on both brokers, five trials (hours).
-# Each prints how long it took at its end.
+# the paths the goals name (the two floors, the default road with and without traces, and TLS to
+# the clients: haproxy terminating it, the default road traced, round trips alone), three
+# interleaved trials on Tansu, 30 000 records a throughput phase (the full run's 100 000; with
+# 40 000 and no TLS paths it took 29.1 minutes); bench-proxy-full: every path on both brokers,
+# five trials (hours). Each prints how long it took at its end.
 bench-proxy: deps
-	$(BIN)/python bench/bench_proxy.py --trials 3 --broker tansu --records 40000 \
+	$(BIN)/python bench/bench_proxy.py --trials 3 --broker tansu --records 30000 \
 	  --paths haproxy,relay,fetchlat-relay,fetchlat-relay+traces,haproxy-tls,fetchlat-relay-tls+traces \
 	  --out bench-proxy.json
 
