@@ -508,14 +508,15 @@ def trace_rows(pid: int | None) -> tuple[float, float]:
 
 def measure(kind: str, args: argparse.Namespace, work: Path, broker: str = "tansu") -> dict[str, Any]:
     res: dict[str, Any] = {}
-    if broker == "kafka" and not args.round_trips_only:
+    # the TLS paths: round trips alone (the perf tools and librdkafka phases speak plaintext)
+    throughput = not args.round_trips_only and kind not in TLS_KINDS
+    if broker == "kafka" and throughput:
         kafka_tools_phase(kind, args, work, res)
-    if args.rdkafka and not args.round_trips_only:
+    if args.rdkafka and throughput:
         rdkafka_phases(kind, args, work, res, broker)
     batches = (("default", ["--linger-ms", "5", "--batch-size", "16384"]),
                ("small-batch", ["--linger-ms", "0", "--batch-size", "1024"]))
-    # the TLS paths: round trips alone (the perf tools and librdkafka phases speak plaintext)
-    for batch_name, extra in () if args.round_trips_only or kind in TLS_KINDS else batches:
+    for batch_name, extra in batches if throughput else ():
         with target(kind, work, broker) as (port, pid, _broker):
             bootstrap = f"127.0.0.1:{port}"
             topic = f"b-{uuid.uuid4().hex[:6]}"
