@@ -202,11 +202,11 @@ bench-incremental: $(STAMP)
 
 # the paths the goals name (the two floors, the default road with and without traces, and TLS to
 # the clients: haproxy terminating it, the default road traced, round trips alone), three
-# interleaved trials on Tansu, 30 000 records a throughput phase (the full run's 100 000; with
+# interleaved trials on Tansu, 20 000 records a throughput phase (the full run's 100 000; with
 # 40 000 and no TLS paths it took 29.1 minutes); bench-proxy-full: every path on both brokers,
 # five trials (hours). Each prints how long it took at its end.
 bench-proxy: deps
-	$(BIN)/python bench/bench_proxy.py --trials 3 --broker tansu --records 30000 \
+	$(BIN)/python bench/bench_proxy.py --trials 3 --broker tansu --records 20000 \
 	  --paths haproxy,relay,fetchlat-relay,fetchlat-relay+traces,haproxy-tls,fetchlat-relay-tls+traces \
 	  --out bench-proxy.json
 
