@@ -1,4 +1,4 @@
-"""The connections the native core carries: a sidecar's plaintext connection, once its first
+"""The connections the native core carries: a sidecar's client connection, once its first
 exchange is answered, goes from the asyncio road to the core's relay (``native/src/relay.rs``,
 ``Relay``) and stays there until it closes (``relay: auto``, the default, or ``native``;
 ``docs/architecture.md``, "The native core"; its bounds and timeouts: ``docs/proxy.md``).

@@ -3,8 +3,9 @@
 //! The door is `native/__init__.py`: it loads this module, or says why not (the Python road
 //! then runs). What lives here, bytes in and values out:
 //!
-//! - `Relay` (`relay/`): the road that carries a sidecar's plaintext client connections after
-//!   their first answer, the default (`relay: auto`; `proxy/relayed.py`). A thread of the
+//! - `Relay` (`relay/`): the road that carries a sidecar's client connections after their
+//!   first answer, the default (`relay: auto`; `proxy/relayed.py`), a TLS client's session from
+//!   its first byte (`relay/front.rs`). A thread of the
 //!   core's own reads and writes both sides of each pair it is handed, frames each read with
 //!   that pair's `Wire`, digests the Fetch answers and Produce requests as they come
 //!   (`digest.rs`), and queues what Python must see, which Python takes in batches.
@@ -25,7 +26,7 @@
 //!
 //! - `tls` (`tls.rs`): TLS towards a client with rustls, the session over the client's socket,
 //!   and the listener's settings from the PEM files the event loop's road reads; tested in its
-//!   own language, not yet carried by the relay (TLS connections stay on the event loop).
+//!   own language; the relay's pairs and fronts carry it.
 //!
 //! - `Columns` (`columns.rs`): one table's trace rows of a batch as columns of machine values,
 //!   which the trace writer wraps as Arrow arrays without converting a value.

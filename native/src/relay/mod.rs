@@ -1,7 +1,8 @@
 //! A connection pair's reads and writes owned by the core: the step of the native road past
 //! `Wire` (`docs/architecture.md`, "The native core"), the road that carries a sidecar's
-//! plaintext client connections after their first answer (`relay: auto`, the default;
-//! `proxy/relayed.py`). This file is its Python face (`PyRelay`); the thread is `looper.rs`.
+//! client connections after their first answer (`relay: auto`, the default; `proxy/relayed.py`;
+//! a TLS client's session is the core's from its first byte: `front.rs`). This file is its
+//! Python face (`PyRelay`); the thread is `looper.rs`.
 //!
 //! One thread of its own runs an epoll loop over the connection pairs handed to it (`add`): it
 //! reads a side (the broker's with the kernel's receive stamp, `recv_stamped`), frames it with
@@ -19,7 +20,7 @@
 //! request key and version, the same bytes past the correlation id: a sidecar's every
 //! ApiVersions) is answered by the core itself, as Python answered it (`Memo`).
 //!
-//! What it does not do (the Python road's, where the proxy is): TLS, SASL's raw tokens (after a
+//! What it does not do (the Python road's, where the proxy is): TLS to the broker, SASL's raw tokens (after a
 //! SaslHandshake v0 the Python road is fed every byte, and only observes), hold a request while
 //! the broker connection is not up. A side that errs or sends a frame the `Wire` refuses, or a
 //! broker that closes, ends the pair; the queue says why. A client's end of stream is a
