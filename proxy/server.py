@@ -33,7 +33,7 @@ from .relayed import RelayRoad, relay_road
 from .session import ClientSide, ConnContext, as_protocol
 from .stamps import KERNEL, StampCounts, keep_stamping_on, stamp_source
 from .throttled_log import ThrottledLog
-from .tls import client_context, server_context
+from .tls import client_context, server_context, server_files
 from .traces import TraceWriter
 
 log = logging.getLogger("fetchlat.proxy")
@@ -65,8 +65,7 @@ class Proxy:
         assert self.core.rewriter is not None
         self.relay = relay_road(cfg.relay, cfg.sidecar, upstream_tls is not None, self.core.routed,
                                 cfg.max_frame_bytes, self.core.rewriter, metrics,
-                                server_tls=(cfg.tls_cert, cfg.tls_key or cfg.tls_cert, cfg.tls_client_ca or None)
-                                if server_tls is not None and cfg.tls_cert else None)
+                                server_tls=server_files(cfg) if server_tls is not None else None)
         self.conn.relay = self.relay
         counts, relay = self.conn.stamp_counts, self.relay
         metrics.stamps.counts = lambda: self._stamp_counts(counts, relay)
@@ -261,7 +260,8 @@ class Proxy:
         rotation writes new ones in place): new connections on either road get them, open ones
         keep their session. Files that cannot be read leave the current ones in use."""
         cfg = self.cfg
-        if self.conn.server_tls is None or not cfg.tls_cert:
+        files = server_files(cfg)
+        if self.conn.server_tls is None or files is None:
             return
         try:
             ctx = server_context(cfg)
@@ -271,7 +271,7 @@ class Proxy:
         relay = self.relay
         if relay is not None and relay.fronts_tls:
             try:
-                relay.relay.tls_config(cfg.tls_cert, cfg.tls_key or cfg.tls_cert, cfg.tls_client_ca or None)
+                relay.relay.tls_config(*files)
             except ValueError as exc:
                 log.warning("TLS certificates not re-read (the native core: %s); the current ones stay in use", exc)
                 return

@@ -24,6 +24,15 @@ def server_context(cfg: Config) -> ssl.SSLContext | None:
     return ctx
 
 
+def server_files(cfg: Config) -> tuple[str, str, str | None] | None:
+    """The listener's PEM files as the native core reads them: the certificate, its key (the
+    certificate's file where no key file is named, as ``load_cert_chain`` reads it), the client
+    authority; None without TLS."""
+    if not cfg.tls_cert:
+        return None
+    return cfg.tls_cert, cfg.tls_key or cfg.tls_cert, cfg.tls_client_ca or None
+
+
 def client_context(cfg: Config) -> ssl.SSLContext | None:
     if not cfg.upstream_tls:
         return None

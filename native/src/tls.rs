@@ -120,6 +120,18 @@ pub enum Failure {
     Io(String),
 }
 
+impl Failure {
+    /// Why the connection ends, in the words the relay queues (`session.FrontWatch` reads the
+    /// two TLS prefixes).
+    pub fn reason(self) -> String {
+        match self {
+            Failure::Tls { reason, handshaken: false } => format!("tls handshake failed: {reason}"),
+            Failure::Tls { reason, handshaken: true } => format!("tls error: {reason}"),
+            Failure::Io(e) => format!("client read: {e}"),
+        }
+    }
+}
+
 /// One client's TLS session over its non-blocking socket.
 pub struct TlsServer {
     conn: ServerConnection,
@@ -206,6 +218,12 @@ impl TlsServer {
     /// The session's end towards the client: a close_notify waits to be flushed.
     pub fn close(&mut self) {
         self.conn.send_close_notify();
+    }
+
+    /// The session's end on the way out: its close_notify, and as much as `fd` takes now.
+    pub fn end(&mut self, fd: RawFd) {
+        self.close();
+        let _ = self.flush(fd);
     }
 
     /// The client's certificate (DER, leaf first) once the handshake completed with one.

@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::os::fd::RawFd;
 
-use crate::tls::{Failure, Read1, TlsServer};
+use crate::tls::{Read1, TlsServer};
 use super::pair::{BROKER, CLIENT};
 use super::sys::{epoll_set, nonblocking, write_some};
 
@@ -121,8 +121,7 @@ impl Fronts {
     /// sockets closed. False: no such front.
     pub(super) fn close(&mut self, ep: RawFd, id: u64) -> bool {
         let Some(mut f) = self.map.remove(&id) else { return false };
-        f.tls.close();
-        let _ = f.tls.flush(f.client);
+        f.tls.end(f.client);
         close_fds(ep, &[f.client, f.bridge]);
         true
     }
@@ -151,12 +150,8 @@ impl Fronts {
         if readable && side == CLIENT {
             let got = f.tls.read(f.client, &mut f.to_python);
             let _ = f.tls.flush(f.client); // the handshake's answers, an alert
-            match got {
-                Err(Failure::Tls { reason, handshaken: false }) => return Err(format!("tls handshake failed: {reason}")),
-                Err(Failure::Tls { reason, handshaken: true }) => return Err(format!("tls error: {reason}")),
-                Err(Failure::Io(e)) => return Err(format!("client read: {e}")),
-                Ok(Read1::Closed) => f.client_done = true,
-                Ok(Read1::Open) => {}
+            if got.map_err(|failure| failure.reason())? == Read1::Closed {
+                f.client_done = true;
             }
         }
         if readable && side == PYTHON {
@@ -223,8 +218,7 @@ impl Fronts {
         }
         close_fds(ep, &[f.bridge]);
         if let Err(e) = drained {
-            f.tls.close();
-            let _ = f.tls.flush(f.client);
+            f.tls.end(f.client);
             close_fds(ep, &[f.client]);
             return Some(Err(format!("relay could not take the connection: {e}")));
         }

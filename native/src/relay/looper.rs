@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use crate::digest::{Digest, Digester};
 use crate::stamps::{recv_stamped, Read, WallOffset};
-use crate::tls::{Failure, Read1};
+use crate::tls::Read1;
 use crate::wire::{Framing, Ranges, Routed, Wire};
 use super::front::{Fronts, Fused};
 use super::gather::{FETCH, GATHER_BYTES, Gather, digest_ended, digest_request, gathered, routed_bytes};
@@ -113,9 +113,7 @@ impl Looper {
             self.shared.held_now.store(self.held_total, Ordering::Relaxed);
             self.shared.stats.lock().unwrap().remove(&id);
             if let Some(t) = p.client.tls.as_mut() {
-                // the session's end towards the client, on the way out: as much as its socket takes now
-                t.close();
-                let _ = t.flush(p.client.fd);
+                t.end(p.client.fd); // its close_notify, as much as its socket takes now
             }
             for fd in [p.client.fd, p.broker.fd] {
                 // SAFETY: the pair owned these fds; removing it from the map gives them up once.
@@ -166,28 +164,23 @@ impl Looper {
         for (id, cfd, bfd, tls) in added {
             // a TLS client's connection the core fronted: its hand-over is the fuse of the two
             let fused = if tls.is_none() { self.fronts.fuse(self.ep, &mut self.buf, cfd) } else { None };
-            let (cfd, tls, fused) = match fused {
+            let (cfd, tls, begins) = match fused {
                 None => (cfd, tls, None),
                 Some(fused) => {
                     // SAFETY: Python's duplicate of its bridge end, handed to the relay to close
                     unsafe { libc::close(cfd) };
                     match fused {
-                        Ok(f) => (f.client, None, Some(f)),
+                        Ok(Fused { client, tls, owed, unread, client_done }) => {
+                            (client, Some(tls), Some((owed, unread, client_done)))
+                        }
                         Err(reason) => {
                             // SAFETY: the broker's fd, handed to the relay to own
                             unsafe { libc::close(bfd) };
-                            let t = mono_ns();
-                            self.push(Item { conn: id, kind: CLOSED, t_ns: t, t_written_ns: t, python: Vec::new(),
-                                             records: None, reason, api: None, counts: (0, 0), handed: Vec::new(),
-                                             digest: None });
+                            self.closed_item(id, reason);
                             continue;
                         }
                     }
                 }
-            };
-            let (tls, fused) = match fused {
-                Some(Fused { tls: session, owed, unread, client_done, .. }) => (Some(session), Some((owed, unread, client_done))),
-                None => (tls, None),
             };
             // the kernel's stamps: without them the broker's reads are dated by the clock (and
             // counted so, `stamps`); without TCP_NODELAY small answers may wait for Nagle: neither
@@ -204,10 +197,7 @@ impl Looper {
                     libc::close(cfd);
                     libc::close(bfd);
                 }
-                let t = mono_ns();
-                self.push(Item { conn: id, kind: CLOSED, t_ns: t, t_written_ns: t, python: Vec::new(), records: None,
-                                 reason: format!("relay could not take the connection: {e}"), api: None,
-                                 counts: (0, 0), handed: Vec::new(), digest: None });
+                self.closed_item(id, format!("relay could not take the connection: {e}"));
                 continue;
             }
             let mut wire = Wire::new(self.max_frame, self.flexible.clone(), self.observed.clone());
@@ -222,7 +212,7 @@ impl Looper {
                                          armed: [libc::EPOLLIN as u32; 2], wire, stats, client_eof: false,
                                          shut: false, gather: None, gather_rq: None, broker_gone: None,
                                          held: 0 });
-            if let Some((owed, unread, client_done)) = fused {
+            if let Some((owed, unread, client_done)) = begins {
                 self.fused_begins(id, &owed, unread, client_done);
             }
         }
@@ -293,15 +283,8 @@ impl Looper {
             let got = t.read(p.client.fd, &mut self.plain);
             let flushed = t.flush(p.client.fd);
             let t_ns = mono_ns();
-            match got {
-                Err(Failure::Tls { reason, handshaken: false }) => return Err(format!("tls handshake failed: {reason}")),
-                Err(Failure::Tls { reason, handshaken: true }) => return Err(format!("tls error: {reason}")),
-                Err(Failure::Io(e)) => return Err(format!("client read: {e}")),
-                Ok(r) => {
-                    flushed.map_err(|e| format!("write to the client: {e}"))?;
-                    tls_closed = r == Read1::Closed;
-                }
-            }
+            tls_closed = got.map_err(|failure| failure.reason())? == Read1::Closed;
+            flushed.map_err(|e| format!("write to the client: {e}"))?;
             if self.plain.is_empty() && !tls_closed {
                 return rearm(self.ep, id, p); // the handshake under way, or a record not whole yet
             }
@@ -604,16 +587,16 @@ impl Looper {
         }
     }
 
-    /// What Python asked for (`wake_fd`): pairs to adopt, answers, ends.
     // ------------------------------------------------------------ fronts (front.rs)
     pub(super) fn adopt_fronts(&mut self) {
         let added = std::mem::take(&mut *self.shared.fronts.lock().unwrap());
         for (id, reason) in self.fronts.adopt(self.ep, added) {
-            self.front_closed(id, reason);
+            self.closed_item(id, reason);
         }
     }
 
-    fn front_closed(&self, id: u64, reason: String) {
+    /// A `CLOSED` item for a front, or a pair the relay never took: nothing was counted of it.
+    fn closed_item(&self, id: u64, reason: String) {
         let t = mono_ns();
         self.push(Item { conn: id, kind: CLOSED, t_ns: t, t_written_ns: t, python: Vec::new(), records: None, reason,
                          api: None, counts: (0, 0), handed: Vec::new(), digest: None });
@@ -622,7 +605,7 @@ impl Looper {
     pub(super) fn front_event(&mut self, id: u64, side: u64, flags: u32) {
         if let Some(reason) = self.fronts.event(self.ep, &mut self.buf, id, side, flags) {
             if self.fronts.close(self.ep, id) {
-                self.front_closed(id, reason);
+                self.closed_item(id, reason);
             }
         }
     }
@@ -632,7 +615,7 @@ impl Looper {
         self.adopt_fronts();
         for id in self.fronts.ids() {
             if self.fronts.close(self.ep, id) {
-                self.front_closed(id, reason.into());
+                self.closed_item(id, reason.into());
             }
         }
     }
@@ -667,6 +650,7 @@ impl Looper {
         }
     }
 
+    /// What Python asked for (`wake_fd`): fronts and pairs to adopt, answers, ends.
     pub(super) fn woken(&mut self) {
         clear(self.shared.wake_fd);
         self.adopt_fronts(); // before the pairs: a hand-over may fuse a front taken in the same wake
