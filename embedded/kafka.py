@@ -155,6 +155,7 @@ class Node:
     home: Path
     settings: dict[str, str]
     heap: str = DEFAULT_HEAP
+    format_args: tuple[str, ...] = ()  # more of StorageTool format's, e.g. ``--add-scram`` users
     proc: subprocess.Popen[bytes] | None = None
     log_from: int = 0  # where this run's server.log lines begin
 
@@ -195,7 +196,7 @@ class Node:
 
     def format(self, cluster_id: str, timeout_s: float = 60.0) -> None:
         done = subprocess.run(self.command("kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "-c",
-                                           str(self.home / "node.properties")),
+                                           str(self.home / "node.properties"), *self.format_args),
                               capture_output=True, text=True, timeout=timeout_s, check=False)
         if done.returncode != 0:
             raise KafkaError(f"formatting node {self.node_id} failed: {done.stdout}{done.stderr}")
@@ -302,7 +303,8 @@ class Cluster:
 
 
 def _plan(home: Path, brokers: int, sidecars: bool, settings: dict[str, str], heap: str,
-          advertised_ports: Sequence[int] | None, racks: Sequence[str] | None = None) -> list[Node]:
+          advertised_ports: Sequence[int] | None, racks: Sequence[str] | None = None,
+          format_args: Sequence[str] = ()) -> list[Node]:
     controller_port = free_port()
     rf = min(brokers, 3)
     nodes = []
@@ -313,23 +315,25 @@ def _plan(home: Path, brokers: int, sidecars: bool, settings: dict[str, str], he
             node_id=i, roles="broker,controller" if i == 0 else "broker", port=port, advertised_port=advertised,
             controller_port=controller_port if i == 0 else None, home=home / f"node-{i}",
             settings={**replicated_internal_topics(rf), **settings, **({"broker.rack": racks[i]} if racks else {})},
-            heap=heap))
+            heap=heap, format_args=tuple(format_args)))
     return nodes
 
 
 @contextmanager
 def cluster(home: Path, *, brokers: int = 1, sidecars: bool = False, settings: dict[str, str] | None = None,
             sidecar_args: Sequence[str] = (), heap: str = DEFAULT_HEAP, start_timeout_s: float = 90.0,
-            advertised_ports: Sequence[int] | None = None, racks: Sequence[str] | None = None) -> Iterator[Cluster]:
+            advertised_ports: Sequence[int] | None = None, racks: Sequence[str] | None = None,
+            format_args: Sequence[str] = ()) -> Iterator[Cluster]:
     """A KRaft cluster on loopback: node 0 is broker and the one controller, the others brokers.
     With ``sidecars`` each broker advertises its own fetchlat sidecar, so every client request
     and every follower's replication fetch crosses one. ``advertised_ports`` makes each broker
     advertise a port of the caller's (a proxy the caller starts there, as the benchmark's
     haproxy and relay). ``racks`` gives each broker its ``broker.rack`` (KIP-392 fetch from
-    follower needs them). Stopped (sidecars first) on exit."""
+    follower needs them). ``format_args`` go to every node's ``StorageTool format`` (SCRAM users:
+    ``--add-scram 'SCRAM-SHA-512=[name=U,password=P]'``). Stopped (sidecars first) on exit."""
     ensure_jars()
     home.mkdir(parents=True, exist_ok=True)
-    nodes = _plan(home, brokers, sidecars, settings or {}, heap, advertised_ports, racks)
+    nodes = _plan(home, brokers, sidecars, settings or {}, heap, advertised_ports, racks, format_args)
     voters = f"0@127.0.0.1:{nodes[0].controller_port}"
     # KRaft's form of a UUID; it may begin with "-", hence --cluster-id=<id> in format()
     cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()

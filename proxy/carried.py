@@ -16,7 +16,7 @@ from ..protocol.errors import FramingError
 from ..protocol.events import Event
 from ..protocol.routed import HANDED, Records
 from .conversation import Action, Close, Conversation
-from .policy import Refusal
+from .policy import Refusal, core_tls_failure
 
 
 class CarriedConversation:
@@ -86,6 +86,9 @@ class CarriedConversation:
         for side in ("request", "response"):
             if reason.startswith(side + " "):
                 return False, conv.framing_lost(side, FramingError(reason))
+        tls = core_tls_failure(reason)
+        if tls is not None:
+            return False, conv.refuse(tls)
         if reason.startswith("relay buffers"):
             return False, conv.refuse(Refusal("relay_buffers", f"{reason}; closing this connection only"))
         if reason.endswith("after the client's end of stream"):

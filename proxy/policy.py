@@ -76,6 +76,18 @@ def tls_failure(handshaken: bool, error: str) -> Refusal:
                    f"{what}: {error}{hint}; closing this connection")
 
 
+CORE_TLS_WORDS: Final = (("tls handshake failed: ", False), ("tls error: ", True))  # tls.rs, Failure::reason
+
+
+def core_tls_failure(reason: str) -> Refusal | None:
+    """The refusal a TLS failure the core ended a connection for (``reason``, in its words) makes,
+    before its hand-over or after it; None for any other end."""
+    for prefix, handshaken in CORE_TLS_WORDS:
+        if reason.startswith(prefix):
+            return tls_failure(handshaken, reason[len(prefix):])
+    return None
+
+
 class ConnectionPolicy:
     """One client connection's timers and limits."""
 

@@ -32,6 +32,7 @@ from .conversation import (
     PauseClient,
     WriteUpstream,
 )
+from .policy import core_tls_failure
 from .registry import HostPort
 from .stamps import StampCounts, StampedReader
 from .tls import TlsServerSide
@@ -460,11 +461,10 @@ class FrontWatch:
 
     def relayed_closed(self, reason: str, counts: tuple[int, int]) -> None:
         client = self.client
-        for prefix, handshaken in (("tls handshake failed: ", False), ("tls error: ", True)):
-            if reason.startswith(prefix):
-                error = reason[len(prefix):]
-                close = client.conv.tls_failed(handshaken, error)
-                client.ctx.log_throttled(f"tls:{error[:40]}", logging.WARNING, "%s", close.message)
+        tls = core_tls_failure(reason)
+        if tls is not None:
+            close = client.conv.refuse(tls)
+            client.ctx.log_throttled(f"tls:{reason[:48]}", logging.WARNING, "%s", close.message)
 
 
 class BrokerSide:  # an asyncio protocol (duck-typed)

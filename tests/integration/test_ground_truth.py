@@ -92,16 +92,17 @@ def p50_ms(rows: list[dict[str, Any]], column: str) -> float:
 
 
 # ------------------------------------------------------------------ the two real consumers
-def create_topic(bootstrap: str, topic: str, records: int) -> None:
+def create_topic(bootstrap: str, topic: str, records: int, conf: dict[str, Any] | None = None) -> None:
+    """``topic`` of one partition, with ``records`` in it; ``conf``: the clients' security settings."""
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **(conf or {})})
     for f in admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)]).values():
         f.result(timeout=20)
     if records:
         # one record per batch: Tansu honours max_bytes only at batch granularity
-        p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "batch.num.messages": 1})
+        p = Producer({"bootstrap.servers": bootstrap, **(conf or {}), "linger.ms": 0, "batch.num.messages": 1})
         for i in range(records):
             p.produce(topic, value=b"x" * 200, key=str(i).encode())
         assert p.flush(30) == 0
@@ -109,12 +110,13 @@ def create_topic(bootstrap: str, topic: str, records: int) -> None:
 
 def confluent_consume(bootstrap: str, topic: str, client_id: str, seconds: float, fetch_bytes: int,
                       on_tick: Callable[[float], None] | None = None, *, max_wait_ms: int = MAX_WAIT_MS,
-                      from_start: bool = True) -> int:
-    """A confluent-kafka consumer for ``seconds``: how many records it read. Without ``on_tick``
-    (which must run beside its polls) it runs in a child process (``clients/confluent_consume.py``),
-    so an abort inside librdkafka fails only the test that ran it."""
+                      from_start: bool = True, conf: dict[str, Any] | None = None) -> int:
+    """A confluent-kafka consumer for ``seconds``: how many records it read (``conf``: its security
+    settings). Without ``on_tick`` (which must run beside its polls) it runs in a child process
+    (``clients/confluent_consume.py``), so an abort inside librdkafka fails only the test that ran it."""
     args: dict[str, Any] = {"bootstrap": bootstrap, "topic": topic, "client_id": client_id, "seconds": seconds,
-                            "fetch_bytes": fetch_bytes, "max_wait_ms": max_wait_ms, "from_start": from_start}
+                            "fetch_bytes": fetch_bytes, "max_wait_ms": max_wait_ms, "from_start": from_start,
+                            "conf": conf or {}}
     if on_tick is not None:
         return consume(**args, on_tick=on_tick)
     r = subprocess.run([sys.executable, str(CLIENTS_DIR / "confluent_consume.py"), json.dumps(args)],

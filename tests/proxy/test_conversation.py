@@ -334,3 +334,12 @@ def test_the_cores_reasons_for_ending_a_connection_are_read_as_the_event_loops()
     assert carried.ended("broker closed the connection after the client's end of stream", (0, 0)) == (
         False, None)  # the client half-closed first: the broker's close is expected
     assert carried.ended("closed by the proxy", (0, 0)) == (False, None)
+    # a TLS session the core holds, ended for its TLS: counted and worded as the event loop's road's
+    went, refused = carried.ended("tls error: received corrupt message of type InvalidContentType", (0, 0))
+    assert not went and refused is not None and refused.reason == "tls_error"
+    assert "TLS error: received corrupt message" in refused.message
+    assert "a plaintext client on a TLS listener?" in refused.message
+    assert pb.value("fetchlat_connection_errors_total", reason="tls_error") == 1
+    went, refused = carried.ended("tls handshake failed: peer sent no certificates", (0, 0))
+    assert refused is not None and refused.reason == "tls_handshake_failed"
+    assert pb.value("fetchlat_connection_errors_total", reason="tls_handshake_failed") == 1

@@ -11,15 +11,17 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 
 def consume(bootstrap: str, topic: str, client_id: str, seconds: float, fetch_bytes: int, max_wait_ms: int,
-            from_start: bool, on_tick: Callable[[float], None] | None = None) -> int:
+            from_start: bool, on_tick: Callable[[float], None] | None = None,
+            conf: dict[str, Any] | None = None) -> int:
     """Poll ``topic``'s partition 0 for ``seconds``: how many records were read; ``on_tick``
-    gets the seconds left after each poll."""
+    gets the seconds left after each poll; ``conf``: security settings (SASL_SSL, ...)."""
     from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": client_id, "client.id": client_id,
+    c = Consumer({"bootstrap.servers": bootstrap, **(conf or {}), "group.id": client_id, "client.id": client_id,
                   "fetch.wait.max.ms": max_wait_ms, "fetch.min.bytes": 1, "enable.auto.commit": False,
                   "max.partition.fetch.bytes": fetch_bytes, "fetch.max.bytes": fetch_bytes,
                   "message.max.bytes": fetch_bytes, "queued.max.messages.kbytes": 64})
