@@ -6,7 +6,10 @@ per GB of record values. Paths, in rotating order per trial, each to a fresh Tan
 fetchlat on the event loop's road (``fetchlat``, relay off), the same with traces on as deployed
 (``fetchlat+traces``: a row per request), fetchlat without its native core
 (``FETCHLAT_NATIVE=0``), and fetchlat as a sidecar with ``relay: native``, its connections carried
-by the native core's relay (``fetchlat-relay``, ``fetchlat-relay+traces``). Each figure comes twice:
+by the native core's relay (``fetchlat-relay``, ``fetchlat-relay+traces``); over TLS to the clients,
+haproxy terminating TLS itself (``haproxy-tls``, the TLS paths' baseline, run whenever one is asked
+for) and the traced sidecar with ``--tls-cert``, its clients' sessions the native core's
+(``fetchlat-relay-tls+traces``). Each figure comes twice:
 all the proxy's CPU during the consume, and that less what it spends idle for as long (measured
 for five seconds just before: timers, heartbeats, calibration), which the relay and haproxy do not
 spend and which a consume of a few seconds would otherwise count per GB. With traces, the
@@ -35,11 +38,15 @@ from fetchlat.proxy.traces import HOLD_NS as TRACE_HOLD_NS
 
 from bench.bench_proxy import (
     DRAINED_S,
+    HAPROXY_TLS,
     NO_CORE,
     RELAYED,
+    RELAYED_TLS_TRACED,
     RELAYED_TRACED,
+    TLS_KINDS,
     TRACED,
     TRACED_KINDS,
+    certs,
     create_topics,
     rdkafka,
     target,
@@ -48,8 +55,8 @@ from bench.bench_proxy import (
 )
 from bench.procs import cpu_s
 
-KINDS = ("relay", "haproxy", "fetchlat", TRACED, NO_CORE, RELAYED, RELAYED_TRACED)
-BASELINES = ("relay", "haproxy")
+KINDS = ("relay", "haproxy", "fetchlat", TRACED, NO_CORE, RELAYED, RELAYED_TRACED, HAPROXY_TLS, RELAYED_TLS_TRACED)
+BASELINES = ("relay", "haproxy")  # and haproxy-tls where a TLS path runs
 
 
 IDLE_S = 5.0  # how long the proxy's idle CPU is measured before the consume
@@ -67,8 +74,11 @@ def one(kind: str, size: int, mb: float, work: Path) -> tuple[float, float]:
         assert pid is not None
         bootstrap = f"127.0.0.1:{port}"
         topic = f"s-{uuid.uuid4().hex[:6]}"
-        create_topics(bootstrap, topic)
-        rdkafka("produce", bootstrap, topic, str(n), "linger.ms=0", f"batch.size={size + 100}", f"value.bytes={size}")
+        ca = certs(work).ca if kind in TLS_KINDS else None
+        tls = [] if ca is None else ["security.protocol=SSL", f"ssl.ca.location={ca}"]
+        create_topics(bootstrap, topic, ca=ca)
+        rdkafka("produce", bootstrap, topic, str(n), "linger.ms=0", f"batch.size={size + 100}", f"value.bytes={size}",
+                *tls)
         traces = trace_dir(work, port) if kind in TRACED_KINDS else None
         if traces is not None:
             # the produce's rows first
@@ -79,7 +89,7 @@ def one(kind: str, size: int, mb: float, work: Path) -> tuple[float, float]:
         idle_per_s = (cpu_s(pid) - i0) / IDLE_S
         before = tree_bytes(traces) if traces is not None else 0
         c0, t0 = cpu_s(pid), time.monotonic()
-        rdkafka("consume", bootstrap, topic, str(n), f"value.bytes={size}")
+        rdkafka("consume", bootstrap, topic, str(n), f"value.bytes={size}", *tls)
         wall = time.monotonic() - t0
         time.sleep(DRAINED_S)  # the relay road's last items, drained at the proxy's tick
         used, span = cpu_s(pid) - c0, time.monotonic() - t0
@@ -132,7 +142,9 @@ def main() -> int:
                     "always among them: " + ", ".join(KINDS))
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    kinds = tuple(k for k in KINDS if k in BASELINES or k in args.paths.split(","))
+    asked = args.paths.split(",")
+    tls_asked = any(k in TLS_KINDS for k in asked)
+    kinds = tuple(k for k in KINDS if k in BASELINES or k in asked or (k == HAPROXY_TLS and tls_asked))
     got: dict[tuple[str, int], list[float]] = {}
     net: dict[tuple[str, int], list[float]] = {}
     with tempfile.TemporaryDirectory() as d:
@@ -153,8 +165,10 @@ def main() -> int:
                               for k in kinds)
             print(f"  {size:5d} B records: {cells}")
             for k in kinds:
-                if k not in BASELINES:
+                if k not in BASELINES and k != HAPROXY_TLS:
                     ratio = f"{k} / relay {med[k] / med['relay']:.2f}, / haproxy {med[k] / med['haproxy']:.2f}"
+                    if k in TLS_KINDS:
+                        ratio += f", / {HAPROXY_TLS} {med[k] / med[HAPROXY_TLS]:.2f}"
                     print(f"  {'':5s}   {ratio}")
             for on, off in ((TRACED, "fetchlat"), (RELAYED_TRACED, RELAYED)):
                 if on in med and off in med:

@@ -15,9 +15,13 @@ may turn the connection to raw tokens), so outputs are compared up to that chunk
 
 from __future__ import annotations
 
+import os
 import socket
+import ssl
 import struct
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from fetchlat import native
@@ -244,12 +248,41 @@ def loopback_pair(timeout_s: float = RELAY_DEADLINE_S) -> tuple[socket.socket, s
     return inner, outer
 
 
-def relay_disagreement(chunks: list[Chunk]) -> str | None:
+@dataclass(frozen=True)
+class TlsClient:
+    """A pair's client speaking TLS to the relay: the relay's certificate and key, and the
+    client's context that trusts them."""
+
+    cert: Path
+    key: Path
+    context: ssl.SSLContext
+
+
+def _handed(relay: Any, relay_client: socket.socket, relay_broker: socket.socket, client: socket.socket,
+            tls: TlsClient | None) -> socket.socket:
+    """The pair handed to ``relay``: plainly, or (``tls``) as the proxy hands a TLS client's, the
+    core's from its first byte (``front``), its handshake done, then fused (``add`` of the
+    plaintext end); the test's client end, speaking TLS where the pair does."""
+    if tls is None:
+        relay.add(relay_client.detach(), relay_broker.detach())
+        return client
+    relay.tls_config(str(tls.cert), str(tls.key))
+    _, python_end = relay.front(relay_client.detach())
+    try:
+        client = tls.context.wrap_socket(client, server_hostname="localhost")  # the core's session
+        relay.add(os.dup(python_end), relay_broker.detach())
+    finally:
+        os.close(python_end)
+    return client
+
+
+def relay_disagreement(chunks: list[Chunk], tls: TlsClient | None = None) -> str | None:
     """The core's relay itself (``relay.rs``, over loopback sockets, each chunk written by the
     test's client or broker end) against the Python road: where the Python road loses its framing
     (before any SaslHandshake v0, after which the core frames the broker no more), the relay ends
     the pair in the same words; otherwise it hands every byte on, in order, both ways. None when
-    they agree."""
+    they agree. With ``tls`` the client's bytes go through a TLS session the core holds
+    (``relay/front.rs``): the same must hold of its plaintext."""
     import time
 
     from fetchlat.proxy.relayed import items
@@ -265,8 +298,8 @@ def relay_disagreement(chunks: list[Chunk]) -> str | None:
     relay = CORE.Relay(MAX_FRAME, flexible_ranges(), route_ranges(None))
     relay_client, client = loopback_pair()
     relay_broker, broker = loopback_pair()
-    relay.add(relay_client.detach(), relay_broker.detach())
     try:
+        client = _handed(relay, relay_client, relay_broker, client, tls)
         sent = {True: bytearray(), False: bytearray()}
         got = {True: bytearray(), False: bytearray()}
         for i, (from_client, data) in enumerate(chunks[:upto]):
