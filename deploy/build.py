@@ -223,7 +223,7 @@ PROXY = [
     Panel("Response receive stamps by source (kernel: packet arrival; clock: when the loop read it)", (
         Q(f"sum by (instance, source) (rate(fetchlat_stamps_total[{RI}]))", "{{source}} {{instance}}"),
     ), unit="short", description="With --stamps kernel every read of a plain broker connection is stamped by "
-                                 "the kernel; clock reads (TLS to the broker, no kernel stamp) are late by the "
+                                 "the kernel; clock reads (TLS to the broker on the event loop's road) are late by the "
                                  "event-loop lag above."),
     Panel("Broker faults: connections held for an unreachable broker, failed connects, broker-side closes", (
         Q("sum by (instance) (fetchlat_connections_waiting_upstream)", "held {{instance}}"),

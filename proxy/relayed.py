@@ -35,7 +35,10 @@ A TLS client's connection is the core's from its first byte (``native/src/relay/
 session is rustls', and the asyncio road reads the plaintext the core bridges to it over a
 socketpair (``session.ClientSide._front``) until the hand-over, which fuses the two.
 
-What stays on the asyncio road: TLS to the brokers, a proxy away from its brokers (its rewrites),
+A TLS broker connection is the core's from its first byte too (``bridges.py``): the asyncio road
+reads its plaintext over a socketpair until the hand-over, which fuses the two.
+
+What stays on the asyncio road: a proxy away from its brokers (its rewrites),
 the routed road (``FETCHLAT_ROUTED``), a connection until its first answer (the sniff of its
 first bytes, the upstream holds and reconnects), and one whose hand-over moment never comes.
 
@@ -49,6 +52,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import ssl
 from typing import Any, Final, Protocol
 
 from .. import native
@@ -83,6 +87,8 @@ class Carried(Protocol):
 
     def relayed_closed(self, reason: str, counts: tuple[int, int]) -> None: ...
 
+    def relayed_ready(self) -> None: ...
+
 
 # a drain is flat (``relay.rs``, ``PyRelay::drain``): each item's fixed fields in ``heads`` (the
 # records' width, read as they are), its variable parts in ``parts``, those its ``present`` names;
@@ -91,10 +97,11 @@ ITEM_WIDTH: Final = 10
 ITEM_BYTES: Final = 80
 assert (ITEM_WIDTH, ITEM_BYTES) == (RECORD_WIDTH, RECORD_BYTES)  # read by record_at
 FROM_CLIENT: Final = 0  # an item's kinds: a read from the client, from the broker, a pair's end, an answer
-FROM_BROKER: Final = 1  # held whole for the rewriter
+FROM_BROKER: Final = 1  # held whole for the rewriter; a back's handshake completed (bridges.py)
 CLOSED: Final = 2
 REWRITE: Final = 3
-KINDS: Final = (FROM_CLIENT, FROM_BROKER, CLOSED, REWRITE)
+READY: Final = 4
+KINDS: Final = (FROM_CLIENT, FROM_BROKER, CLOSED, REWRITE, READY)
 HAS_DATA: Final = 1
 HAS_RECORDS: Final = 2
 HAS_HANDED: Final = 4
@@ -167,20 +174,21 @@ def held_answer(rewriter: ResponseRewriter, frame: bytes, api: tuple[int, int]) 
     return (frame if body is None else len(body).to_bytes(4, "big") + body), res
 
 
-def relay_road(choice: str, sidecar: bool, upstream_tls: bool, routed: bool, max_frame_bytes: int,
-               rewriter: ResponseRewriter, metrics: ProxyMetrics,
+def relay_road(choice: str, sidecar: bool, upstream_tls: tuple[str | None, str | None, str | None] | None,
+               routed: bool, max_frame_bytes: int, rewriter: ResponseRewriter, metrics: ProxyMetrics,
                server_tls: tuple[str, str, str | None] | None = None) -> RelayRoad | None:
     """The native core's relay where the ``relay`` setting (``choice``: auto or native) asks for it
-    and it can carry the proxy's connections (a sidecar, plaintext to its broker, the core
-    loaded); the log says why not. With ``server_tls`` (the listener's certificate, key and
-    client authority) the core holds each TLS client's session from its first byte
-    (``relay/front.rs``), where its TLS can read those files (else TLS clients stay here)."""
+    and it can carry the proxy's connections (a sidecar, the core loaded); the log says why not.
+    With ``server_tls`` (the listener's certificate, key and client authority) the core holds each
+    TLS client's session from its first byte (``relay/front.rs``), and with ``upstream_tls`` (the
+    brokers' authority, None for the system's, and the proxy's certificate and key) each TLS
+    broker connection's (``bridges.py``), where its TLS can read those files (else those connections
+    stay here)."""
     if choice == "off":
         return None
     core = native.core()
     why = ("it carries a sidecar's connections only (a proxy away from its brokers rewrites addresses)"
-           if not sidecar else "TLS to the brokers stays on the event loop" if upstream_tls
-           else "the routed road (FETCHLAT_ROUTED) is on" if routed
+           if not sidecar else "the routed road (FETCHLAT_ROUTED) is on" if routed
            else f"the native core is not loaded: {native.reason()}" if core is None
            else "the native core has no relay (an older build)" if not hasattr(core, "Relay") else None)
     if why is not None:
@@ -195,6 +203,17 @@ def relay_road(choice: str, sidecar: bool, upstream_tls: bool, routed: bool, max
         except ValueError as exc:  # a file OpenSSL reads and rustls does not (an encrypted key, ...)
             log.warning("relay: the native core cannot read the TLS settings (%s); TLS clients stay on the "
                         "event loop", exc)
+    if upstream_tls is not None:
+        ca, cert, key = upstream_tls
+        ca = ca or ssl.get_default_verify_paths().cafile  # the system's authorities, as OpenSSL finds them
+        try:
+            if ca is None:
+                raise ValueError("no file of the system's certificate authorities (give upstream_ca)")
+            road.relay.upstream_tls_config(ca, cert, key)
+            road.backs_tls = True
+        except ValueError as exc:
+            log.warning("relay: the native core cannot read the brokers' TLS settings (%s); TLS broker "
+                        "connections stay on the event loop", exc)
     return road
 
 
@@ -218,6 +237,7 @@ class RelayRoad:
             raise RuntimeError("the native core's drain is not this build's (rebuild it: make .venv/.compiled)")
         self.conns: dict[int, Carried] = {}
         self.fronts_tls = False  # the core holds TLS clients' sessions (``relay_road``'s ``server_tls``)
+        self.backs_tls = False  # the core holds TLS brokers' sessions (``relay_road``'s ``upstream_tls``)
         self._queue_full = 0  # the core's count of the times its queue filled, counted
         relay = self.relay
         metrics.relay_queue_items.set_function(lambda: float(relay.queue_depth()[0]))
@@ -260,8 +280,17 @@ class RelayRoad:
         self.conns[int(front)] = watch
         return int(front), int(python_fd)
 
+    def back(self, watch: Carried, broker_fd: int, server_name: str) -> tuple[int, int]:
+        """Hands a TLS broker connection's socket to the core from its first byte (it owns and
+        closes it from here; ``bridges.py``): the back's id, which ``watch`` answers for until the
+        hand-over, and the plaintext end of the bridge."""
+        back, python_fd = self.relay.back(broker_fd, server_name)
+        self.conns[int(back)] = watch
+        return int(back), int(python_fd)
+
     def forget(self, conn: int) -> None:
-        """A front fused into its pair at the hand-over: nothing more comes under its id."""
+        """A front or back fused into its pair at the hand-over, or given up: nothing more comes
+        under its id."""
         self.conns.pop(conn, None)
 
     # ------------------------------------------------------------------ the queue
@@ -294,6 +323,8 @@ class RelayRoad:
                     client.relayed_closed(reason, (c_in, c_out))
                 elif kind == REWRITE:
                     self._answer(conn, data, api_of(api))
+                elif kind == READY:
+                    client.relayed_ready()
                 else:
                     client.relayed(kind == FROM_BROKER, data, t_ns, t_written_ns, records, c_in, c_out, handed,
                                    digest)

@@ -63,7 +63,8 @@ class Proxy:
                                 connect_timeout_s=cfg.connect_timeout_s,
                                 kernel_stamps=stamp_source(cfg.stamps) == KERNEL)
         assert self.core.rewriter is not None
-        self.relay = relay_road(cfg.relay, cfg.sidecar, upstream_tls is not None, self.core.routed,
+        upstream_files = (cfg.upstream_ca, cfg.upstream_cert, cfg.upstream_key) if upstream_tls is not None else None
+        self.relay = relay_road(cfg.relay, cfg.sidecar, upstream_files, self.core.routed,
                                 cfg.max_frame_bytes, self.core.rewriter, metrics,
                                 server_tls=server_files(cfg) if server_tls is not None else None)
         self.conn.relay = self.relay
@@ -206,9 +207,11 @@ class Proxy:
                  f" (fronting broker {self.cfg.sidecar_node}; addresses pass unchanged)" if self.cfg.sidecar else "")
         if self.relay is not None:
             self.relay.start(loop)
-            log.info("relay: %s: the native core's thread carries each connection after its first answer%s",
+            log.info("relay: %s: the native core's thread carries each connection after its first answer%s%s",
                      self.cfg.relay, "; it holds each TLS client's session from its first byte"
-                     if self.relay.fronts_tls else "")
+                     if self.relay.fronts_tls else "",
+                     "; it holds each TLS broker connection's session from its first byte"
+                     if self.relay.backs_tls else "")
         self.heartbeat.start(loop)
         self.metrics.loop_tasks.set_function(lambda: len(asyncio.all_tasks(loop)))  # read at scrape time
         self._tasks.append(loop.create_task(self.discovery.run()))

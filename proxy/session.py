@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Final, Protocol, cast
 
 from ..protocol.events import BrokerAddress
 from . import clock
+from .bridges import BackWatch, FrontWatch, backed
 from .carried import CarriedConversation
 from .conversation import (
     Action,
@@ -32,7 +33,6 @@ from .conversation import (
     PauseClient,
     WriteUpstream,
 )
-from .policy import core_tls_failure
 from .registry import HostPort
 from .stamps import StampCounts, StampedReader
 from .tls import TlsServerSide
@@ -46,6 +46,7 @@ class Road(Protocol):
     which imports this module: named here by what it does, not imported)."""
 
     fronts_tls: bool  # a TLS client's session is the core's from its first byte (``front``)
+    backs_tls: bool  # a TLS broker's session is the core's from its first byte (``back``, bridges.py)
 
     def add(self, client: CarriedSide, client_fd: int, broker_fd: int) -> int: ...
 
@@ -54,6 +55,8 @@ class Road(Protocol):
     def front(self, watch: FrontWatch, client_fd: int) -> tuple[int, int]: ...
 
     def forget(self, conn: int) -> None: ...
+
+    def back(self, watch: BackWatch, broker_fd: int, server_name: str) -> tuple[int, int]: ...
 
 log = logging.getLogger("fetchlat.proxy")
 
@@ -117,6 +120,7 @@ class ClientSide:  # an asyncio protocol (duck-typed: a native class when compil
         # the core holds this client's TLS session from its first byte, and this side reads the
         # plaintext of the socketpair it bridges (relay/front.rs): the front's id
         self.fronted: int | None = None
+        self.backed: int | None = None  # the core holds the broker's TLS session: the back's id (bridges.py)
         self._swapping = False  # the TCP transport given up for the bridge's: its loss is not the connection's
         self._bridging: asyncio.Task[None] | None = None
         self.conv = Conversation(ctx.core, conn_id=ctx.next_conn_id(), listener=listener, broker_label=broker_label,
@@ -155,7 +159,7 @@ class ClientSide:  # an asyncio protocol (duck-typed: a native class when compil
         except (OSError, ValueError, AttributeError):
             return False
         try:
-            front, python_fd = relay.front(FrontWatch(self), fd)
+            front, python_fd = relay.front(FrontWatch(self.conv, self.ctx.log_throttled), fd)
         except (RuntimeError, OSError):
             os.close(fd)
             return False
@@ -191,12 +195,20 @@ class ClientSide:  # an asyncio protocol (duck-typed: a native class when compil
                 timeout_ns = conv.policy.attempt_timeout_ns(clock.now_ns(), int(ctx.connect_timeout_s * 1e9))
                 try:
                     tls = ctx.upstream_tls
-                    _, proto = await asyncio.wait_for(
-                        loop.create_connection(lambda: as_protocol(BrokerSide(self)), host, port, ssl=tls,
-                                               server_hostname=(ctx.upstream_server_hostname or host) if tls
-                                               else None),
-                        timeout=timeout_ns / 1e9,
-                    )
+                    relay = ctx.relay
+                    if tls is not None and relay is not None and relay.backs_tls:
+                        # the core holds the session from its ClientHello: it can carry it later
+                        self.backed, proto = await asyncio.wait_for(
+                            backed(loop, relay, host, port, ctx.upstream_server_hostname or host,
+                                   lambda: as_protocol(BrokerSide(self))),
+                            timeout=timeout_ns / 1e9)
+                    else:
+                        _, proto = await asyncio.wait_for(
+                            loop.create_connection(lambda: as_protocol(BrokerSide(self)), host, port, ssl=tls,
+                                                   server_hostname=(ctx.upstream_server_hostname or host) if tls
+                                                   else None),
+                            timeout=timeout_ns / 1e9,
+                        )
                 except (TimeoutError, OSError) as exc:  # ssl.SSLError is an OSError: a failed TLS handshake
                     reason = (exc.strerror or str(exc)) if isinstance(exc, OSError) else "timeout"
                     last_error = f"{host}:{port}: {reason}"
@@ -344,7 +356,7 @@ class ClientSide:  # an asyncio protocol (duck-typed: a native class when compil
         moment the core can take it from (``Conversation.can_hand_over``)."""
         broker = self.broker
         if (self.closed or self.tls is not None or self.transport is None or broker is None
-                or broker.transport is None or self.ctx.upstream_tls is not None):
+                or broker.transport is None or (self.ctx.upstream_tls is not None and self.backed is None)):
             return False
         return (not self.transport.get_write_buffer_size() and not broker.transport.get_write_buffer_size()
                 and self.conv.can_hand_over)
@@ -373,8 +385,9 @@ class ClientSide:  # an asyncio protocol (duck-typed: a native class when compil
                 t.abort()
             return
         self.carried = carried
-        if self.fronted is not None:
-            road.forget(self.fronted)  # fused into the pair: the front has no more to say
+        for bridged in (self.fronted, self.backed):
+            if bridged is not None:
+                road.forget(bridged)  # fused into the pair: the front or back has no more to say
         self.ctx.core.observer.metrics.handovers.inc()
         for t in (self.transport, broker.transport):
             t.abort()
@@ -427,6 +440,9 @@ class CarriedSide:
                        stalled_since_ns: int, rtt_ns: int) -> None:
         self.conv.timers(now_ns, counts, client_read_ns, partial_since_ns, stalled_since_ns, rtt_ns)
 
+    def relayed_ready(self) -> None:
+        """(Only a back's handshake is reported.)"""
+
     def relayed_closed(self, reason: str, counts: tuple[int, int]) -> None:
         """The core closed the connection (``reason``, in its words): the broker's going reported
         as on the asyncio road, and the bookkeeping of ``connection_lost``."""
@@ -439,32 +455,6 @@ class CarriedSide:
             client.ctx.upstream_lost(client, None if reason == "broker closed the connection"
                                      else ConnectionError(reason))
         client.forget()
-
-
-class FrontWatch:
-    """What the core says of a TLS client's connection it fronts (``relay/front.rs``) before its
-    hand-over: only its end, when the core ended it (a failed handshake, a TLS error: counted
-    and logged as on the event loop's road; the bridge's end of stream closes the connection
-    here)."""
-
-    def __init__(self, client: ClientSide) -> None:
-        self.client = client
-
-    def relayed(self, from_broker: bool, data: bytes, t_ns: int, t_written_ns: int, records: Records | None,
-                client_bytes: int, broker_bytes: int, handed: bytes | None = None,
-                digest: tuple[bytes, bytes, bytes] | None = None) -> None:
-        """(A front's plaintext goes through the bridge, never the queue.)"""
-
-    def relayed_timers(self, now_ns: int, counts: tuple[int, int], client_read_ns: int, partial_since_ns: int,
-                       stalled_since_ns: int, rtt_ns: int) -> None:
-        """(A front has no timers of the core's: the bridge's connection has this road's.)"""
-
-    def relayed_closed(self, reason: str, counts: tuple[int, int]) -> None:
-        client = self.client
-        tls = core_tls_failure(reason)
-        if tls is not None:
-            close = client.conv.refuse(tls)
-            client.ctx.log_throttled(f"tls:{reason[:48]}", logging.WARNING, "%s", close.message)
 
 
 class BrokerSide:  # an asyncio protocol (duck-typed)

@@ -1,6 +1,6 @@
-//! TLS towards a client, owned by the core from the connection's first byte (rustls, with
-//! aws-lc as its cryptography, post-quantum key exchange first): what the relay needs to carry a
-//! TLS client connection itself.
+//! TLS owned by the core from a connection's first byte (rustls, with aws-lc as its
+//! cryptography, post-quantum key exchange first): what the relay needs to carry a TLS client's
+//! connection, or a TLS connection to a broker, itself.
 //! A TLS session cannot move from Python's `ssl` (OpenSSL) to another library halfway through,
 //! and this kernel has no kTLS, so a connection the core is to carry must be the core's from its
 //! ClientHello on.
@@ -9,9 +9,14 @@
 //!   reads (`proxy/tls.py`'s `server_context`): the certificate chain and its key, and, for
 //!   mTLS, the certificate authorities a client's certificate must chain to (then required).
 //!   TLS 1.2 and 1.3, as there. A new config (a SIGHUP's reload) serves new connections only.
-//! - `TlsServer`: one client's session over its non-blocking socket: `read` takes one read of
-//!   the socket's TLS bytes and gives their plaintext; `take` accepts plaintext to encrypt (the
-//!   session's buffer is bounded: `OUT_LIMIT`), `flush` writes the TLS bytes that wait.
+//! - `client_config`: the brokers' settings from the PEM files `proxy/tls.py`'s `client_context`
+//!   reads: the authorities a broker's certificate must chain to, and the proxy's own
+//!   certificate and key for mTLS. TLS 1.2 and 1.3, as there.
+//! - `TlsSession`: one session over its non-blocking socket, towards a client (`server`) or a
+//!   broker (`client`): `read` takes one read of the socket's TLS bytes and gives their
+//!   plaintext (`feed` the same of bytes read elsewhere: a broker's, read with their kernel
+//!   stamp); `take` accepts plaintext to encrypt (the session's buffer is bounded: `OUT_LIMIT`),
+//!   `flush` writes the TLS bytes that wait.
 //!
 //! Must never: log or return key material or plaintext anywhere but to its caller; block (every
 //! socket it is given is non-blocking: EAGAIN is "nothing now"); keep a length the kernel
@@ -23,9 +28,9 @@ use std::sync::Arc;
 
 use rustls::crypto::aws_lc_rs::default_provider;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::server::WebPkiClientVerifier;
-use rustls::{RootCertStore, ServerConfig, ServerConnection};
+use rustls::{ClientConfig, ClientConnection, Connection, RootCertStore, ServerConfig, ServerConnection};
 
 /// The TLS bytes and plaintext a session holds for its client at most; past it `take` takes no
 /// more, and what waits stays in the caller's queue (back-pressure, as for a plaintext socket).
@@ -71,6 +76,39 @@ pub fn server_config(cert: &str, key: &str, client_ca: Option<&str>) -> Result<A
     Ok(Arc::new(config))
 }
 
+fn unusable_upstream(what: &str, e: impl std::fmt::Display) -> String {
+    format!("upstream_ca / upstream_cert / upstream_key: not usable ({what}: {e}); give PEM files")
+}
+
+/// The brokers' TLS settings: `ca` (PEM: the authorities a broker's certificate must chain to),
+/// and `cert` and `key` (PEM) where the proxy shows a certificate of its own (mTLS). The error
+/// says which file and why, in the words of the event loop's road.
+pub fn client_config(ca: &str, cert: Option<&str>, key: Option<&str>) -> Result<Arc<ClientConfig>, String> {
+    let mut roots = RootCertStore::empty();
+    let authorities = CertificateDer::pem_file_iter(ca).map_err(|e| unusable_upstream(ca, e))?
+        .collect::<Result<Vec<_>, _>>().map_err(|e| unusable_upstream(ca, e))?;
+    let (added, _ignored) = roots.add_parsable_certificates(authorities);
+    if added == 0 {
+        return Err(unusable_upstream(ca, "no certificate authority in it"));
+    }
+    let builder = ClientConfig::builder_with_provider(Arc::new(default_provider()))
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(|e| unusable_upstream("protocol versions", e))?
+        .with_root_certificates(roots);
+    let config = match cert {
+        None => builder.with_no_client_auth(),
+        Some(cert) => {
+            let chain = CertificateDer::pem_file_iter(cert).map_err(|e| unusable_upstream(cert, e))?
+                .collect::<Result<Vec<_>, _>>().map_err(|e| unusable_upstream(cert, e))?;
+            let key = key.unwrap_or(cert);
+            let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| unusable_upstream(key, e))?;
+            builder.with_client_auth_cert(chain, key_der)
+                .map_err(|e| unusable_upstream("the certificate and its key", e))?
+        }
+    };
+    Ok(Arc::new(config))
+}
+
 /// A socket as `Read` and `Write` for rustls: one `recv` or `send` each call, its length checked.
 struct Fd(RawFd);
 
@@ -112,8 +150,8 @@ pub enum Read1 {
 /// Why a session ended on its own.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Failure {
-    /// the client's bytes broke TLS (a bad handshake, a refused certificate, bytes that are not
-    /// TLS): the reason, and whether the handshake had completed; the alert for the client waits
+    /// the peer's bytes broke TLS (a bad handshake, a refused certificate, bytes that are not
+    /// TLS): the reason, and whether the handshake had completed; the alert for the peer waits
     /// in the session (`flush` it before closing)
     Tls { reason: String, handshaken: bool },
     /// the socket failed
@@ -121,31 +159,47 @@ pub enum Failure {
 }
 
 impl Failure {
-    /// Why the connection ends, in the words the relay queues (`session.FrontWatch` reads the
-    /// two TLS prefixes).
-    pub fn reason(self) -> String {
+    /// Why the connection ends, in the words the relay queues: a client's session's
+    /// (`proxy/policy.py`'s `core_tls_failure` reads the two TLS prefixes), or, with `broker`, a
+    /// broker's, whose words begin with "broker" as every end the broker causes.
+    pub fn reason(self, broker: bool) -> String {
+        let peer = if broker { "broker " } else { "" };
         match self {
-            Failure::Tls { reason, handshaken: false } => format!("tls handshake failed: {reason}"),
-            Failure::Tls { reason, handshaken: true } => format!("tls error: {reason}"),
-            Failure::Io(e) => format!("client read: {e}"),
+            Failure::Tls { reason, handshaken: false } => format!("{peer}tls handshake failed: {reason}"),
+            Failure::Tls { reason, handshaken: true } => format!("{peer}tls error: {reason}"),
+            Failure::Io(e) => format!("{} read: {e}", if broker { "broker" } else { "client" }),
         }
     }
 }
 
-/// One client's TLS session over its non-blocking socket.
-pub struct TlsServer {
-    conn: ServerConnection,
+/// One TLS session over its non-blocking socket: towards a client (the core the server) or a
+/// broker (the core the client).
+pub struct TlsSession {
+    conn: Connection,
     closed: bool,
 }
 
-impl TlsServer {
-    pub fn new(config: &Arc<ServerConfig>) -> Result<Self, String> {
-        let mut conn = ServerConnection::new(Arc::clone(config)).map_err(|e| format!("tls: {e}"))?;
-        conn.set_buffer_limit(Some(OUT_LIMIT));
-        Ok(Self { conn, closed: false })
+impl TlsSession {
+    /// A client's session, as the listener's `config` says.
+    pub fn server(config: &Arc<ServerConfig>) -> Result<Self, String> {
+        let conn = ServerConnection::new(Arc::clone(config)).map_err(|e| format!("tls: {e}"))?;
+        Ok(Self::of(Connection::Server(conn)))
     }
 
-    #[cfg_attr(not(test), allow(dead_code))] // the tests' (the relay asks the session, not this)
+    /// A session with a broker, as the brokers' `config` says, whose certificate must name
+    /// `server_name` (a DNS name or an IP address).
+    pub fn client(config: &Arc<ClientConfig>, server_name: &str) -> Result<Self, String> {
+        let name = ServerName::try_from(server_name.to_owned())
+            .map_err(|e| format!("tls: the broker's name {server_name:?}: {e}"))?;
+        let conn = ClientConnection::new(Arc::clone(config), name).map_err(|e| format!("tls: {e}"))?;
+        Ok(Self::of(Connection::Client(conn)))
+    }
+
+    fn of(mut conn: Connection) -> Self {
+        conn.set_buffer_limit(Some(OUT_LIMIT));
+        Self { conn, closed: false }
+    }
+
     pub fn handshaking(&self) -> bool {
         self.conn.is_handshaking()
     }
@@ -166,6 +220,33 @@ impl TlsServer {
                 Err(e) => return Err(Failure::Io(e.to_string())),
             }
         };
+        self.processed(out, eof)
+    }
+
+    /// The TLS bytes of one read made by the caller (`data`; empty: the peer's end of stream),
+    /// processed as `read` processes its own.
+    pub fn feed(&mut self, mut data: &[u8], out: &mut Vec<u8>) -> Result<Read1, Failure> {
+        if self.closed {
+            return Ok(Read1::Closed);
+        }
+        if data.is_empty() {
+            return self.processed(out, true);
+        }
+        while !data.is_empty() {
+            // rustls takes what its buffer holds; what it took is processed before the rest
+            if let Err(e) = self.conn.read_tls(&mut data) {
+                return Err(Failure::Io(e.to_string()));
+            }
+            if self.processed(out, false)? == Read1::Closed {
+                return Ok(Read1::Closed);
+            }
+        }
+        Ok(Read1::Open)
+    }
+
+    /// What the session's new TLS bytes carried: their plaintext onto `out`; `eof`: the socket's
+    /// stream ended after them.
+    fn processed(&mut self, out: &mut Vec<u8>, eof: bool) -> Result<Read1, Failure> {
         let handshaken = !self.conn.is_handshaking();
         let state = self.conn.process_new_packets()
             .map_err(|e| Failure::Tls { reason: e.to_string(), handshaken })?;
@@ -181,7 +262,7 @@ impl TlsServer {
         if state.peer_has_closed() || eof {
             self.closed = true;
             if eof && self.conn.is_handshaking() {
-                return Err(Failure::Tls { reason: "the client closed the connection during the handshake".into(),
+                return Err(Failure::Tls { reason: "the peer closed the connection during the handshake".into(),
                                           handshaken: false });
             }
             return Ok(Read1::Closed);
@@ -215,7 +296,7 @@ impl TlsServer {
         Ok(true)
     }
 
-    /// The session's end towards the client: a close_notify waits to be flushed.
+    /// The session's end towards its peer: a close_notify waits to be flushed.
     pub fn close(&mut self) {
         self.conn.send_close_notify();
     }

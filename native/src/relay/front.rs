@@ -10,11 +10,18 @@
 //! thread queues a `CLOSED` item under the front's id, in the words of the pair's (`tls handshake
 //! failed: ...`); Python closing its end is the proxy's close: the client gets a close_notify.
 //! (`Fronts` holds them and says what to report; the thread, `looper.rs`, reports it.)
+//!
+//! A TLS connection to a broker is the same the other way (`Relay.back`: a *back*): the core
+//! holds the session with the broker from its ClientHello, Python reads and writes its plaintext
+//! over the bridge, and the hand-over fuses the pair's broker side. A back's handshake, once
+//! complete, is reported (a `READY` item: Python counts the broker connected only then, as the
+//! event loop's road does after its own handshake); its failure is a `CLOSED` item in the words of
+//! a broker's end (`broker tls handshake failed: ...`).
 
 use std::collections::HashMap;
 use std::os::fd::RawFd;
 
-use crate::tls::{Read1, TlsServer};
+use crate::tls::{Read1, TlsSession};
 use super::pair::{BROKER, CLIENT};
 use super::sys::{epoll_set, nonblocking, write_some};
 
@@ -25,25 +32,29 @@ pub(super) const PYTHON: u64 = BROKER;
 pub(super) const FRONT_HELD_MAX: usize = 256 << 10;
 
 struct Front {
-    /// the client's socket, and its TLS session
-    client: RawFd,
-    tls: Box<TlsServer>,
+    /// which side of its pair the TLS socket will be: `CLIENT` (a front) or `BROKER` (a back)
+    side: u64,
+    /// the TLS peer's socket (the client's, or the broker's), and the session with it
+    peer: RawFd,
+    tls: Box<TlsSession>,
     /// the core's end of the socketpair; and Python's end, as the kernel names it (device, inode)
     bridge: RawFd,
     python_end: (u64, u64),
-    /// the client's plaintext the bridge did not take yet, and Python's the session did not
+    /// the peer's plaintext the bridge did not take yet, and Python's the session did not
     to_python: Vec<u8>,
-    to_client: Vec<u8>,
-    /// the client's session ended (close_notify, or its end of stream): Python gets an end of
+    to_peer: Vec<u8>,
+    /// the peer's session ended (close_notify, or its end of stream): Python gets an end of
     /// stream once it has every byte before it
-    client_done: bool,
+    peer_done: bool,
     shut: bool,
+    /// a back's completed handshake was reported (`READY`)
+    told_ready: bool,
     armed: [u32; 2],
 }
 
-/// A front handed over: its id, the client's socket and session, the bridge's two ends' (the
-/// core's fd, Python's inode).
-pub(super) type FrontAdded = (u64, RawFd, Box<TlsServer>, RawFd, (u64, u64));
+/// A front or back handed over: its id, which side its TLS socket is (`CLIENT`, `BROKER`), that
+/// socket and its session, the bridge's two ends' (the core's fd, Python's inode).
+pub(super) type FrontAdded = (u64, u64, RawFd, Box<TlsSession>, RawFd, (u64, u64));
 
 /// The (device, inode) of the socket behind `fd`: a socketpair end and its duplicates share it.
 pub(super) fn inode(fd: RawFd) -> Option<(u64, u64)> {
@@ -91,6 +102,8 @@ fn close_fds(ep: RawFd, fds: &[RawFd]) {
 #[derive(Default)]
 pub(super) struct Fronts {
     map: HashMap<u64, Front>,
+    /// the backs whose handshake completed since the relay's thread last asked (`ready`)
+    ready: Vec<u64>,
 }
 
 impl Fronts {
@@ -100,29 +113,42 @@ impl Fronts {
 
     /// The fronts handed over since the last call, watched from here; those that could not be
     /// (their sockets closed), with why.
-    pub(super) fn adopt(&mut self, ep: RawFd, added: Vec<FrontAdded>) -> Vec<(u64, String)> {
+    pub(super) fn adopt(&mut self, ep: RawFd, buf: &mut [u8], added: Vec<FrontAdded>) -> Vec<(u64, String)> {
         let mut failed = Vec::new();
-        for (id, client, tls, bridge, python_end) in added {
-            let set_up = nonblocking(client).and_then(|()| nonblocking(bridge))
-                .and_then(|()| epoll_set(ep, libc::EPOLL_CTL_ADD, client, libc::EPOLLIN as u32, id << 1 | CLIENT))
+        for (id, side, peer, tls, bridge, python_end) in added {
+            let set_up = nonblocking(peer).and_then(|()| nonblocking(bridge))
+                .and_then(|()| epoll_set(ep, libc::EPOLL_CTL_ADD, peer, libc::EPOLLIN as u32, id << 1 | CLIENT))
                 .and_then(|()| epoll_set(ep, libc::EPOLL_CTL_ADD, bridge, libc::EPOLLIN as u32, id << 1 | PYTHON));
             if let Err(e) = set_up {
-                close_fds(ep, &[client, bridge]);
+                close_fds(ep, &[peer, bridge]);
                 failed.push((id, format!("relay could not take the connection: {e}")));
                 continue;
             }
-            self.map.insert(id, Front { client, tls, bridge, python_end, to_python: Vec::new(), to_client: Vec::new(),
-                                        client_done: false, shut: false, armed: [libc::EPOLLIN as u32; 2] });
+            self.map.insert(id, Front { side, peer, tls, bridge, python_end, to_python: Vec::new(), to_peer: Vec::new(),
+                                        peer_done: false, shut: false, told_ready: false,
+                                        armed: [libc::EPOLLIN as u32; 2] });
+            if side == BROKER {
+                // a back speaks first: its ClientHello goes out now
+                if let Err(reason) = self.step(ep, buf, id, CLIENT, false) {
+                    self.close(ep, id);
+                    failed.push((id, reason));
+                }
+            }
         }
         failed
     }
 
-    /// Ends front `id`: a close_notify to the client (as much as its socket takes now), both
+    /// The backs whose handshake completed since the last call (each once).
+    pub(super) fn ready(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.ready)
+    }
+
+    /// Ends front `id`: a close_notify to its peer (as much as its socket takes now), both
     /// sockets closed. False: no such front.
     pub(super) fn close(&mut self, ep: RawFd, id: u64) -> bool {
         let Some(mut f) = self.map.remove(&id) else { return false };
-        f.tls.end(f.client);
-        close_fds(ep, &[f.client, f.bridge]);
+        f.tls.end(f.peer);
+        close_fds(ep, &[f.peer, f.bridge]);
         true
     }
 
@@ -131,13 +157,14 @@ impl Fronts {
         self.map.keys().copied().collect()
     }
 
-    /// An epoll event of front `id`'s `side` (`CLIENT`: its TLS socket; `PYTHON`: the bridge),
-    /// `buf` a scratch buffer: why the front ends, if it does.
+    /// An epoll event of front `id`'s `side` (`CLIENT`: its TLS socket, whichever its peer;
+    /// `PYTHON`: the bridge), `buf` a scratch buffer: why the front ends, if it does.
     pub(super) fn event(&mut self, ep: RawFd, buf: &mut [u8], id: u64, side: u64, flags: u32) -> Option<String> {
         let result = if flags & (libc::EPOLLIN | libc::EPOLLOUT) as u32 != 0 {
             self.step(ep, buf, id, side, flags & libc::EPOLLIN as u32 != 0)
         } else if side == CLIENT {
-            Err("client closed the connection".into())
+            let broker = self.map.get(&id).is_some_and(|f| f.side == BROKER);
+            Err(format!("{} closed the connection", if broker { "broker" } else { "client" }))
         } else {
             Err("closed by the proxy".into())
         };
@@ -147,12 +174,18 @@ impl Fronts {
     /// Moves what can move both ways (reading `side` if `readable`), then sets each socket's interest.
     fn step(&mut self, ep: RawFd, buf: &mut [u8], id: u64, side: u64, readable: bool) -> Result<(), String> {
         let Some(f) = self.map.get_mut(&id) else { return Ok(()) };
+        let broker = f.side == BROKER;
+        let peer_words = if broker { "broker" } else { "client" };
         if readable && side == CLIENT {
-            let got = f.tls.read(f.client, &mut f.to_python);
-            let _ = f.tls.flush(f.client); // the handshake's answers, an alert
-            if got.map_err(|failure| failure.reason())? == Read1::Closed {
-                f.client_done = true;
+            let got = f.tls.read(f.peer, &mut f.to_python);
+            let _ = f.tls.flush(f.peer); // the handshake's answers, an alert
+            if got.map_err(|failure| failure.reason(broker))? == Read1::Closed {
+                f.peer_done = true;
             }
+        }
+        if broker && !f.told_ready && !f.tls.handshaking() {
+            f.told_ready = true;
+            self.ready.push(id);
         }
         if readable && side == PYTHON {
             // SAFETY: reads at most buf.len() bytes into buf
@@ -166,29 +199,29 @@ impl Fronts {
                     return Err(format!("proxy side read: {e}"));
                 }
             } else {
-                f.to_client.extend_from_slice(&buf[..(n as usize).min(buf.len())]);
+                f.to_peer.extend_from_slice(&buf[..(n as usize).min(buf.len())]);
             }
         }
-        // the client's plaintext to Python, Python's through the session to the client
+        // the peer's plaintext to Python, Python's through the session to the peer
         let k = write_some(f.bridge, &f.to_python).map_err(|e| format!("write to the proxy side: {e}"))?;
         f.to_python.drain(..k);
-        let k = f.tls.take(&f.to_client);
-        f.to_client.drain(..k);
-        f.tls.flush(f.client).map_err(|e| format!("write to the client: {e}"))?;
-        if f.client_done && f.to_python.is_empty() && !f.shut {
+        let k = f.tls.take(&f.to_peer);
+        f.to_peer.drain(..k);
+        f.tls.flush(f.peer).map_err(|e| format!("write to the {peer_words}: {e}"))?;
+        if f.peer_done && f.to_python.is_empty() && !f.shut {
             f.shut = true;
             // SAFETY: the front's own fd
             unsafe { libc::shutdown(f.bridge, libc::SHUT_WR) };
         }
         let want = [
-            // the client: read while Python has taken what came before; write while TLS bytes wait
-            (if f.to_python.len() < FRONT_HELD_MAX && !f.client_done { libc::EPOLLIN as u32 } else { 0 })
-                | (if f.tls.wants_write() || !f.to_client.is_empty() { libc::EPOLLOUT as u32 } else { 0 }),
-            // the bridge: read while the session takes Python's bytes; write while the client's wait
-            (if f.to_client.len() < FRONT_HELD_MAX { libc::EPOLLIN as u32 } else { 0 })
+            // the peer: read while Python has taken what came before; write while TLS bytes wait
+            (if f.to_python.len() < FRONT_HELD_MAX && !f.peer_done { libc::EPOLLIN as u32 } else { 0 })
+                | (if f.tls.wants_write() || !f.to_peer.is_empty() { libc::EPOLLOUT as u32 } else { 0 }),
+            // the bridge: read while the session takes Python's bytes; write while the peer's wait
+            (if f.to_peer.len() < FRONT_HELD_MAX { libc::EPOLLIN as u32 } else { 0 })
                 | (if f.to_python.is_empty() { 0 } else { libc::EPOLLOUT as u32 }),
         ];
-        for (i, (fd, token)) in [(f.client, id << 1 | CLIENT), (f.bridge, id << 1 | PYTHON)].into_iter().enumerate() {
+        for (i, (fd, token)) in [(f.peer, id << 1 | CLIENT), (f.bridge, id << 1 | PYTHON)].into_iter().enumerate() {
             if f.armed[i] != want[i] {
                 f.armed[i] = want[i];
                 epoll_set(ep, libc::EPOLL_CTL_MOD, fd, want[i], token).map_err(|e| format!("relay epoll: {e}"))?;
@@ -197,40 +230,41 @@ impl Fronts {
         Ok(())
     }
 
-    /// The hand-over of the front whose Python end is `python_fd` (a duplicate, the caller's to
-    /// close), if there is one: its TLS socket and session; the bytes Python wrote that the
-    /// client is still owed, in order; the client's bytes Python had not read (the pair's first
-    /// read); whether the client's session had ended. The front is gone from the epoll set and
-    /// its bridge closed.
-    pub(super) fn fuse(&mut self, ep: RawFd, buf: &mut [u8], python_fd: RawFd) -> Option<Result<Fused, String>> {
+    /// The hand-over of the front (or back: `side`) whose Python end is `python_fd` (a
+    /// duplicate, the caller's to close), if there is one: its TLS socket and session; the bytes
+    /// Python wrote that the peer is still owed, in order; the peer's bytes Python had not read
+    /// (the pair's first read of that side); whether the peer's session had ended. The front is
+    /// gone from the epoll set and its bridge closed.
+    pub(super) fn fuse(&mut self, ep: RawFd, buf: &mut [u8], python_fd: RawFd, side: u64)
+                       -> Option<Result<Fused, String>> {
         let key = inode(python_fd)?;
-        let id = self.map.iter().find(|(_, f)| f.python_end == key).map(|(&id, _)| id)?;
+        let id = self.map.iter().find(|(_, f)| f.python_end == key && f.side == side).map(|(&id, _)| id)?;
         let mut f = self.map.remove(&id)?;
-        let mut owed = std::mem::take(&mut f.to_client);
+        let mut owed = std::mem::take(&mut f.to_peer);
         let mut unread = Vec::new();
-        // Python's writes the front had not read yet, then the client's bytes Python had not
+        // Python's writes the front had not read yet, then the peer's bytes Python had not
         // read (in its socket), then those the bridge had not taken
         let drained = read_all(f.bridge, buf, &mut owed).and_then(|_| read_all(python_fd, buf, &mut unread));
         unread.extend_from_slice(&f.to_python);
-        // SAFETY: the front's fd; the client's socket stays open, the pair's from here
+        // SAFETY: the front's fd; the peer's socket stays open, the pair's from here
         unsafe {
-            libc::epoll_ctl(ep, libc::EPOLL_CTL_DEL, f.client, std::ptr::null_mut());
+            libc::epoll_ctl(ep, libc::EPOLL_CTL_DEL, f.peer, std::ptr::null_mut());
         }
         close_fds(ep, &[f.bridge]);
         if let Err(e) = drained {
-            f.tls.end(f.client);
-            close_fds(ep, &[f.client]);
+            f.tls.end(f.peer);
+            close_fds(ep, &[f.peer]);
             return Some(Err(format!("relay could not take the connection: {e}")));
         }
-        Some(Ok(Fused { client: f.client, tls: f.tls, owed, unread, client_done: f.client_done }))
+        Some(Ok(Fused { peer: f.peer, tls: f.tls, owed, unread, peer_done: f.peer_done }))
     }
 }
 
-/// A front fused into a pair at its hand-over (`Looper::fuse`).
+/// A front (or back) fused into a pair at its hand-over (`Looper::adopt_pairs`).
 pub(super) struct Fused {
-    pub(super) client: RawFd,
-    pub(super) tls: Box<TlsServer>,
+    pub(super) peer: RawFd,
+    pub(super) tls: Box<TlsSession>,
     pub(super) owed: Vec<u8>,
     pub(super) unread: Vec<u8>,
-    pub(super) client_done: bool,
+    pub(super) peer_done: bool,
 }

@@ -14,7 +14,7 @@ use super::front::{Fronts, Fused};
 use super::gather::{FETCH, GATHER_BYTES, Gather, digest_ended, digest_request, gathered, routed_bytes};
 use super::memo::Memo;
 use super::pair::{rearm, Pair, Seg, Side, Stats, BROKER, CLIENT};
-use super::queue::{BATCH_NS, CLOSED, FROM_BROKER, FROM_CLIENT, Item, NOTIFY_BYTES, NOTIFY_ITEMS, REWRITE};
+use super::queue::{BATCH_NS, CLOSED, FROM_BROKER, FROM_CLIENT, Item, NOTIFY_BYTES, NOTIFY_ITEMS, READY, REWRITE};
 use super::shared::{Added, Shared};
 use super::spare::Stock;
 use super::sys::{bump, clear, epoll_set, mono_ns, nonblocking, sockopt_on, tcp_rtt_ns};
@@ -65,7 +65,7 @@ pub(super) struct Looper {
 
 impl Looper {
     pub(super) fn push(&self, item: Item) {
-        let urgent = item.kind == REWRITE;
+        let urgent = item.kind == REWRITE || item.kind == READY;
         // a pair's end wakes Python soon: its connection's close is not left for the tick
         let soon = item.kind == CLOSED;
         let size = item.python.len() + item.digest.as_ref().map_or(0, |d| d.head.len() + d.skeleton.len());
@@ -112,8 +112,10 @@ impl Looper {
             self.held_total -= p.held;
             self.shared.held_now.store(self.held_total, Ordering::Relaxed);
             self.shared.stats.lock().unwrap().remove(&id);
-            if let Some(t) = p.client.tls.as_mut() {
-                t.end(p.client.fd); // its close_notify, as much as its socket takes now
+            for side in [&mut p.client, &mut p.broker] {
+                if let Some(t) = side.tls.as_mut() {
+                    t.end(side.fd); // its close_notify, as much as its socket takes now
+                }
             }
             for fd in [p.client.fd, p.broker.fd] {
                 // SAFETY: the pair owned these fds; removing it from the map gives them up once.
@@ -161,27 +163,37 @@ impl Looper {
     }
 
     pub(super) fn adopt_pairs(&mut self, added: Vec<Added>) {
-        for (id, cfd, bfd, tls) in added {
-            // a TLS client's connection the core fronted: its hand-over is the fuse of the two
-            let fused = if tls.is_none() { self.fronts.fuse(self.ep, &mut self.buf, cfd) } else { None };
-            let (cfd, tls, begins) = match fused {
-                None => (cfd, tls, None),
-                Some(fused) => {
-                    // SAFETY: Python's duplicate of its bridge end, handed to the relay to close
-                    unsafe { libc::close(cfd) };
-                    match fused {
-                        Ok(Fused { client, tls, owed, unread, client_done }) => {
-                            (client, Some(tls), Some((owed, unread, client_done)))
-                        }
-                        Err(reason) => {
-                            // SAFETY: the broker's fd, handed to the relay to own
-                            unsafe { libc::close(bfd) };
-                            self.closed_item(id, reason);
-                            continue;
-                        }
+        'pairs: for (id, cfd, bfd, tls) in added {
+            // a TLS client's connection the core fronted, a TLS broker connection it backed:
+            // their hand-over is the fuse of the two
+            let mut fds = [cfd, bfd];
+            let mut sessions = [tls, None];
+            let mut begins = [None, None];
+            for side in [CLIENT, BROKER] {
+                let i = side as usize;
+                if sessions[i].is_some() {
+                    continue;
+                }
+                let Some(fused) = self.fronts.fuse(self.ep, &mut self.buf, fds[i], side) else { continue };
+                // SAFETY: Python's duplicate of its bridge end, handed to the relay to close
+                unsafe { libc::close(fds[i]) };
+                match fused {
+                    Ok(Fused { peer, tls, owed, unread, peer_done }) => {
+                        fds[i] = peer;
+                        sessions[i] = Some(tls);
+                        begins[i] = Some((owed, unread, peer_done));
+                    }
+                    Err(reason) => {
+                        // SAFETY: the other side's fd, handed to the relay to own (a back's
+                        // bridge end not fused yet: the back ends when Python's end closes)
+                        unsafe { libc::close(fds[1 - i]) };
+                        self.closed_item(id, reason);
+                        continue 'pairs;
                     }
                 }
-            };
+            }
+            let [cfd, bfd] = fds;
+            let [tls, broker_tls] = sessions;
             // the kernel's stamps: without them the broker's reads are dated by the clock (and
             // counted so, `stamps`); without TCP_NODELAY small answers may wait for Nagle: neither
             // ends the pair. A socket that cannot be made non-blocking, or watched, is refused.
@@ -208,12 +220,14 @@ impl Looper {
             let stats = Arc::new(Stats::default());
             stats.client_read_ns.store(mono_ns(), Ordering::Relaxed);
             self.shared.stats.lock().unwrap().insert(id, stats.clone());
-            self.pairs.insert(id, Pair { client: Side::new(cfd, tls), broker: Side::new(bfd, None), whole: Vec::new(),
+            self.pairs.insert(id, Pair { client: Side::new(cfd, tls), broker: Side::new(bfd, broker_tls), whole: Vec::new(),
                                          armed: [libc::EPOLLIN as u32; 2], wire, stats, client_eof: false,
                                          shut: false, gather: None, gather_rq: None, broker_gone: None,
                                          held: 0 });
-            if let Some((owed, unread, client_done)) = begins {
-                self.fused_begins(id, &owed, unread, client_done);
+            for (side, begun) in [(BROKER, begins[1].take()), (CLIENT, begins[0].take())] {
+                if let Some((owed, unread, done)) = begun {
+                    self.fused_begins(id, side, &owed, unread, done);
+                }
             }
         }
     }
@@ -264,7 +278,7 @@ impl Looper {
         let Some(p) = self.pairs.get_mut(&id) else { return Ok(()) };
         let mut tls_closed = false;
         let (n, t_ns) = if side == BROKER {
-            match recv_stamped(p.broker.fd, &mut self.buf) {
+            let (n, t) = match recv_stamped(p.broker.fd, &mut self.buf) {
                 Ok(Read::WouldBlock) => return Ok(()),
                 Ok(Read::Data { n, wall_ns }) => {
                     let now = mono_ns();
@@ -275,7 +289,26 @@ impl Looper {
                     (n, t)
                 }
                 Err(e) => return Err(format!("broker read: {e}")),
+            };
+            let Some(tls) = p.broker.tls.as_mut() else { return self.forward_read(id, side, n, t, false, false, items) };
+            // the broker's TLS bytes, read with their stamp, decrypted; what the session
+            // answers (a key update, an alert) goes back at once
+            self.plain.clear();
+            let got = tls.feed(&self.buf[..n], &mut self.plain);
+            let flushed = tls.flush(p.broker.fd);
+            let closed = got.map_err(|failure| failure.reason(true))? == Read1::Closed;
+            flushed.map_err(|e| format!("write to the broker: {e}"))?;
+            let m = self.plain.len();
+            if m > 0 {
+                self.forward_read(id, side, m, t, true, false, items)?;
             }
+            if closed {
+                return self.forward_read(id, side, 0, t, true, false, items); // its end of stream
+            }
+            if m == 0 {
+                return self.pairs.get_mut(&id).map_or(Ok(()), |p| rearm(self.ep, id, p));
+            }
+            return Ok(());
         } else if let Some(t) = p.client.tls.as_mut() {
             // one read of the client's TLS bytes, decrypted; the handshake's answers and any
             // alert go back at once
@@ -283,7 +316,7 @@ impl Looper {
             let got = t.read(p.client.fd, &mut self.plain);
             let flushed = t.flush(p.client.fd);
             let t_ns = mono_ns();
-            tls_closed = got.map_err(|failure| failure.reason())? == Read1::Closed;
+            tls_closed = got.map_err(|failure| failure.reason(false))? == Read1::Closed;
             flushed.map_err(|e| format!("write to the client: {e}"))?;
             if self.plain.is_empty() && !tls_closed {
                 return rearm(self.ep, id, p); // the handshake under way, or a record not whole yet
@@ -301,7 +334,7 @@ impl Looper {
             }
             ((r as usize).min(self.buf.len()), mono_ns())
         };
-        let plain = side == CLIENT && p.client.tls.is_some();
+        let plain = p.client.tls.is_some();
         self.forward_read(id, side, n, t_ns, plain, tls_closed, items)
     }
 
@@ -590,8 +623,18 @@ impl Looper {
     // ------------------------------------------------------------ fronts (front.rs)
     pub(super) fn adopt_fronts(&mut self) {
         let added = std::mem::take(&mut *self.shared.fronts.lock().unwrap());
-        for (id, reason) in self.fronts.adopt(self.ep, added) {
+        for (id, reason) in self.fronts.adopt(self.ep, &mut self.buf, added) {
             self.closed_item(id, reason);
+        }
+        self.ready_items();
+    }
+
+    /// A `READY` item for each back whose handshake completed.
+    fn ready_items(&mut self) {
+        for id in self.fronts.ready() {
+            let t = mono_ns();
+            self.push(Item { conn: id, kind: READY, t_ns: t, t_written_ns: t, python: Vec::new(), records: None,
+                             reason: String::new(), api: None, counts: (0, 0), handed: Vec::new(), digest: None });
         }
     }
 
@@ -608,6 +651,7 @@ impl Looper {
                 self.closed_item(id, reason);
             }
         }
+        self.ready_items();
     }
 
     /// Every front, at the relay's stop.
@@ -620,20 +664,25 @@ impl Looper {
         }
     }
 
-    /// A fused pair's beginning: Python's bytes the client is owed go first, then the client's
-    /// bytes Python had not read are the pair's first read (its end, if its session had ended).
-    pub(super) fn fused_begins(&mut self, id: u64, owed: &[u8], unread: Vec<u8>, client_done: bool) {
+    /// A fused pair's beginning on `side` (the side the TLS socket is): Python's bytes its peer
+    /// is owed go first, then the peer's bytes Python had not read are that side's first read
+    /// (its end, if its session had ended).
+    pub(super) fn fused_begins(&mut self, id: u64, side: u64, owed: &[u8], unread: Vec<u8>, done: bool) {
         let mut result = Ok(());
         if let Some(p) = self.pairs.get_mut(&id) {
             if !owed.is_empty() {
-                result = p.client.write_now(owed).map_err(|e| format!("write to the client: {e}"));
+                let (to, words) = if side == CLIENT { (&mut p.client, "client") } else { (&mut p.broker, "broker") };
+                result = to.write_now(owed).map_err(|e| format!("write to the {words}: {e}"));
             }
         }
         let mut items = Vec::new();
-        if result.is_ok() && (!unread.is_empty() || client_done) {
+        if result.is_ok() && (!unread.is_empty() || (done && side == CLIENT)) {
             let n = unread.len();
             self.plain = unread;
-            result = self.forward_read(id, CLIENT, n, mono_ns(), true, client_done, &mut items);
+            result = self.forward_read(id, side, n, mono_ns(), true, done && side == CLIENT, &mut items);
+        }
+        if result.is_ok() && done && side == BROKER {
+            result = self.forward_read(id, side, 0, mono_ns(), true, false, &mut items); // the broker had ended
         }
         if result.is_ok() {
             if let Some(p) = self.pairs.get_mut(&id) {

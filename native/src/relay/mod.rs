@@ -20,7 +20,7 @@
 //! request key and version, the same bytes past the correlation id: a sidecar's every
 //! ApiVersions) is answered by the core itself, as Python answered it (`Memo`).
 //!
-//! What it does not do (the Python road's, where the proxy is): TLS to the broker, SASL's raw tokens (after a
+//! What it does not do (the Python road's, where the proxy is): SASL's raw tokens (after a
 //! SaslHandshake v0 the Python road is fed every byte, and only observes), hold a request while
 //! the broker connection is not up. A side that errs or sends a frame the `Wire` refuses, or a
 //! broker that closes, ends the pair; the queue says why. A client's end of stream is a
@@ -53,7 +53,7 @@ use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString};
 
-use crate::tls::TlsServer;
+use crate::tls::TlsSession;
 use crate::wire::{client_id, Ranges};
 use crate::stamps::READ_BYTES;
 use crate::values::i64_bytes;
@@ -64,6 +64,7 @@ use sys::{bump, epoll_set};
 use looper::Looper;
 use memo::Memo;
 use queue::Item;
+use pair::{BROKER, CLIENT};
 
 pub use gather::GATHER_BYTES;
 pub use queue::*;
@@ -86,7 +87,7 @@ fn eventfd() -> PyResult<RawFd> {
 
 impl PyRelay {
     /// `add`'s work, with the client's TLS session where the core carries its TLS.
-    fn hand(&mut self, client_fd: RawFd, broker_fd: RawFd, tls: Option<Box<TlsServer>>) -> PyResult<u64> {
+    fn hand(&mut self, client_fd: RawFd, broker_fd: RawFd, tls: Option<Box<TlsSession>>) -> PyResult<u64> {
         let mut added = self.shared.added.lock().unwrap();
         let Some(queue) = added.as_mut().filter(|_| !self.shared.stop.load(Ordering::Relaxed)) else {
             return Err(PyRuntimeError::new_err("the relay is closed: it takes no connection"));
@@ -102,8 +103,34 @@ impl PyRelay {
     /// A pair whose client speaks TLS to the core (`tls.rs`), from its handshake on: the
     /// relay's road for TLS clients, which the proxy does not take yet (its tests do).
     #[cfg_attr(not(test), allow(dead_code))]
-    pub(crate) fn add_tls(&mut self, client_fd: RawFd, broker_fd: RawFd, tls: TlsServer) -> PyResult<u64> {
+    pub(crate) fn add_tls(&mut self, client_fd: RawFd, broker_fd: RawFd, tls: TlsSession) -> PyResult<u64> {
         self.hand(client_fd, broker_fd, Some(Box::new(tls)))
+    }
+
+    /// A front (`side` `CLIENT`) or a back (`BROKER`): the TLS socket `fd` and its session, the
+    /// core's from here, bridged to Python over a socketpair: its id and Python's end.
+    fn bridged(&mut self, side: u64, fd: RawFd, tls: TlsSession) -> PyResult<(u64, RawFd)> {
+        if self.shared.stop.load(Ordering::Relaxed) {
+            return Err(PyRuntimeError::new_err("the relay is closed: it takes no connection"));
+        }
+        let mut fds: [libc::c_int; 2] = [-1; 2];
+        // SAFETY: the kernel writes two fds into `fds`
+        if unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) } < 0 {
+            return Err(PyOSError::new_err(std::io::Error::last_os_error().to_string()));
+        }
+        let Some(python_end) = front::inode(fds[1]) else {
+            // SAFETY: the fds just made, ours alone
+            unsafe {
+                libc::close(fds[0]);
+                libc::close(fds[1]);
+            }
+            return Err(PyOSError::new_err(std::io::Error::last_os_error().to_string()));
+        };
+        let id = self.next_id;
+        self.next_id += 1;
+        self.shared.fronts.lock().unwrap().push((id, side, fd, Box::new(tls), fds[0], python_end));
+        bump(self.shared.wake_fd);
+        Ok((id, fds[1]))
     }
 }
 
@@ -129,6 +156,7 @@ impl PyRelay {
         let shared = Arc::new(Shared { queue: Mutex::new(Vec::new()), queue_spare: Mutex::new(Vec::new()),
                                        spare: Mutex::new(Spare::default()), added: Mutex::new(Some(Vec::new())),
                                        fronts: Mutex::new(Vec::new()), tls_config: Mutex::new(None),
+                                       upstream_tls_config: Mutex::new(None),
                                        answers: Mutex::new(Vec::new()), ends: Mutex::new(Vec::new()),
                                        stats: Mutex::new(HashMap::new()), kernel_reads: AtomicU64::new(0),
                                        clock_reads: AtomicU64::new(0), memo_rewrites: Mutex::new(HashMap::new()),
@@ -177,28 +205,30 @@ impl PyRelay {
     fn front(&mut self, client_fd: RawFd) -> PyResult<(u64, RawFd)> {
         let config = self.shared.tls_config.lock().unwrap().clone()
             .ok_or_else(|| PyRuntimeError::new_err("the relay has no TLS settings (tls_config)"))?;
-        let tls = TlsServer::new(&config).map_err(PyRuntimeError::new_err)?;
-        if self.shared.stop.load(Ordering::Relaxed) {
-            return Err(PyRuntimeError::new_err("the relay is closed: it takes no connection"));
-        }
-        let mut fds: [libc::c_int; 2] = [-1; 2];
-        // SAFETY: the kernel writes two fds into `fds`
-        if unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) } < 0 {
-            return Err(PyOSError::new_err(std::io::Error::last_os_error().to_string()));
-        }
-        let Some(python_end) = front::inode(fds[1]) else {
-            // SAFETY: the fds just made, ours alone
-            unsafe {
-                libc::close(fds[0]);
-                libc::close(fds[1]);
-            }
-            return Err(PyOSError::new_err(std::io::Error::last_os_error().to_string()));
-        };
-        let id = self.next_id;
-        self.next_id += 1;
-        self.shared.fronts.lock().unwrap().push((id, client_fd, Box::new(tls), fds[0], python_end));
-        bump(self.shared.wake_fd);
-        Ok((id, fds[1]))
+        let tls = TlsSession::server(&config).map_err(PyRuntimeError::new_err)?;
+        self.bridged(CLIENT, client_fd, tls)
+    }
+
+    /// The brokers' TLS settings (PEM files: the authorities a broker's certificate must chain
+    /// to, the proxy's own certificate and key for mTLS) for the connections `back` takes from
+    /// here; a reload calls it again. `ValueError` says which file and why.
+    #[pyo3(signature = (ca, cert=None, key=None))]
+    fn upstream_tls_config(&self, ca: &str, cert: Option<&str>, key: Option<&str>) -> PyResult<()> {
+        let config = crate::tls::client_config(ca, cert, key).map_err(PyValueError::new_err)?;
+        *self.shared.upstream_tls_config.lock().unwrap() = Some(config);
+        Ok(())
+    }
+
+    /// Takes a connection to a broker (`broker_fd`, connected, the core's from here), whose
+    /// certificate must name `server_name`, and speaks TLS with it from its first byte
+    /// (`relay/front.rs`, a back): its id (a `READY` item once the handshake completed, or a
+    /// `CLOSED` item with why not) and the plaintext end for Python. Its hand-over is `add` of
+    /// that end (a duplicate of it) as the broker's: the pair's broker side is the TLS socket.
+    fn back(&mut self, broker_fd: RawFd, server_name: &str) -> PyResult<(u64, RawFd)> {
+        let config = self.shared.upstream_tls_config.lock().unwrap().clone()
+            .ok_or_else(|| PyRuntimeError::new_err("the relay has no TLS settings for brokers (upstream_tls_config)"))?;
+        let tls = TlsSession::client(&config, server_name).map_err(PyValueError::new_err)?;
+        self.bridged(BROKER, broker_fd, tls)
     }
 
     /// The bytes all pairs hold now and the bounds: `(held, one pair's bound, all pairs' bound)`.

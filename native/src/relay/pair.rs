@@ -7,7 +7,7 @@ use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::tls::TlsServer;
+use crate::tls::TlsSession;
 use crate::wire::Wire;
 use super::gather::Gather;
 use super::sys::{epoll_set, mono_ns, write_some};
@@ -51,13 +51,14 @@ pub(super) enum Seg {
 pub(super) struct Side {
     pub(super) fd: RawFd,
     pub(super) queue: VecDeque<Seg>,
-    /// the client's TLS session where the core carries its TLS (`tls.rs`): what this side is
-    /// written is encrypted by it (the queue holds plaintext), what is read of it decrypted
-    pub(super) tls: Option<Box<TlsServer>>,
+    /// this side's TLS session where the core carries its TLS (`tls.rs`: the client's, or the
+    /// broker's): what this side is written is encrypted by it (the queue holds plaintext), what
+    /// is read of it decrypted
+    pub(super) tls: Option<Box<TlsSession>>,
 }
 
 impl Side {
-    pub(super) fn new(fd: RawFd, tls: Option<Box<TlsServer>>) -> Self {
+    pub(super) fn new(fd: RawFd, tls: Option<Box<TlsSession>>) -> Self {
         Self { fd, queue: VecDeque::new(), tls }
     }
 
@@ -170,7 +171,10 @@ pub(super) fn rearm(ep: RawFd, id: u64, p: &mut Pair) -> Result<(), String> {
             epoll_set(ep, libc::EPOLL_CTL_MOD, me.fd, ev, id << 1 | side).map_err(|e| format!("relay epoll: {e}"))?;
         }
     }
-    if p.client_eof && !p.shut && p.broker.queue.is_empty() && p.broker_gone.is_none() {
+    if p.client_eof && !p.shut && !p.broker.waiting() && p.broker_gone.is_none() {
+        if let Some(t) = p.broker.tls.as_mut() {
+            t.end(p.broker.fd); // a TLS broker is told first: its close_notify before the end of stream
+        }
         p.shut = true;
         // SAFETY: the pair's own fd
         if unsafe { libc::shutdown(p.broker.fd, libc::SHUT_WR) } < 0 {

@@ -15,6 +15,9 @@ pub const CLOSED: i64 = 2;
 
 pub const REWRITE: i64 = 3;
 
+/// A back's handshake with its broker completed (`front.rs`): Python counts the broker connected.
+pub const READY: i64 = 4;
+
 /// How many i64s an item's fixed fields take in a drain's `heads` (`PyRelay::drain`).
 pub const ITEM_WIDTH: usize = 10;
 

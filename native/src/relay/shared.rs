@@ -5,9 +5,9 @@ use std::collections::HashMap;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex};
-use rustls::ServerConfig;
+use rustls::{ClientConfig, ServerConfig};
 
-use crate::tls::TlsServer;
+use crate::tls::TlsSession;
 use super::front::FrontAdded;
 use super::pair::Stats;
 use super::queue::Item;
@@ -17,7 +17,7 @@ use super::spare::Spare;
 
 /// A pair handed over: its id, the client's and the broker's fds, and the client's TLS session
 /// where the core carries its TLS.
-pub(super) type Added = (u64, RawFd, RawFd, Option<Box<TlsServer>>);
+pub(super) type Added = (u64, RawFd, RawFd, Option<Box<TlsSession>>);
 
 pub(super) struct Shared {
     pub(super) queue: Mutex<Vec<Item>>,
@@ -28,10 +28,12 @@ pub(super) struct Shared {
     /// pairs handed over and not adopted yet; None once the relay's thread has ended (`add` is
     /// refused from then: nothing would own the fds)
     pub(super) added: Mutex<Option<Vec<Added>>>,
-    /// TLS clients' connections taken from their first byte (`front`) and not adopted yet
+    /// TLS connections taken from their first byte (`front`, `back`) and not adopted yet
     pub(super) fronts: Mutex<Vec<FrontAdded>>,
     /// the listener's TLS settings for the fronts from here (`tls_config`; a reload replaces them)
     pub(super) tls_config: Mutex<Option<Arc<ServerConfig>>>,
+    /// the brokers' TLS settings for the backs from here (`upstream_tls_config`)
+    pub(super) upstream_tls_config: Mutex<Option<Arc<ClientConfig>>>,
     pub(super) answers: Mutex<Vec<(u64, Vec<u8>)>>,
     /// pairs Python ends (`end`)
     pub(super) ends: Mutex<Vec<u64>>,

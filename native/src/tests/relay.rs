@@ -331,7 +331,7 @@ fn joined_tls(r: &mut PyRelay, pki: &TestPki, mtls: bool, cert: bool)
     for s in [&client, &broker] {
         s.set_read_timeout(Some(DEADLINE)).unwrap();
     }
-    let session = crate::tls::TlsServer::new(&pki.server_config(mtls)).expect("a session");
+    let session = crate::tls::TlsSession::server(&pki.server_config(mtls)).expect("a session");
     let conn = r.add_tls(client_side.into_raw_fd(), broker_side.into_raw_fd(), session)
         .unwrap_or_else(|_| panic!("taken"));
     (rustls::StreamOwned::new(pki.client(cert.then_some(&pki.client)), client), broker, conn)
@@ -398,7 +398,7 @@ fn a_failed_handshake_ends_its_own_pair_and_no_other() {
     let (mut http, http_side) = connected();
     let (broker_side, _broker) = connected();
     http.set_read_timeout(Some(DEADLINE)).unwrap();
-    let session = crate::tls::TlsServer::new(&pki.server_config(false)).expect("a session");
+    let session = crate::tls::TlsSession::server(&pki.server_config(false)).expect("a session");
     let bad = r.add_tls(http_side.into_raw_fd(), broker_side.into_raw_fd(), session).unwrap_or_else(|_| panic!("taken"));
     http.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
     // mTLS: a client with no certificate is refused the same way
@@ -531,4 +531,126 @@ fn bytes_that_are_not_tls_after_the_handshake_end_the_pair_as_a_tls_error() {
     let reason = closed(&items, conn).unwrap();
     assert!(reason.starts_with("tls error: "), "{reason}");
     assert!(at_end(&mut broker), "the broker's connection closes with the pair");
+}
+
+// ------------------------------------------------------------------ a TLS broker backed, then fused
+
+/// A connection to a TLS broker whose session the core holds from its ClientHello (`back`), the
+/// broker a rustls server (blocking) with the authority's certificate for "localhost", the
+/// bridge's Python end as the test's socket: `(broker, python, back id)`.
+fn backed(r: &mut PyRelay, pki: &TestPki, name: &str)
+          -> (rustls::StreamOwned<rustls::ServerConnection, TcpStream>, UnixStream, u64) {
+    r.upstream_tls_config(&pki.path("ca.pem"), None, None).unwrap_or_else(|_| panic!("TLS settings"));
+    let (core_side, broker) = connected();
+    broker.set_read_timeout(Some(DEADLINE)).unwrap();
+    let (id, python_fd) = r.back(core_side.into_raw_fd(), name).unwrap_or_else(|_| panic!("backed"));
+    // SAFETY: the fd `back` gave, the test's alone
+    let python = unsafe { UnixStream::from_raw_fd(python_fd) };
+    python.set_read_timeout(Some(DEADLINE)).unwrap();
+    let session = rustls::ServerConnection::new(pki.server_config(false)).expect("a server session");
+    (rustls::StreamOwned::new(session, broker), python, id)
+}
+
+fn ready(items: &[Item], conn: u64) -> bool {
+    items.iter().any(|it| it.conn == conn && it.kind == READY)
+}
+
+#[test]
+fn a_backed_tls_broker_talks_to_python_in_plaintext_says_ready_and_is_fused_at_the_hand_over() {
+    let pki = TestPki::new();
+    let mut r = relay(None, None);
+    let (mut broker, mut python, back) = backed(&mut r, &pki, "localhost");
+    // the first exchange on the event loop's road: Python's request waits for the handshake,
+    // then reaches the broker decrypted; the broker's answer comes back in plaintext
+    python.write_all(&request(1)).unwrap();
+    let mut got = vec![0; request(1).len()];
+    broker.read_exact(&mut got).expect("the request, once the handshake completed");
+    assert_eq!(got, request(1));
+    until(&r, "the back's READY", |all| ready(all, back));
+    broker.write_all(&answer(1, 40, 1)).unwrap();
+    assert_eq!(read_unix(&mut python, answer(1, 40, 1).len()), answer(1, 40, 1));
+    // the hand-over: the pair's broker side is the TLS socket from here
+    let (mut client, client_side) = connected();
+    client.set_read_timeout(Some(DEADLINE)).unwrap();
+    // SAFETY: dup of the test's own fd; the relay closes the duplicate
+    let dup = unsafe { libc::dup(python.as_raw_fd()) };
+    let conn = r.add(client_side.into_raw_fd(), dup).unwrap_or_else(|_| panic!("taken"));
+    for corr in 2..=4 {
+        client.write_all(&request(corr)).unwrap();
+        let mut got = vec![0; request(corr).len()];
+        broker.read_exact(&mut got).unwrap();
+        assert_eq!(got, request(corr));
+        broker.write_all(&answer(corr, 20 << corr, 9)).unwrap();
+        assert_eq!(read_exact(&mut client, answer(corr, 20 << corr, 9).len()), answer(corr, 20 << corr, 9));
+    }
+    let mut rest = Vec::new();
+    python.read_to_end(&mut rest).expect("the bridge's end");
+    assert!(rest.is_empty());
+    let items = until(&r, "the fused pair's exchanges", |all| exchanges(all, conn).len() >= 3);
+    assert_eq!(closed(&items, back), None);
+    // the broker's close_notify is its end: the pair ends in a broker's words
+    broker.conn.send_close_notify();
+    broker.flush().unwrap();
+    let items = until(&r, "the pair's end", |all| closed(all, conn).is_some());
+    assert!(closed(&items, conn).unwrap().starts_with("broker closed the connection"), "{:?}", closed(&items, conn));
+    assert!(at_end(&mut client));
+}
+
+#[test]
+fn a_broker_whose_certificate_does_not_name_it_is_never_sent_a_byte_of_plaintext() {
+    let pki = TestPki::new();
+    let mut r = relay(None, None);
+    let (broker, mut python, back) = backed(&mut r, &pki, "kafka-9.example.com");
+    python.write_all(&request(1)).unwrap();
+    let mut raw = broker.sock;
+    let serving = std::thread::spawn(move || {
+        // the broker's side of the handshake, by hand: what it reads is never the request's bytes
+        let mut session = rustls::ServerConnection::new(TestPki::new().server_config(false)).expect("a session");
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = raw.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            seen.extend_from_slice(&buf[..n]);
+            let _ = session.read_tls(&mut &buf[..n]);
+            if session.process_new_packets().is_err() {
+                break;
+            }
+            while session.wants_write() {
+                if session.write_tls(&mut raw).is_err() {
+                    break;
+                }
+            }
+        }
+        seen
+    });
+    let items = until(&r, "the back's end", |all| closed(all, back).is_some());
+    let reason = closed(&items, back).unwrap();
+    assert!(reason.starts_with("broker tls handshake failed: ") && reason.to_lowercase().contains("certificate"),
+            "{reason}");
+    assert!(!ready(&items, back));
+    let mut rest = Vec::new();
+    python.read_to_end(&mut rest).expect("the bridge's end");
+    assert!(rest.is_empty(), "no plaintext from a failed handshake");
+    let seen = serving.join().unwrap();
+    let request = request(1);
+    assert!(!seen.windows(request.len()).any(|w| w == request.as_slice()), "the request reached the broker");
+}
+
+#[test]
+fn bytes_that_are_not_tls_from_a_backed_broker_end_its_handshake_in_a_brokers_words() {
+    let pki = TestPki::new();
+    let mut r = relay(None, None);
+    let (broker, mut python, back) = backed(&mut r, &pki, "localhost");
+    let mut raw = broker.sock;
+    let mut hello = [0u8; 1];
+    raw.read_exact(&mut hello).expect("the ClientHello begins");
+    assert_eq!(hello[0], 22, "a handshake record first");
+    raw.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n").unwrap();
+    let items = until(&r, "the back's end", |all| closed(all, back).is_some());
+    assert!(closed(&items, back).unwrap().starts_with("broker tls handshake failed: "), "{:?}", closed(&items, back));
+    let mut rest = Vec::new();
+    python.read_to_end(&mut rest).expect("the bridge's end");
+    assert!(rest.is_empty());
 }

@@ -1,5 +1,5 @@
 //! TLS towards a client in the core's own language, over Unix socketpairs: a rustls client on one
-//! end (its bytes pumped by hand, so each test is deterministic), the core's `TlsServer` on the
+//! end (its bytes pumped by hand, so each test is deterministic), the core's `TlsSession` on the
 //! other, with certificates made for the test (rcgen). The handshake and bytes both ways, however
 //! the client's bytes are split; mTLS (a certificate required, one from another authority
 //! refused); bytes that are not TLS; a handshake cut at every byte; the bounded buffer; the
@@ -108,7 +108,7 @@ impl Drop for Pki {
 
 /// The core's session on one end of a socketpair, the test's raw end on the other.
 struct Link {
-    server: TlsServer,
+    server: TlsSession,
     server_end: UnixStream,
     peer: UnixStream,
     /// the plaintext the server has read so far, and how its reads ended
@@ -121,7 +121,7 @@ impl Link {
         let (peer, server_end) = UnixStream::pair().expect("a socketpair");
         server_end.set_nonblocking(true).expect("non-blocking");
         peer.set_nonblocking(true).expect("non-blocking");
-        Self { server: TlsServer::new(config).expect("a session"), server_end, peer, got: Vec::new(),
+        Self { server: TlsSession::server(config).expect("a session"), server_end, peer, got: Vec::new(),
                outcome: Ok(Read1::Open) }
     }
 
