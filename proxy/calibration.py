@@ -54,7 +54,7 @@ import logging
 import statistics
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from ..protocol import apis
 from ..protocol.encoder import encode
@@ -65,6 +65,12 @@ from ..protocol.walker import walk
 from . import clock
 from .discovery import BadAnswer, NoAnswer, fetch_topics
 from .stamps import StampCounts, StampedReader
+
+if TYPE_CHECKING:
+    from ..metrics.model import LatencyModel
+    from ..metrics.prom import ProxyMetrics
+    from .config import Config
+    from .registry import BrokerRegistry
 
 log = logging.getLogger("fetchlat.proxy")
 
@@ -319,3 +325,37 @@ class Calibrator:
         if estimate is not None:
             self.learned(estimate)
         return sample
+
+
+class OvershootLog:
+    """Each new estimate to the model; the log says so once it is 0.1 ms or more from the figure
+    the log last said (so what the model used is always within 0.1 ms of a logged one)."""
+
+    def __init__(self, model: LatencyModel, logged_ns: int) -> None:
+        self.model = model
+        self.logged_ns = logged_ns
+
+    def __call__(self, ns: int) -> None:
+        if abs(ns - self.logged_ns) >= 100_000:
+            log.info("learned the broker's expiry overshoot: %.2f ms (was %.2f ms)", ns / 1e6, self.logged_ns / 1e6)
+            self.logged_ns = ns
+        self.model.expiry_overshoot_ns = ns
+
+
+def calibrator_for(cfg: Config, model: LatencyModel, registry: BrokerRegistry, metrics: ProxyMetrics,
+                   kernel_stamps: bool) -> Calibrator | None:
+    """The proxy's calibrator, unless the overshoot was set (``--expiry-overshoot-ms``): a
+    sidecar's probes its own broker, a proxy away from its brokers the bootstrap broker; what it
+    learns goes to ``model`` (``OvershootLog``), its probe counts to ``fetchlat_calibration_probes_total``."""
+    if cfg.expiry_overshoot_ms is not None:
+        return None
+    bootstrap = cfg.upstreams[0]
+    # the leaders the model knows, read each round (a full answer replaces the view's map)
+    calibrator = Calibrator(bootstrap, lambda: ((t, p, lead) for (t, p), lead in model.cluster.leaders.items()),
+                            OvershootLog(model, cfg.expiry_overshoot_ns), node_of=lambda: registry.node_at(bootstrap),
+                            max_frame_bytes=cfg.max_frame_bytes, connect_timeout_s=cfg.connect_timeout_s,
+                            answered=model.learn_first_byte, every_s=cfg.calibration_every_s,
+                            kernel_stamps=kernel_stamps)
+    learner = calibrator.learner
+    metrics.calibration.counts = lambda: dict(learner.counts)
+    return calibrator

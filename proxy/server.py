@@ -20,8 +20,8 @@ from ..protocol.events import BrokerAddress
 from ..protocol.rewrite import ResponseRewriter
 from ..protocol.routed import enabled as routed_road_enabled
 from . import clock
-from .calibration import Calibrator
-from .config import RELOADABLE, Config, ConfigError, HostPort, format_hostport
+from .calibration import calibrator_for
+from .config import RELOADABLE, Config, HostPort, format_hostport
 from .conversation import CoreContext
 from .discovery import Discovery
 from .heartbeat import Heartbeat
@@ -33,7 +33,7 @@ from .relayed import RelayRoad, relay_road
 from .session import ClientSide, ConnContext, as_protocol
 from .stamps import KERNEL, StampCounts, keep_stamping_on, stamp_source
 from .throttled_log import ThrottledLog
-from .tls import client_context, server_context, server_files
+from .tls import client_context, reread_server_tls, server_context, server_files
 from .traces import TraceWriter
 
 log = logging.getLogger("fetchlat.proxy")
@@ -84,21 +84,8 @@ class Proxy:
                                    holds_topics=lambda: model.partitions_held > 0,
                                    topic_refresh_s=lambda: self.cfg.topic_refresh_s,
                                    learn_every_topic=model.learn_every_topic)
-        # the proxy learns its broker's expiry overshoot, unless it was set (proxy/calibration.py):
-        # a sidecar its own broker's, a proxy away from its brokers the bootstrap broker's
-        self.calibrator: Calibrator | None = None
-        self._logged_overshoot_ns = cfg.expiry_overshoot_ns  # the last figure the log said
-        if cfg.expiry_overshoot_ms is None:
-            registry, bootstrap = self.registry, cfg.upstreams[0]
-            # the leaders the model knows, read each round (a full answer replaces the view's map)
-            self.calibrator = Calibrator(bootstrap, lambda: ((t, p, lead) for (t, p), lead in
-                                                             model.cluster.leaders.items()),
-                                         self._learned_overshoot, node_of=lambda: registry.node_at(bootstrap),
-                                         max_frame_bytes=cfg.max_frame_bytes, connect_timeout_s=cfg.connect_timeout_s,
-                                         answered=model.learn_first_byte,
-                                         every_s=cfg.calibration_every_s, kernel_stamps=self.conn.kernel_stamps)
-            learner = self.calibrator.learner
-            metrics.calibration.counts = lambda: dict(learner.counts)
+        # the proxy learns its broker's expiry overshoot, unless it was set (proxy/calibration.py)
+        self.calibrator = calibrator_for(cfg, model, self.registry, metrics, self.conn.kernel_stamps)
         metrics.expiry_overshoot.set_function(lambda: model.expiry_overshoot_ns / 1e9)
         metrics.learned.read = lambda: (model.first_byte_ns, model.round_trips.estimate())
         metrics.held.sizes = self._held
@@ -259,27 +246,13 @@ class Proxy:
         self._reread_tls()
 
     def _reread_tls(self) -> None:
-        """The listener's certificate, key and client authority read again from their files (a
-        rotation writes new ones in place): new connections on either road get them, open ones
-        keep their session. Files that cannot be read leave the current ones in use."""
-        cfg = self.cfg
-        files = server_files(cfg)
-        if self.conn.server_tls is None or files is None:
-            return
-        try:
-            ctx = server_context(cfg)
-        except ConfigError as exc:
-            log.warning("TLS certificates not re-read (%s); the current ones stay in use", exc)
-            return
+        """The listener's TLS files read again (``tls.reread_server_tls``): new connections on
+        either road get them, open ones keep their session."""
         relay = self.relay
-        if relay is not None and relay.fronts_tls:
-            try:
-                relay.relay.tls_config(*files)
-            except ValueError as exc:
-                log.warning("TLS certificates not re-read (the native core: %s); the current ones stay in use", exc)
-                return
-        self.conn.server_tls = ctx
-        log.info("TLS certificates re-read from %s: new connections use them", cfg.tls_cert)
+        if self.conn.server_tls is not None:
+            ctx = reread_server_tls(self.cfg, relay.relay.tls_config if relay is not None and relay.fronts_tls
+                                    else None)
+            self.conn.server_tls = ctx or self.conn.server_tls
 
     def _held(self) -> dict[str, int]:
         """The sizes ``fetchlat_held_entries`` exports (read at scrape time, another thread: each
@@ -289,16 +262,6 @@ class Proxy:
                 "appends": model.appends_held,
                 "topics": len(model.cluster.topic_names), "leaders": len(model.cluster.leaders),
                 "brokers": len(self.registry.nodes)}  # fetch sessions: fetchlat_fetch_sessions_mirrored
-
-    def _learned_overshoot(self, ns: int) -> None:
-        """A new estimate: the model takes it; the log says so once it is 0.1 ms or more from the
-        figure the log last said (so what the model used is always within 0.1 ms of a logged one)."""
-        model = self.observer.model
-        if abs(ns - self._logged_overshoot_ns) >= 100_000:
-            log.info("learned the broker's expiry overshoot: %.2f ms (was %.2f ms)", ns / 1e6,
-                     self._logged_overshoot_ns / 1e6)
-            self._logged_overshoot_ns = ns
-        model.expiry_overshoot_ns = ns
 
     @property
     def metadata_ok(self) -> bool:

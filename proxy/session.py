@@ -147,7 +147,7 @@ class ClientSide:  # an asyncio protocol (duck-typed: a native class when compil
         m.connections.labels(self.listener).inc()
         m.connections_active.labels(self.listener).inc()
         self.ctx.sessions.add(self)
-        asyncio.get_running_loop().create_task(self._connect_upstream())
+        asyncio.get_running_loop().create_task(connect_upstream(self))
 
     def _front(self, relay: Road, transport: asyncio.BaseTransport) -> bool:
         """Give the client's socket to the core, which holds its TLS session from the first byte
@@ -180,68 +180,6 @@ class ClientSide:  # an asyncio protocol (duck-typed: a native class when compil
                         self.peer, self.listener, exc)
             bridge.close()
             self.closed = True
-
-    async def _connect_upstream(self) -> None:
-        """Connect to the broker. While it is unreachable (restarting, refusing) the client's
-        requests are held (the conversation says how much, and how long: the principle of
-        KIP-286, block a bounded time instead of failing at once); then the client connection
-        is closed, so the client reconnects and retries as it does after any disconnect."""
-        loop = asyncio.get_running_loop()
-        ctx, conv = self.ctx, self.conv
-        broker: BrokerSide | None = None
-        last_error, waiting, addr = "timeout", False, conv.upstream
-        while broker is None and not self.closed:
-            for host, port in self.upstreams():  # the bootstrap listener may try several brokers
-                timeout_ns = conv.policy.attempt_timeout_ns(clock.now_ns(), int(ctx.connect_timeout_s * 1e9))
-                try:
-                    tls = ctx.upstream_tls
-                    relay = ctx.relay
-                    if tls is not None and relay is not None and relay.backs_tls:
-                        # the core holds the session from its ClientHello: it can carry it later
-                        self.backed, proto = await asyncio.wait_for(
-                            backed(loop, relay, host, port, ctx.upstream_server_hostname or host,
-                                   lambda: as_protocol(BrokerSide(self))),
-                            timeout=timeout_ns / 1e9)
-                    else:
-                        _, proto = await asyncio.wait_for(
-                            loop.create_connection(lambda: as_protocol(BrokerSide(self)), host, port, ssl=tls,
-                                                   server_hostname=(ctx.upstream_server_hostname or host) if tls
-                                                   else None),
-                            timeout=timeout_ns / 1e9,
-                        )
-                except (TimeoutError, OSError) as exc:  # ssl.SSLError is an OSError: a failed TLS handshake
-                    reason = (exc.strerror or str(exc)) if isinstance(exc, OSError) else "timeout"
-                    last_error = f"{host}:{port}: {reason}"
-                    continue
-                broker = cast(BrokerSide, proto)
-                addr = (host, port)
-                break
-            if broker is not None or self.closed:
-                break
-            ctx.upstream_failed()
-            delay_ns = conv.upstream_failed(clock.now_ns())
-            if delay_ns is None:
-                break
-            if not waiting:
-                waiting = True
-                ctx.waiting_upstream[0] += 1
-            await asyncio.sleep(delay_ns / 1e9)
-        if waiting:
-            ctx.waiting_upstream[0] -= 1
-        if broker is None:
-            if not self.closed:
-                close = conv.upstream_unreachable(last_error)
-                ctx.log_throttled("upstream_unreachable", logging.WARNING, "%s", close.message)
-                self.close()
-            return
-        if self.closed:
-            broker.close()
-            return
-        self.broker = broker
-        pending, actions = conv.upstream_connected(clock.now_ns(), addr)
-        if pending and broker.transport is not None:
-            broker.transport.writelines(pending)
-        self.apply(actions)
 
     def data_received(self, data: bytes) -> None:
         t_ns = clock.now_ns()
@@ -411,6 +349,70 @@ class ClientSide:  # an asyncio protocol (duck-typed: a native class when compil
             self.transport.write(b"".join(segments))
         else:
             self.transport.writelines(segments)
+
+
+async def connect_upstream(client: ClientSide) -> None:
+    """Connect a client's broker. While it is unreachable (restarting, refusing) the client's
+    requests are held (the conversation says how much, and how long: the principle of KIP-286,
+    block a bounded time instead of failing at once); then the client connection is closed, so
+    the client reconnects and retries as it does after any disconnect."""
+    loop = asyncio.get_running_loop()
+    ctx, conv = client.ctx, client.conv
+    broker: BrokerSide | None = None
+    last_error, waiting, addr = "timeout", False, conv.upstream
+    while broker is None and not client.closed:
+        for host, port in client.upstreams():  # the bootstrap listener may try several brokers
+            timeout_ns = conv.policy.attempt_timeout_ns(clock.now_ns(), int(ctx.connect_timeout_s * 1e9))
+            try:
+                broker = await asyncio.wait_for(dial(client, loop, host, port), timeout=timeout_ns / 1e9)
+            except (TimeoutError, OSError) as exc:  # ssl.SSLError is an OSError: a failed TLS handshake
+                reason = (exc.strerror or str(exc)) if isinstance(exc, OSError) else "timeout"
+                last_error = f"{host}:{port}: {reason}"
+                continue
+            addr = (host, port)
+            break
+        if broker is not None or client.closed:
+            break
+        ctx.upstream_failed()
+        delay_ns = conv.upstream_failed(clock.now_ns())
+        if delay_ns is None:
+            break
+        if not waiting:
+            waiting = True
+            ctx.waiting_upstream[0] += 1
+        await asyncio.sleep(delay_ns / 1e9)
+    if waiting:
+        ctx.waiting_upstream[0] -= 1
+    if broker is None:
+        if not client.closed:
+            close = conv.upstream_unreachable(last_error)
+            ctx.log_throttled("upstream_unreachable", logging.WARNING, "%s", close.message)
+            client.close()
+        return
+    if client.closed:
+        broker.close()
+        return
+    client.broker = broker
+    pending, actions = conv.upstream_connected(clock.now_ns(), addr)
+    if pending and broker.transport is not None:
+        broker.transport.writelines(pending)
+    client.apply(actions)
+
+
+async def dial(client: ClientSide, loop: asyncio.AbstractEventLoop, host: str, port: int) -> BrokerSide:
+    """One attempt at the client's broker: plaintext, TLS on this road, or TLS whose session the
+    core holds from its ClientHello (``bridges.backed``: the core can carry it later)."""
+    ctx = client.ctx
+    tls, relay = ctx.upstream_tls, ctx.relay
+    proto: asyncio.Protocol
+    if tls is not None and relay is not None and relay.backs_tls:
+        client.backed, proto = await backed(loop, relay, host, port, ctx.upstream_server_hostname or host,
+                                            lambda: as_protocol(BrokerSide(client)))
+    else:
+        _, proto = await loop.create_connection(lambda: as_protocol(BrokerSide(client)), host, port, ssl=tls,
+                                                server_hostname=(ctx.upstream_server_hostname or host) if tls
+                                                else None)
+    return cast(BrokerSide, proto)
 
 
 class CarriedSide:

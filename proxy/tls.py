@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import ssl
+from collections.abc import Callable
 
 from .config import Config, ConfigError
+
+log = logging.getLogger("fetchlat.proxy")
 
 
 def server_context(cfg: Config) -> ssl.SSLContext | None:
@@ -31,6 +35,30 @@ def server_files(cfg: Config) -> tuple[str, str, str | None] | None:
     if not cfg.tls_cert:
         return None
     return cfg.tls_cert, cfg.tls_key or cfg.tls_cert, cfg.tls_client_ca or None
+
+
+def reread_server_tls(cfg: Config, core_config: Callable[[str, str, str | None], None] | None
+                      ) -> ssl.SSLContext | None:
+    """The listener's certificate, key and client authority read again from their files (a
+    rotation writes new ones in place; SIGHUP): the new context for new connections, given to
+    the native core too (``core_config``, where it holds TLS clients' sessions); None, the
+    current ones staying in use, where the files cannot be read (the log says why)."""
+    files = server_files(cfg)
+    if files is None:
+        return None
+    try:
+        ctx = server_context(cfg)
+    except ConfigError as exc:
+        log.warning("TLS certificates not re-read (%s); the current ones stay in use", exc)
+        return None
+    if core_config is not None:
+        try:
+            core_config(*files)
+        except ValueError as exc:
+            log.warning("TLS certificates not re-read (the native core: %s); the current ones stay in use", exc)
+            return None
+    log.info("TLS certificates re-read from %s: new connections use them", cfg.tls_cert)
+    return ctx
 
 
 def client_context(cfg: Config) -> ssl.SSLContext | None:
