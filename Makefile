@@ -200,14 +200,15 @@ bench-prune: $(STAMP)
 bench-incremental: $(STAMP)
 	$(BIN)/python bench/bench_incremental.py --rows 12500000 --hours 25
 
-# the paths the goals name (haproxy, the default road with and without traces, and TLS to the
-# clients: haproxy terminating it, the default road traced, round trips alone), three interleaved
-# trials on Tansu, 20 000 records a throughput phase (the full run's 100 000; with bench/relay.py's
-# floor too it took 30.2 minutes); bench-proxy-full: every path on both brokers, five trials
-# (hours). Each prints how long it took at its end.
+# the paths the goals name (haproxy, the default road with and without traces, TLS to the
+# clients: haproxy terminating it, the default road traced, round trips alone; and a central
+# proxy, traced: fetchlat+traces, which on Tansu routes and rewrites its addresses), three
+# interleaved trials on Tansu, 20 000 records a throughput phase (the full run's 100 000);
+# bench-proxy-full: every path on both brokers, five trials (hours). Each prints how long it
+# took at its end.
 bench-proxy: deps
 	$(BIN)/python bench/bench_proxy.py --trials 3 --broker tansu --records 20000 \
-	  --paths haproxy,fetchlat-relay,fetchlat-relay+traces,haproxy-tls,fetchlat-relay-tls+traces \
+	  --paths haproxy,fetchlat-relay,fetchlat-relay+traces,haproxy-tls,fetchlat-relay-tls+traces,fetchlat+traces \
 	  --out bench-proxy.json
 
 bench-proxy-full: deps
