@@ -23,7 +23,7 @@ import logging
 import os
 import socket
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from ..protocol.routed import Records
 from .conversation import Conversation
@@ -91,6 +91,22 @@ class BackWatch(Bridged):
             self.outcome.set_exception(ConnectionError(reason))
 
 
+def given_to_core(transport: asyncio.BaseTransport, take: Callable[[int], tuple[int, int]]
+                  ) -> tuple[int, socket.socket]:
+    """The socket under ``transport`` given to the core: ``take`` (``Relay.front`` or ``back``)
+    gets a duplicate of it, which the core owns from there, and the transport is dropped (the
+    duplicate keeps the connection open): the bridged connection's id and Python's end of its
+    bridge. Raises what the duplicate or ``take`` raise, the transport left as it was."""
+    fd = os.dup(transport.get_extra_info("socket").fileno())
+    try:
+        conn, python_fd = take(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    cast(asyncio.Transport, transport).abort()  # uvloop's transports are not asyncio's subclasses
+    return conn, socket.socket(fileno=python_fd)
+
+
 async def backed(loop: asyncio.AbstractEventLoop, road: BackRoad, host: str, port: int, server_name: str,
                  protocol: Callable[[], asyncio.Protocol]) -> tuple[int, asyncio.Protocol]:
     """A TLS connection to ``host:port``, its session the core's, once its handshake completed:
@@ -98,17 +114,12 @@ async def backed(loop: asyncio.AbstractEventLoop, road: BackRoad, host: str, por
     over the core's bridge. Raises ``OSError`` (a ``ConnectionError`` with the core's words for a
     failed handshake) as ``create_connection`` does; cancelled, it leaves nothing open."""
     transport, _ = await loop.create_connection(asyncio.Protocol, host, port)
-    try:
-        fd = os.dup(transport.get_extra_info("socket").fileno())
-    finally:
-        transport.abort()  # the duplicate keeps the connection: the core's from here
     outcome: asyncio.Future[None] = loop.create_future()
     try:
-        back, python_fd = road.back(BackWatch(outcome), fd, server_name)
-    except (RuntimeError, ValueError, OSError) as exc:
-        os.close(fd)
+        back, bridge = given_to_core(transport, lambda fd: road.back(BackWatch(outcome), fd, server_name))
+    except (RuntimeError, ValueError, OSError, AttributeError) as exc:
+        transport.abort()
         raise ConnectionError(f"the native core did not take the broker connection: {exc}") from None
-    bridge = socket.socket(fileno=python_fd)
     try:
         await outcome
         proto: Any

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Final, Protocol, cast
 
 from ..protocol.events import BrokerAddress
 from . import clock
-from .bridges import BackWatch, FrontWatch, backed
+from .bridges import BackWatch, FrontWatch, backed, given_to_core
 from .carried import CarriedConversation
 from .conversation import (
     Action,
@@ -154,20 +154,13 @@ class ClientSide:  # an asyncio protocol (duck-typed: a native class when compil
         (``relay/front.rs``), and read the plaintext it bridges instead: this side gets the
         bridge's transport next (``connection_made`` again). False: the core did not take it
         (the connection stays on this road, TLS here)."""
+        watch = FrontWatch(self.conv, self.ctx.log_throttled)
         try:
-            fd = os.dup(transport.get_extra_info("socket").fileno())
-        except (OSError, ValueError, AttributeError):
+            self.fronted, bridge = given_to_core(transport, lambda fd: relay.front(watch, fd))
+        except (OSError, ValueError, AttributeError, RuntimeError):
             return False
-        try:
-            front, python_fd = relay.front(FrontWatch(self.conv, self.ctx.log_throttled), fd)
-        except (RuntimeError, OSError):
-            os.close(fd)
-            return False
-        self.fronted = front
         self.tls = None  # the core's
-        self._swapping = True
-        cast(asyncio.Transport, transport).abort()  # the duplicate keeps the connection: the core's now
-        bridge = socket.socket(fileno=python_fd)
+        self._swapping = True  # the transport's loss, which comes next, is not the connection's
         loop = asyncio.get_running_loop()
         self._bridging = loop.create_task(self._take_bridge(loop, bridge))  # kept: a task held only by the loop may go
         return True

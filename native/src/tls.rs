@@ -36,16 +36,20 @@ use rustls::{ClientConfig, ClientConnection, Connection, RootCertStore, ServerCo
 /// more, and what waits stays in the caller's queue (back-pressure, as for a plaintext socket).
 pub const OUT_LIMIT: usize = 256 << 10;
 
-fn unusable(what: &str, e: impl std::fmt::Display) -> String {
+/// An error's words for the listener's files (`unusable`) or the brokers' (`unusable_upstream`).
+type Unusable = fn(&str, &dyn std::fmt::Display) -> String;
+
+fn unusable(what: &str, e: &dyn std::fmt::Display) -> String {
     format!("tls_cert / tls_key / tls_client_ca: not usable ({what}: {e}); give PEM files, the key matching the \
              certificate")
 }
 
-fn certificates(path: &str) -> Result<Vec<CertificateDer<'static>>, String> {
-    let certs = CertificateDer::pem_file_iter(path).map_err(|e| unusable(path, e))?
-        .collect::<Result<Vec<_>, _>>().map_err(|e| unusable(path, e))?;
+/// The certificates of the PEM file `path`, at least one; an error in `unusable`'s words.
+fn certificates(path: &str, unusable: Unusable) -> Result<Vec<CertificateDer<'static>>, String> {
+    let certs = CertificateDer::pem_file_iter(path).map_err(|e| unusable(path, &e))?
+        .collect::<Result<Vec<_>, _>>().map_err(|e| unusable(path, &e))?;
     if certs.is_empty() {
-        return Err(unusable(path, "no certificate in it"));
+        return Err(unusable(path, &"no certificate in it"));
     }
     Ok(certs)
 }
@@ -54,29 +58,29 @@ fn certificates(path: &str) -> Result<Vec<CertificateDer<'static>>, String> {
 /// `client_ca` (PEM) to require client certificates that chain to it. The error says which file
 /// and why, in the words of the event loop's road.
 pub fn server_config(cert: &str, key: &str, client_ca: Option<&str>) -> Result<Arc<ServerConfig>, String> {
-    let chain = certificates(cert)?;
-    let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| unusable(key, e))?;
+    let chain = certificates(cert, unusable)?;
+    let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| unusable(key, &e))?;
     let provider = Arc::new(default_provider());
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-        .map_err(|e| unusable("protocol versions", e))?;
+        .map_err(|e| unusable("protocol versions", &e))?;
     let builder = match client_ca {
         None => builder.with_no_client_auth(),
         Some(ca) => {
             let mut roots = RootCertStore::empty();
-            for c in certificates(ca)? {
-                roots.add(c).map_err(|e| unusable(ca, e))?;
+            for c in certificates(ca, unusable)? {
+                roots.add(c).map_err(|e| unusable(ca, &e))?;
             }
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-                .build().map_err(|e| unusable(ca, e))?;
+                .build().map_err(|e| unusable(ca, &e))?;
             builder.with_client_cert_verifier(verifier)
         }
     };
-    let config = builder.with_single_cert(chain, key_der).map_err(|e| unusable("the certificate and its key", e))?;
+    let config = builder.with_single_cert(chain, key_der).map_err(|e| unusable("the certificate and its key", &e))?;
     Ok(Arc::new(config))
 }
 
-fn unusable_upstream(what: &str, e: impl std::fmt::Display) -> String {
+fn unusable_upstream(what: &str, e: &dyn std::fmt::Display) -> String {
     format!("upstream_ca / upstream_cert / upstream_key: not usable ({what}: {e}); give PEM files")
 }
 
@@ -85,25 +89,22 @@ fn unusable_upstream(what: &str, e: impl std::fmt::Display) -> String {
 /// says which file and why, in the words of the event loop's road.
 pub fn client_config(ca: &str, cert: Option<&str>, key: Option<&str>) -> Result<Arc<ClientConfig>, String> {
     let mut roots = RootCertStore::empty();
-    let authorities = CertificateDer::pem_file_iter(ca).map_err(|e| unusable_upstream(ca, e))?
-        .collect::<Result<Vec<_>, _>>().map_err(|e| unusable_upstream(ca, e))?;
-    let (added, _ignored) = roots.add_parsable_certificates(authorities);
+    let (added, _ignored) = roots.add_parsable_certificates(certificates(ca, unusable_upstream)?);
     if added == 0 {
-        return Err(unusable_upstream(ca, "no certificate authority in it"));
+        return Err(unusable_upstream(ca, &"no certificate authority in it"));
     }
     let builder = ClientConfig::builder_with_provider(Arc::new(default_provider()))
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-        .map_err(|e| unusable_upstream("protocol versions", e))?
+        .map_err(|e| unusable_upstream("protocol versions", &e))?
         .with_root_certificates(roots);
     let config = match cert {
         None => builder.with_no_client_auth(),
         Some(cert) => {
-            let chain = CertificateDer::pem_file_iter(cert).map_err(|e| unusable_upstream(cert, e))?
-                .collect::<Result<Vec<_>, _>>().map_err(|e| unusable_upstream(cert, e))?;
+            let chain = certificates(cert, unusable_upstream)?;
             let key = key.unwrap_or(cert);
-            let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| unusable_upstream(key, e))?;
+            let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| unusable_upstream(key, &e))?;
             builder.with_client_auth_cert(chain, key_der)
-                .map_err(|e| unusable_upstream("the certificate and its key", e))?
+                .map_err(|e| unusable_upstream("the certificate and its key", &e))?
         }
     };
     Ok(Arc::new(config))

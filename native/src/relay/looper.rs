@@ -224,7 +224,8 @@ impl Looper {
                                          armed: [libc::EPOLLIN as u32; 2], wire, stats, client_eof: false,
                                          shut: false, gather: None, gather_rq: None, broker_gone: None,
                                          held: 0 });
-            for (side, begun) in [(BROKER, begins[1].take()), (CLIENT, begins[0].take())] {
+            let [client_begins, broker_begins] = begins;
+            for (side, begun) in [(BROKER, broker_begins), (CLIENT, client_begins)] {
                 if let Some((owed, unread, done)) = begun {
                     self.fused_begins(id, side, &owed, unread, done);
                 }
@@ -676,13 +677,15 @@ impl Looper {
             }
         }
         let mut items = Vec::new();
-        if result.is_ok() && (!unread.is_empty() || (done && side == CLIENT)) {
+        // a client's end is a half-close after its bytes; a broker's, a read of its own after them
+        let client_done = done && side == CLIENT;
+        if result.is_ok() && (!unread.is_empty() || client_done) {
             let n = unread.len();
             self.plain = unread;
-            result = self.forward_read(id, side, n, mono_ns(), true, done && side == CLIENT, &mut items);
+            result = self.forward_read(id, side, n, mono_ns(), true, client_done, &mut items);
         }
         if result.is_ok() && done && side == BROKER {
-            result = self.forward_read(id, side, 0, mono_ns(), true, false, &mut items); // the broker had ended
+            result = self.forward_read(id, side, 0, mono_ns(), true, false, &mut items);
         }
         if result.is_ok() {
             if let Some(p) = self.pairs.get_mut(&id) {
