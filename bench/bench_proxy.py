@@ -13,6 +13,11 @@ broker's sidecar with ``--tls-cert``, traced, its clients' TLS sessions the nati
 their first byte (``fetchlat-relay-tls+traces``) or the event loop's (``fetchlat-tls+traces``);
 the client speaks TLS to the path and plaintext to the broker for the paired direct requests.
 
+A central proxy (routing in front of Tansu: its Metadata and coordinator answers rewritten to its
+own listeners) on each road: ``fetchlat+traces`` on the event loop's, ``fetchlat-relay-central+traces``
+on the native core's (``relay: native``), and ``fetchlat-relay-central-tls+traces`` with TLS to
+its clients, against ``haproxy-tls``.
+
 Brokers (``--broker``): Tansu (the default), Apache Kafka (a single KRaft node from
 ``fetchlat.embedded.kafka``; fetchlat runs as its sidecar, haproxy and the relay on the same
 port, which the broker advertises; its measures are prefixed ``kafka:``, and Kafka's own
@@ -82,13 +87,19 @@ RELAYED, RELAYED_TRACED = "fetchlat-relay", "fetchlat-relay+traces"
 # with --tls-cert, its clients' sessions the native core's from their first byte (relay: native) or
 # the event loop's (relay: off), traces on in both
 HAPROXY_TLS, RELAYED_TLS_TRACED, TLS_TRACED = "haproxy-tls", "fetchlat-relay-tls+traces", "fetchlat-tls+traces"
-TLS_KINDS = (HAPROXY_TLS, RELAYED_TLS_TRACED, TLS_TRACED)
+# a central proxy (routing in front of Tansu, its addresses rewritten) whose connections the native
+# core carries after their first answer (relay: native), traced; -tls: its clients' TLS sessions the core's
+CENTRAL_TRACED, CENTRAL_TLS_TRACED = "fetchlat-relay-central+traces", "fetchlat-relay-central-tls+traces"
+TLS_KINDS = (HAPROXY_TLS, RELAYED_TLS_TRACED, TLS_TRACED, CENTRAL_TLS_TRACED)
+RELAY_KINDS = (RELAYED, RELAYED_TRACED, RELAYED_TLS_TRACED, CENTRAL_TRACED, CENTRAL_TLS_TRACED)  # relay: native
 # the default paths: the proxy's default road (relay: auto, a sidecar's connections carried by the core)
 # and the event loop's, each with traces off and on, against the floors
 TARGETS = ("direct", "haproxy", "relay", RELAYED, RELAYED_TRACED, "fetchlat", "fetchlat+traces", "fetchlat-py")
 SHORT = {SPIKE: "spike", SPIKE_TRACED: "spikeT", RELAYED: "road", RELAYED_TRACED: "roadT",
-         RELAYED_TLS_TRACED: "roadTLS", TLS_TRACED: "loopTLS"}  # the report's ratio heads
-TRACED_KINDS = (TRACED, RELAYED_TRACED, RELAYED_TLS_TRACED, TLS_TRACED)  # the fetchlat paths with --trace-dir
+         RELAYED_TLS_TRACED: "roadTLS", TLS_TRACED: "loopTLS", CENTRAL_TRACED: "centT",
+         CENTRAL_TLS_TRACED: "centTLS"}  # the report's ratio heads
+TRACED_KINDS = (TRACED, RELAYED_TRACED, RELAYED_TLS_TRACED, TLS_TRACED, CENTRAL_TRACED,
+                CENTRAL_TLS_TRACED)  # the fetchlat paths with --trace-dir
 SIDECAR_KINDS = (RELAYED, RELAYED_TRACED, RELAYED_TLS_TRACED, TLS_TRACED)  # fetchlat as Tansu's sidecar too
 METRICS_PORTS: dict[int, int] = {}  # a fetchlat's pid -> its /metrics port
 NODE = 111  # Tansu's node id
@@ -186,7 +197,7 @@ def _front(kind: str, work: Path, base: int, front: int, broker_port: int, sidec
                    **({"FETCHLAT_ROUTED": "1"} if kind == ROUTED else {})}
             traces = ["--trace-dir", str(trace_dir(work, front))] if kind in TRACED_KINDS else []
             node = "0" if broker == "kafka" else str(NODE)
-            relay = ["--relay", "native" if kind in (RELAYED, RELAYED_TRACED, RELAYED_TLS_TRACED) else "off"]
+            relay = ["--relay", "native" if kind in RELAY_KINDS else "off"]
             if kind in TLS_KINDS:
                 c = certs(work)
                 relay += ["--tls-cert", str(c.server.cert), "--tls-key", str(c.server.key)]
@@ -631,10 +642,11 @@ def summarize(raw: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]
 def render(report: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
     targets = args.paths.split(",")
     head = "".join(f" {t:>16}" for t in targets)
-    spike = [t for t in (SPIKE, SPIKE_TRACED, RELAYED, RELAYED_TRACED) if t in targets]  # each against the floors
+    spike = [t for t in (SPIKE, SPIKE_TRACED, RELAYED, RELAYED_TRACED, CENTRAL_TRACED)
+             if t in targets]  # each against the floors
     both_roads = RELAYED in targets and RELAYED_TRACED in targets  # and the relay road's traces on / off
     # the TLS paths against haproxy terminating TLS itself
-    tls = [t for t in (RELAYED_TLS_TRACED, TLS_TRACED) if t in targets] if HAPROXY_TLS in targets else []
+    tls = [t for t in (RELAYED_TLS_TRACED, TLS_TRACED, CENTRAL_TLS_TRACED) if t in targets] if HAPROXY_TLS in targets else []
     lines = [f"{'measure':42}{head} {'fl/hap':>7} {'fl/dir':>7} {'rl/hap':>7} {'fl/rly':>7} {'py/rly':>7}"
              f" {'tr/hap':>7} {'tr/rly':>7} {'tr/fl':>7}" + "".join(f" {SHORT[t]:>7}/hap {SHORT[t]:>7}/rly"
                                                                        for t in spike)

@@ -7,7 +7,7 @@ from typing import Any
 from _typeshed import ReadableBuffer
 
 SOURCE: str
-LAYOUT_SPECS: tuple[str, str]  # the specs in protocol/specs/ the digest's layouts come from
+LAYOUT_SPECS: tuple[str, str, str]  # the specs in protocol/specs/ the digest's layouts come from
 READ_BYTES: int
 STAMP_OFFSET: tuple[int, int, int]  # OFFSET_REFRESH_NS, OFFSET_TRIES, TIGHT_NS (proxy/clock.py's)
 DIGEST_STATS_WIDTH: int
@@ -96,4 +96,5 @@ def walk_whole(buf: ReadableBuffer, start: int, avail: int,
                remaining: int) -> tuple[int, int, int, int, int, int, int, bool, int]: ...
 def digest_fetch(body: ReadableBuffer, version: int, cuts: list[int] = ...,
                  produce: bool = False) -> tuple[bytes, bytes] | None: ...
+def names_brokers(frame: bytes, api_key: int, version: int) -> bool: ...
 def wall_minus_mono_ns() -> int: ...

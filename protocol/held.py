@@ -25,17 +25,7 @@ def held(rewriter: ResponseRewriter | None, shared: Shared, cur: InFlight, frame
     body = memoryview(frame)[4:]
     new = None
     if rewriter is not None and rewrite:
-        try:
-            result = rewriter.rewrite(cur.api_key, cur.api_version, body)
-        except ProtocolError as exc:
-            events.append(DecodeFailed(api_key=cur.api_key, api_version=cur.api_version,
-                                       direction="response", reason=str(exc)))
-        else:
-            new = result.body
-            if result.learned:
-                before.append(BrokersLearned(api_key=cur.api_key, brokers=tuple(result.learned)))
-            if result.topic_ids or result.leaders:
-                before.append(TopicIdsLearned(topics=tuple(result.topic_ids), leaders=tuple(result.leaders)))
+        new = rewritten(rewriter, cur.api_key, cur.api_version, body, before, events)
     if cur.sasl_mechanism is not None:
         after_sasl_handshake_v0(shared, cur.sasl_mechanism, body, events)
     if new is not None:
@@ -43,6 +33,25 @@ def held(rewriter: ResponseRewriter | None, shared: Shared, cur: InFlight, frame
         return True
     out.extend(pieces)
     return False
+
+
+def rewritten(rewriter: ResponseRewriter, api_key: int, api_version: int, body: memoryview, before: list[Event],
+              events: list[Event]) -> bytes | None:
+    """``body`` (an answer held whole, after its size prefix) rewritten: its new body, or None
+    where nothing changes or it cannot be read (a ``DecodeFailed`` in ``events``: it goes on as
+    it came); what it taught (brokers, topic ids and leaders) in ``before``, to act on before the
+    answer is written. The event loop's road (``held``) and the core's (``proxy/carried.py``)
+    both rewrite through it."""
+    try:
+        result = rewriter.rewrite(api_key, api_version, body)
+    except ProtocolError as exc:
+        events.append(DecodeFailed(api_key=api_key, api_version=api_version, direction="response", reason=str(exc)))
+        return None
+    if result.learned:
+        before.append(BrokersLearned(api_key=api_key, brokers=tuple(result.learned)))
+    if result.topic_ids or result.leaders:
+        before.append(TopicIdsLearned(topics=tuple(result.topic_ids), leaders=tuple(result.leaders)))
+    return result.body
 
 
 def after_sasl_handshake_v0(shared: Shared, mechanism: str, body: memoryview, events: list[Event]) -> None:

@@ -1,6 +1,7 @@
 """A conversation the native core carries (``relayed.py``), sans-I/O: what the core's reports of
 one connection mean. Its reads (the bytes the Python road parses, the records of the exchanges
-the core settled alone, the digest of a Fetch answer or a Produce request), its byte counts and
+the core settled alone, the digest of a Fetch answer or a Produce request), the answers it held
+whole for the rewriter (rewritten here, as on the event loop's road), its byte counts and
 timers, and its end in the core's words, each turned into the conversation's events, samples,
 counters, policy verdicts and closes, as the event loop's road turns its own reads.
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 from ..protocol.errors import FramingError
 from ..protocol.events import Event
+from ..protocol.held import rewritten
 from ..protocol.routed import HANDED, Records
 from .conversation import Action, Close, Conversation
 from .policy import Refusal, core_tls_failure
@@ -56,6 +58,25 @@ class CarriedConversation:
         except FramingError as exc:  # the core framed these bytes: a disagreement, not the peer's
             return (conv.framing_lost("response" if from_broker else "request", exc),)
         return conv.observe_read(records, events, t_ns, t_written_ns)
+
+    def answer(self, frame: bytes, api: tuple[int, int], t_ns: int) -> tuple[bytes, bool, tuple[Action, ...]]:
+        """An answer the core held whole (``frame``, size prefix included, read whole at ``t_ns``)
+        to a request of ``api`` (key, version): the frame the core writes in its place (rewritten,
+        or the very frame where the rewriter changes nothing or cannot read it), whether it was
+        rewritten, and what must happen before it is written (the brokers it names, learned)."""
+        conv = self.conv
+        rewriter = conv.ctx.rewriter
+        if rewriter is None:
+            return frame, False, ()
+        before: list[Event] = []
+        events: list[Event] = []
+        new = rewritten(rewriter, api[0], api[1], memoryview(frame)[4:], before, events)
+        actions = conv.taught(before, t_ns) if before else ()
+        if events:
+            conv.observer.observe(events, t_ns, t_ns)  # a decode failure, counted as on the event loop
+        if new is None:
+            return frame, False, actions
+        return len(new).to_bytes(4, "big") + new, True, actions
 
     def counts(self, c: int, b: int) -> None:
         """The bytes the core read from the client (``c``) and from the broker (``b``) so far, into the counters."""

@@ -18,7 +18,7 @@ from ..protocol.framing import DEFAULT_MAX_FRAME_BYTES
 RELAY_CHOICES = ("auto", "native", "off")
 STAMP_CHOICES = ("kernel", "clock")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
-DEFAULT_RELAY = "auto"  # who carries a sidecar's connections after their first answer (proxy/relayed.py):
+DEFAULT_RELAY = "auto"  # who carries client connections after their first answer (proxy/relayed.py):
 # the native core where it is built, since the seventeenth soak held the relay road's memory flat
 # (docs/reliability.md) and it costs less than the event loop's road (docs/performance.md)
 
@@ -104,7 +104,7 @@ class Config:
     upstream_key: str | None = None
     upstream_server_hostname: str | None = None  # name to verify instead of the broker's host
     stamps: str = "kernel"  # where responses' receive stamps come from: kernel (where possible) or clock
-    # who carries a sidecar's plaintext connections after their first answer: the native core's
+    # who carries client connections after their first answer, in every placement: the native core's
     # relay (proxy/relayed.py; auto: where it can, native: and say so where it cannot) or, off,
     # the event loop all the way
     relay: str = DEFAULT_RELAY
@@ -197,7 +197,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("stamps", "where a response's receive time comes from: kernel (each packet's arrival, Linux "
                       "SO_TIMESTAMPNS; the default, clock where it is not possible) or clock (read when the event "
                       "loop gets to it)", flag=True, env=True, choices=STAMP_CHOICES),
-    Setting("relay", "who carries a sidecar's plaintext connections after their first answer: auto (the native "
+    Setting("relay", "who carries client connections (plaintext or TLS) after their first answer: auto (the native "
                      "core's own thread where it is built, with Python off the per-read road; docs/proxy.md), "
                      "native (the same, with a warning where it cannot), off (the event loop all the way); "
                      f"default {DEFAULT_RELAY}", flag=True, env=True, choices=RELAY_CHOICES),

@@ -269,10 +269,15 @@ class Conversation:
             return [], (self.framing_lost("response", exc),)
         if not before:
             return segments, NOTHING
+        return segments, self.taught(before, t_ns)
+
+    def taught(self, before: list[Event], t_ns: int) -> tuple[Action, ...]:
+        """What an answer rewritten at ``t_ns`` taught (``before``: topic ids and leaders, observed
+        here; brokers), and the brokers to learn before its bytes reach the client."""
         self.observer.observe(before, t_ns, t_ns)  # topic ids learned
         registry = self.ctx.registry
-        return segments, tuple(Learn(ev.brokers) for ev in before
-                               if isinstance(ev, BrokersLearned) and not registry.knows(ev.brokers))
+        return tuple(Learn(ev.brokers) for ev in before
+                     if isinstance(ev, BrokersLearned) and not registry.knows(ev.brokers))
 
     def written(self, segments: list[Segment]) -> int:
         """Count what went to the client; its size."""

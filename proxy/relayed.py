@@ -1,5 +1,5 @@
-"""The connections the native core carries: a sidecar's client connection, once its first
-exchange is answered, goes from the asyncio road to the core's relay (``native/src/relay.rs``,
+"""The connections the native core carries: a client connection, once its first exchange is
+answered, goes from the asyncio road to the core's relay (``native/src/relay.rs``,
 ``Relay``) and stays there until it closes (``relay: auto``, the default, or ``native``;
 ``docs/architecture.md``, "The native core"; its bounds and timeouts: ``docs/proxy.md``).
 
@@ -24,12 +24,18 @@ once for an answer to rewrite (the per-read road has no Python on it) or a pair'
 as the queue holds ``RELAY_NOTIFY_ITEMS`` items or ``RELAY_NOTIFY_BYTES`` of bytes for Python (its
 memory stays bounded at any rate). It gives each item to its connection's
 ``Conversation``, which runs the same codec and observer as the asyncio road: the samples and
-trace rows are the same, made later. An ApiVersions answer is held whole by the core and
-answered from here at once (the sidecar's only rewrite: the cap of the versions it can read;
-every address passes unchanged); the core answers a repeat of one itself, as it was answered
-here. Every second (``tick``) the core's counters and timers of
-each connection come back: the bytes counters, the idle, partial-frame and stalled-client
-timeouts (the connection's ``ConnectionPolicy`` decides, as on the asyncio road), the client RTT.
+trace rows are the same, made later. The answers the rewriter must see are held whole by the
+core and answered from here at once (``CarriedConversation.answer``, the event loop's rewrite):
+a sidecar's ApiVersions (the cap of the versions it can read; every address passes unchanged),
+and for a proxy away from its brokers every answer that names brokers too (Metadata,
+FindCoordinator, DescribeCluster, ShareFetch, ShareAcknowledge; their brokers learned, their
+listeners opened, before the client sees them). A Fetch v16+ or Produce v10+ answer is held
+whole too, and the core sends it on unchanged itself unless it names brokers (KIP-951's
+``NodeEndpoints``, only where a partition moved: ``native/src/endpoints.rs``). The core
+answers a repeat of an ApiVersions answer itself, as it was answered here. Every second
+(``tick``) the core's counters and timers of each connection come back: the bytes counters,
+the idle, partial-frame and stalled-client timeouts (the connection's ``ConnectionPolicy``
+decides, as on the asyncio road), the client RTT.
 
 A TLS client's connection is the core's from its first byte (``native/src/relay/front.rs``): its
 session is rustls', and the asyncio road reads the plaintext the core bridges to it over a
@@ -38,9 +44,9 @@ socketpair (``session.ClientSide._front``) until the hand-over, which fuses the 
 A TLS broker connection is the core's from its first byte too (``bridges.py``): the asyncio road
 reads its plaintext over a socketpair until the hand-over, which fuses the two.
 
-What stays on the asyncio road: a proxy away from its brokers (its rewrites),
-the routed road (``FETCHLAT_ROUTED``), a connection until its first answer (the sniff of its
-first bytes, the upstream holds and reconnects), and one whose hand-over moment never comes.
+What stays on the asyncio road: the routed road (``FETCHLAT_ROUTED``), a connection until its
+first answer (the sniff of its first bytes, the upstream holds and reconnects), and one whose
+hand-over moment never comes.
 
 Must never: read a socket or write one (the core does), block on the core (every call is a lock
 held for a copy).
@@ -59,8 +65,7 @@ from .. import native
 from ..metrics.prom import ProxyMetrics
 from ..protocol import apis
 from ..protocol.apis import api_name
-from ..protocol.errors import DecodeError
-from ..protocol.rewrite import ResponseRewriter, RewriteResult
+from ..protocol.rewrite import ResponseRewriter
 from ..protocol.routed import (
     RECORD_BYTES,
     RECORD_WIDTH,
@@ -81,6 +86,8 @@ class Carried(Protocol):
     def relayed(self, from_broker: bool, data: bytes, t_ns: int, t_written_ns: int, records: Records | None,
                 client_bytes: int, broker_bytes: int, handed: bytes | None = None,
                 digest: tuple[bytes, bytes, bytes] | None = None) -> None: ...
+
+    def relayed_answer(self, frame: bytes, api: tuple[int, int], t_ns: int) -> tuple[bytes, bool]: ...
 
     def relayed_timers(self, now_ns: int, counts: tuple[int, int], client_read_ns: int, partial_since_ns: int,
                        stalled_since_ns: int, rtt_ns: int) -> None: ...
@@ -161,24 +168,13 @@ def api_of(api: int) -> tuple[int, int]:
     return api >> 16, (api & 0xFFFF) - ((api & 0x8000) << 1)
 
 
-def held_answer(rewriter: ResponseRewriter, frame: bytes, api: tuple[int, int]) -> tuple[bytes, RewriteResult | None]:
-    """The frame to write for an answer the core held whole (``frame``, size prefix included, to
-    a request ``api``: key and version): its rewrite, or the very frame where the rewriter changes
-    nothing or cannot read it (the event loop forwards those untouched too); and what the rewrite
-    learned, if it ran."""
-    try:
-        res = rewriter.rewrite(api[0], api[1], memoryview(frame)[4:])
-    except DecodeError:
-        return frame, None
-    body = res.body
-    return (frame if body is None else len(body).to_bytes(4, "big") + body), res
-
-
 def relay_road(choice: str, sidecar: bool, upstream_tls: tuple[str | None, str | None, str | None] | None,
                routed: bool, max_frame_bytes: int, rewriter: ResponseRewriter, metrics: ProxyMetrics,
                server_tls: tuple[str, str, str | None] | None = None) -> RelayRoad | None:
     """The native core's relay where the ``relay`` setting (``choice``: auto or native) asks for it
-    and it can carry the proxy's connections (a sidecar, the core loaded); the log says why not.
+    and it can carry the proxy's connections (the core loaded); the log says why not. A
+    ``sidecar``'s relay holds only ApiVersions answers for the rewriter, a proxy away from its
+    brokers every answer its rewriter wants (``RelayRoad``).
     With ``server_tls`` (the listener's certificate, key and client authority) the core holds each
     TLS client's session from its first byte (``relay/front.rs``), and with ``upstream_tls`` (the
     brokers' authority, None for the system's, and the proxy's certificate and key) each TLS
@@ -187,15 +183,14 @@ def relay_road(choice: str, sidecar: bool, upstream_tls: tuple[str | None, str |
     if choice == "off":
         return None
     core = native.core()
-    why = ("it carries a sidecar's connections only (a proxy away from its brokers rewrites addresses)"
-           if not sidecar else "the routed road (FETCHLAT_ROUTED) is on" if routed
+    why = ("the routed road (FETCHLAT_ROUTED) is on" if routed
            else f"the native core is not loaded: {native.reason()}" if core is None
            else "the native core has no relay (an older build)" if not hasattr(core, "Relay") else None)
     if why is not None:
         log.log(logging.WARNING if choice == "native" else logging.INFO,
                 "relay: %s, not used: %s; the event loop carries every connection", choice, why)
         return None
-    road = RelayRoad(core, max_frame_bytes, rewriter, metrics)
+    road = RelayRoad(core, max_frame_bytes, rewriter, metrics, sidecar)
     if server_tls is not None:
         try:
             road.relay.tls_config(*server_tls)
@@ -220,17 +215,21 @@ def relay_road(choice: str, sidecar: bool, upstream_tls: tuple[str | None, str |
 class RelayRoad:
     """The core's relay and the connections it carries, by the relay's id for them."""
 
-    def __init__(self, core: Any, max_frame_bytes: int, rewriter: ResponseRewriter, metrics: ProxyMetrics) -> None:
-        self.rewriter = rewriter
+    def __init__(self, core: Any, max_frame_bytes: int, rewriter: ResponseRewriter, metrics: ProxyMetrics,
+                 sidecar: bool = True) -> None:
         self.metrics = metrics
         self._memo_rewrites: dict[int, int] = {}  # the core's count of the rewrites it repeated, counted
         cap = rewriter.cap_versions
 
-        def wants(api_key: int, api_version: int) -> bool:
+        def sidecar_wants(api_key: int, api_version: int) -> bool:
             return cap and api_key == apis.API_VERSIONS  # a sidecar's addresses pass unchanged
 
-        # the Python road parses what the model reads (route_ranges without a rewriter); an
-        # ApiVersions answer is held whole for the cap, its exchange settled by the core alone
+        # the Python road parses what the model reads (route_ranges without a rewriter); the
+        # answers the rewriter wants are held whole (a sidecar's: ApiVersions, for the cap; a
+        # proxy away from its brokers: every answer that names brokers, a Fetch or Produce answer
+        # sent on unchanged by the core where it names none: native/src/endpoints.rs), their
+        # exchanges settled by the core alone unless routed
+        wants = sidecar_wants if sidecar else rewriter.wants
         self.relay = core.Relay(max_frame_bytes, flexible_ranges(), route_ranges(None), whole_ranges(wants),
                                 ask_at_answer=True)  # an exchange it settles alone: one record, its answer's
         if (tuple(core.RELAY_KINDS), core.RELAY_ITEM_WIDTH, tuple(core.RELAY_PRESENT)) != (KINDS, ITEM_WIDTH, PRESENT):
@@ -322,7 +321,7 @@ class RelayRoad:
                     del conns[conn]
                     client.relayed_closed(reason, (c_in, c_out))
                 elif kind == REWRITE:
-                    self._answer(conn, data, api_of(api))
+                    self._answer(conn, client, data, api_of(api), t_ns)
                 elif kind == READY:
                     client.relayed_ready()
                 else:
@@ -341,10 +340,10 @@ class RelayRoad:
             return  # already gone from the core and from conns
         self.relay.end(conn)
 
-    def _answer(self, conn: int, frame: bytes, api: tuple[int, int]) -> None:
-        answer, res = held_answer(self.rewriter, frame, api)
-        self.relay.answer(conn, answer)  # the core answers the same again itself (relay.rs, Memo)
-        if res is not None and res.body is not None:
+    def _answer(self, conn: int, client: Carried, frame: bytes, api: tuple[int, int], t_ns: int) -> None:
+        answer, changed = client.relayed_answer(frame, api, t_ns)
+        self.relay.answer(conn, answer)  # an ApiVersions answer the core repeats itself (relay/memo.rs)
+        if changed:
             self.metrics.rewrites.labels(api_name(api[0])).inc()
 
     # ------------------------------------------------------------------ timers

@@ -431,6 +431,14 @@ class CarriedSide:
         if actions:
             self.client.apply(actions)
 
+    def relayed_answer(self, frame: bytes, api: tuple[int, int], t_ns: int) -> tuple[bytes, bool]:
+        """An answer the core held whole: the frame it writes in its place, and whether it was
+        rewritten (the brokers it names learned first: their listeners open before a client sees them)."""
+        answer, changed, actions = self.conv.answer(frame, api, t_ns)
+        if actions:
+            self.client.apply(actions)
+        return answer, changed
+
     def relayed_timers(self, now_ns: int, counts: tuple[int, int], client_read_ns: int, partial_since_ns: int,
                        stalled_since_ns: int, rtt_ns: int) -> None:
         self.conv.timers(now_ns, counts, client_read_ns, partial_since_ns, stalled_since_ns, rtt_ns)

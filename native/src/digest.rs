@@ -40,30 +40,30 @@ pub struct Digest {
 /// Why a read of the skeleton stopped: its bytes are not all here yet, or they never will be
 /// (a length past the end of the body, a count that cannot fit it, bytes the codec refuses).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Stop {
+pub(crate) enum Stop {
     More,
     Bad,
 }
 
-type Got<T> = Result<T, Stop>;
+pub(crate) type Got<T> = Result<T, Stop>;
 
 /// A reading of the skeleton from the last element read (`Digester::pos`): it never goes back
 /// further, so every byte is read once however the body is cut into pieces. `unfed` is the body's
 /// bytes not fed yet: a read past what is here is `More` while the body has the bytes, `Bad` when
 /// it cannot.
-struct Cursor<'a> {
-    b: &'a [u8],
-    p: usize,
-    unfed: usize,
+pub(crate) struct Cursor<'a> {
+    pub(crate) b: &'a [u8],
+    pub(crate) p: usize,
+    pub(crate) unfed: usize,
 }
 
 impl<'a> Cursor<'a> {
     /// The body's bytes from here to its end (here and still to come).
-    fn left(&self) -> usize {
+    pub(crate) fn left(&self) -> usize {
         (self.b.len() - self.p).saturating_add(self.unfed)
     }
 
-    fn take(&mut self, n: usize) -> Got<&'a [u8]> {
+    pub(crate) fn take(&mut self, n: usize) -> Got<&'a [u8]> {
         if n > self.b.len() - self.p {
             return Err(if n > self.left() { Stop::Bad } else { Stop::More });
         }
@@ -72,7 +72,7 @@ impl<'a> Cursor<'a> {
         Ok(s)
     }
 
-    fn skip(&mut self, n: usize) -> Got<()> {
+    pub(crate) fn skip(&mut self, n: usize) -> Got<()> {
         self.take(n).map(|_| ())
     }
 
@@ -87,7 +87,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// `primitives.read_uvarint`: at most 10 bytes.
-    fn uvarint(&mut self) -> Got<u64> {
+    pub(crate) fn uvarint(&mut self) -> Got<u64> {
         let mut value: u64 = 0;
         let mut shift = 0u32;
         loop {
@@ -104,7 +104,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// `stream.length`: a compact length (the varint less one) or an INT32 (an INT16 for strings).
-    fn length(&mut self, flexible: bool, wide: bool) -> Got<i64> {
+    pub(crate) fn length(&mut self, flexible: bool, wide: bool) -> Got<i64> {
         if flexible {
             Ok(i64::try_from(self.uvarint()?).map_err(|_| Stop::Bad)? - 1)
         } else if wide {
@@ -117,7 +117,7 @@ impl<'a> Cursor<'a> {
     /// An array's length (none: 0), refused where it is beyond any real message or where
     /// `min_each` bytes an element cannot fit in what is left of the body: such a count ends the
     /// digest at once, instead of its elements being looked for.
-    fn count(&mut self, flexible: bool, min_each: usize) -> Got<i64> {
+    pub(crate) fn count(&mut self, flexible: bool, min_each: usize) -> Got<i64> {
         let n = self.length(flexible, true)?.max(0);
         if n > MAX_ARRAY || (n as u128) * (min_each as u128) > self.left() as u128 {
             return Err(Stop::Bad);
@@ -126,7 +126,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// A string passed over (it must be UTF-8, as the codec decodes it).
-    fn string(&mut self, flexible: bool) -> Got<()> {
+    pub(crate) fn string(&mut self, flexible: bool) -> Got<()> {
         let n = self.length(flexible, false)?;
         if n >= 0 {
             let len = usize::try_from(n).map_err(|_| Stop::Bad)?;
@@ -174,7 +174,7 @@ enum TagRead {
 }
 
 /// A tag buffer's least size an element: a tag and a size of one byte each.
-const TAG_MIN: usize = 2;
+pub(crate) const TAG_MIN: usize = 2;
 /// `stream.MAX_TAGS`: a tag buffer that claims more tags than this is beyond any real message
 /// (a struct's tagged fields are a handful); its body is not followed.
 pub const MAX_TAGS: u64 = 1 << 12;

@@ -6,10 +6,12 @@
 
 pub use crate::step::Op;
 
-/// A message's programs, one per version from `first`.
+/// A message's programs, one per version from `first`; `node_endpoints`: the first version and
+/// the tag number of its top-level `NodeEndpoints` tagged field (KIP-951), where it has one.
 pub struct Layouts {
     pub first: i16,
     pub flexible_from: i16,
+    pub node_endpoints: Option<(i16, u64)>,
     pub programs: &'static [&'static [Op]],
 }
 
@@ -21,5 +23,6 @@ impl Layouts {
     }
 }
 
-// FETCH, PRODUCE and SPECS (the spec files in `protocol/specs/` they come from, which `SOURCE` carries)
+// FETCH (the answer), PRODUCE (the request), PRODUCE_ANSWER and SPECS (the spec files in
+// `protocol/specs/` they come from, which `SOURCE` carries)
 include!(concat!(env!("OUT_DIR"), "/layouts.rs"));

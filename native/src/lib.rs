@@ -31,7 +31,10 @@
 //! - `Columns` (`columns.rs`): one table's trace rows of a batch as columns of machine values,
 //!   which the trace writer wraps as Arrow arrays without converting a value.
 //!
-//! This file only registers them. //! Every length read from the kernel or the bytes is checked before it is used; nothing here
+//! - `names_brokers` (`endpoints.rs`): whether a Fetch or Produce answer held whole names
+//!   brokers (KIP-951), which a proxy away from its brokers must then rewrite.
+//!
+//! This file only registers them. Every length read from the kernel or the bytes is checked before it is used; nothing here
 //! keeps a pointer past the call that made it. `SOURCE` is the core's source, so the door can tell
 //! a build made from another version of it (a stale build falls back to Python).
 
@@ -40,6 +43,7 @@ use pyo3::prelude::*;
 mod batches;
 mod columns;
 mod digest;
+mod endpoints;
 mod layout;
 mod relay;
 mod stamps;
@@ -79,6 +83,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DIGEST_MAX_ARRAY", digest::MAX_ARRAY)?;
     m.add("DIGEST_MAX_TAGS", digest::MAX_TAGS)?;
     m.add_function(wrap_pyfunction!(digest::digest_fetch, m)?)?;
+    m.add_function(wrap_pyfunction!(endpoints::py_names_brokers, m)?)?;
     m.add("WIRE_RECORD_WIDTH", wire::RECORD_WIDTH)?;
     m.add("WIRE_FLAGS", (wire::EXPECTS_RESPONSE, wire::OBSERVED, wire::HEADER_UNREADABLE, wire::SASL_V0,
                          wire::ACKS_UNREADABLE))?;

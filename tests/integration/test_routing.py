@@ -1,6 +1,10 @@
 """Multi-broker routing through the real proxy process, against the FAKE cluster
 (testkit/fake_cluster.py): node listeners, leaders on other nodes, coordinators,
-NodeEndpoints on NOT_LEADER_OR_FOLLOWER, a broker appearing later, sidecar node maps."""
+NodeEndpoints on NOT_LEADER_OR_FOLLOWER, a broker appearing later, sidecar node maps.
+
+On both roads: each connection's first exchange is an ApiVersions, so what a test asks after it
+is carried by the native core where the relay is on (``relay: native``: the rewrites are the
+core's held answers, rewritten by Python) and by the event loop where it is off."""
 
 from __future__ import annotations
 
@@ -11,11 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fetchlat import native
 from fetchlat.protocol import apis
 from fetchlat.protocol.encoder import encode
 from fetchlat.protocol.framing import request_frame
 from fetchlat.protocol.headers import response_body_start
 from fetchlat.protocol.walker import walk
+from prometheus_client.parser import text_string_to_metric_families
 
 from testkit.fake_cluster import TOPIC, TOPIC_ID, FakeCluster
 
@@ -25,11 +31,17 @@ pytestmark = pytest.mark.integration
 
 
 class Client:
-    """A minimal scripted Kafka client built on our own (oracle-checked) encoder."""
+    """A minimal scripted Kafka client built on our own (oracle-checked) encoder; ``first``: its
+    connection's first exchange is an ApiVersions (a relay takes the connection after it)."""
 
-    def __init__(self, port: int) -> None:
+    firsts = 0  # the connections opened with ``first``, by every client
+
+    def __init__(self, port: int, *, first: bool = False) -> None:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
         self.corr = 0
+        if first:
+            self.call(apis.API_VERSIONS, 3, {"ClientSoftwareName": "t", "ClientSoftwareVersion": "1"})
+            Client.firsts += 1
 
     def call(self, key: int, v: int, value: dict[str, Any]) -> Any:
         self.corr += 1
@@ -61,13 +73,25 @@ def cluster() -> Iterator[FakeCluster]:
     c.stop()
 
 
-@pytest.fixture
-def routed(cluster: FakeCluster, tmp_path: Path) -> Iterator[ProxyProc]:
+ROADS = ["native", "off"] if native.core() is not None else ["off"]
+
+
+@pytest.fixture(params=ROADS, ids=[f"relay-{r}" for r in ROADS])
+def routed(cluster: FakeCluster, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[ProxyProc]:
     # the proxy listens for broker N on base + 1 + N: every broker this cluster has or grows
     listeners = [1 + n for n in (*cluster.node_ids, *cluster.later_node_ids)]
-    p = start_proxy(f"127.0.0.1:{cluster.ports[1]}", tmp_path, base=free_ports(0, *listeners, 1000))
+    p = start_proxy(f"127.0.0.1:{cluster.ports[1]}", tmp_path, "--relay", request.param,
+                    base=free_ports(0, *listeners, 1000))
+    firsts = Client.firsts
     yield p
+    firsts = Client.firsts - firsts
+    handovers = sum(s.value for fam in text_string_to_metric_families(p.metrics()) for s in fam.samples
+                    if s.name == "fetchlat_relay_handovers_total")
     stop_proxy(p)
+    if request.param == "native":  # every connection was carried by the core after its first answer
+        assert firsts >= 1 and handovers == firsts
+    else:
+        assert handovers == 0
 
 
 def addrs(entries: list[Any], key: str = "NodeId") -> dict[int, tuple[str, int]]:
@@ -76,23 +100,23 @@ def addrs(entries: list[Any], key: str = "NodeId") -> dict[int, tuple[str, int]]
 
 def test_each_node_gets_its_own_listener_and_routes_to_that_node(cluster: FakeCluster, routed: ProxyProc) -> None:
     base = routed.listen_port
-    c = Client(base)
+    c = Client(base, first=True)
     md = c.call(apis.METADATA, 12, {"Topics": None, "AllowAutoTopicCreation": False})
     assert addrs(md["Brokers"]) == {1: ("127.0.0.1", base + 2), 2: ("127.0.0.1", base + 3)}
     assert [p["LeaderId"] for p in md["Topics"][0]["Partitions"]] == [1, 2, 1]  # ids kept, not remapped
     for node in (1, 2):
         wait_port(base + 1 + node)
         before = len(cluster.seen)
-        n = Client(base + 1 + node)
+        n = Client(base + 1 + node, first=True)
         n.call(apis.API_VERSIONS, 3, {"ClientSoftwareName": "t", "ClientSoftwareVersion": "1"})
         n.close()
-        assert cluster.seen[before:] == [(node, apis.API_VERSIONS, 3)]
+        assert cluster.seen[before:] == [(node, apis.API_VERSIONS, 3)] * 2
     c.close()
 
 
 @pytest.mark.parametrize("version", [2, 3, 4, 6])
 def test_coordinator_on_another_node_is_rewritten(cluster: FakeCluster, routed: ProxyProc, version: int) -> None:
-    c = Client(routed.listen_port)
+    c = Client(routed.listen_port, first=True)
     fc = c.call(apis.FIND_COORDINATOR, version, {"Key": "g", "KeyType": 0, "CoordinatorKeys": ["g"]})
     entry = fc["Coordinators"][0] if version >= 4 else fc
     assert (entry["NodeId"], entry["Host"], entry["Port"]) == (2, "127.0.0.1", routed.listen_port + 3)
@@ -100,7 +124,7 @@ def test_coordinator_on_another_node_is_rewritten(cluster: FakeCluster, routed: 
 
 
 def test_describe_cluster_is_rewritten(cluster: FakeCluster, routed: ProxyProc) -> None:
-    c = Client(routed.listen_port)
+    c = Client(routed.listen_port, first=True)
     dc = c.call(apis.DESCRIBE_CLUSTER, 1, {"IncludeClusterAuthorizedOperations": False, "EndpointType": 1})
     base = routed.listen_port
     assert addrs(dc["Brokers"], "BrokerId") == {1: ("127.0.0.1", base + 2), 2: ("127.0.0.1", base + 3)}
@@ -115,7 +139,7 @@ def test_node_endpoints_on_not_leader_point_at_the_proxy_and_a_later_broker_gets
     cluster.grow()  # broker 3 joins; only the NOT_LEADER answer names it
     base = routed.listen_port
     wait_port(base + 2)  # broker 1's listener: opened once the proxy's own discovery has named it
-    c = Client(base + 2)
+    c = Client(base + 2, first=True)
     if api == apis.FETCH:
         req = {"MaxWaitMs": 0, "MinBytes": 1, "Topics": [{"TopicId": TOPIC_ID, "Partitions": [
             {"Partition": 0, "FetchOffset": 0, "PartitionMaxBytes": 1024}]}]}
@@ -126,9 +150,9 @@ def test_node_endpoints_on_not_leader_point_at_the_proxy_and_a_later_broker_gets
     assert addrs(resp["NodeEndpoints"]) == {3: ("127.0.0.1", base + 4)}
     wait_port(base + 4)
     before = len(cluster.seen)
-    n3 = Client(base + 4)
+    n3 = Client(base + 4, first=True)
     n3.call(apis.API_VERSIONS, 3, {"ClientSoftwareName": "t", "ClientSoftwareVersion": "1"})
-    assert cluster.seen[before:] == [(3, apis.API_VERSIONS, 3)]
+    assert cluster.seen[before:] == [(3, apis.API_VERSIONS, 3)] * 2
     n3.close()
     c.close()
 

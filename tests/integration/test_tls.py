@@ -67,7 +67,9 @@ def test_clients_speak_tls_with_mtls_to_the_proxy(tansu: Broker, tmp_path: Path,
         stop_proxy(front)
     log = front.log()
     assert "TLS handshake failed" in log and "a plaintext client on a TLS listener?" in log
-    assert "PEER_DID_NOT_RETURN_A_CERTIFICATE" in log or "certificate required" in log.lower()
+    # OpenSSL's words (the event loop's road) or rustls' (the core's, the default)
+    assert any(w in log.lower() for w in ("peer_did_not_return_a_certificate", "certificate required",
+                                          "peer sent no certificates"))
 
 
 def test_the_proxy_speaks_tls_with_a_client_certificate_to_its_upstream(tansu: Broker, tmp_path: Path,

@@ -4,6 +4,7 @@
 
 use crate::digest::{Digest, Digester};
 use crate::wire::{Routed, Wire, PEEK_BYTES};
+pub(super) use crate::wire::{FETCH, PRODUCE};
 use super::queue::{FROM_BROKER, Item};
 
 
@@ -63,10 +64,6 @@ pub(super) fn digest_request(g: &mut Gather, wire: &Wire) {
 
 /// The most of an answer's body gathered before it is handed to Python (the memory a pair holds for it).
 pub const GATHER_BYTES: usize = 1 << 20;
-
-pub(super) const FETCH: i16 = 1;
-
-pub(super) const PRODUCE: i16 = 0;
 
 /// The bytes of `data` the Python road is fed (`Routed`), after `v`'s, up to offset `upto` of the
 /// chunk (`data.len()` or more: all of them).

@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::digest::{Digest, Digester};
+use crate::endpoints::{answer_layouts, names_brokers};
 use crate::stamps::{recv_stamped, Read, WallOffset};
 use crate::tls::Read1;
 use crate::wire::{Framing, Ranges, Routed, Wire};
@@ -284,7 +285,9 @@ impl Looper {
                 Ok(Read::Data { n, wall_ns }) => {
                     let now = mono_ns();
                     let source = if wall_ns.is_some() { &self.shared.kernel_reads } else { &self.shared.clock_reads };
-                    source.fetch_add(1, Ordering::Relaxed);
+                    if n > 0 {
+                        source.fetch_add(1, Ordering::Relaxed); // (an end of stream comes with no stamp)
+                    }
                     // the kernel's wall stamp onto the monotonic clock, never after the read itself
                     let t = wall_ns.map_or(now, |w| self.offset.mono_of(w, now));
                     (n, t)
@@ -391,7 +394,10 @@ impl Looper {
                 p.whole.extend_from_slice(&data[start..end]);
                 if let Some(api) = ends {
                     let whole = std::mem::take(&mut p.whole);
-                    let known = self.memo.answer(api, &whole);
+                    // a Fetch or Produce answer that names no broker goes on as it came, at once
+                    let unchanged = answer_layouts(api.0).is_some_and(|l| !names_brokers(l, api.1, &whole[8..]));
+                    let (known, whole) = if unchanged { (Some((whole, false)), Vec::new()) }
+                                         else { (self.memo.answer(api, &whole), whole) };
                     let slot = to.queue.iter_mut().rev().find(|s| matches!(s, Seg::Answer { .. }));
                     match (known, slot) {
                         (Some((frame, rewritten)), Some(slot)) => {

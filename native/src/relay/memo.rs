@@ -1,13 +1,18 @@
-//! Python's answers to the answers held whole, repeated by the core for the same question (`Memo`).
+//! Python's answers to the ApiVersions answers held whole, repeated by the core for the same question (`Memo`).
 
 use std::collections::VecDeque;
 
+use crate::wire::API_VERSIONS;
 
-
-/// Python's answers to the answers held whole, by what they answered: a repeat (the same api,
-/// version and bytes past the correlation id: every connection's ApiVersions) is answered by the
-/// core at once, with the repeat's own correlation id, as Python answered the first.
+/// Python's answers to the ApiVersions answers held whole, by what they answered: a repeat (the
+/// same version and bytes past the correlation id: every connection's ApiVersions) is answered by
+/// the core at once, with the repeat's own correlation id, as Python answered the first.
 /// `MEMO_ENTRIES` answers at most, each of `MEMO_MAX_BYTES` at most (the rewriter's own cache's bounds).
+///
+/// ApiVersions only: an answer that names brokers or leaders (Metadata, FindCoordinator,
+/// DescribeCluster, a proxy away from its brokers holds them whole) teaches Python what it
+/// names as Python rewrites it, and a repeat of an older answer must teach it again (a broker
+/// that moved back, a leader that changed twice); Python's rewriter keeps its own cache of those.
 pub(super) struct Memo {
     pub(super) entries: VecDeque<Remembered>,
 }
@@ -27,6 +32,9 @@ impl Memo {
     /// The frame (size prefix included) answering `whole` (a held answer, size prefix included),
     /// if Python answered the same before; and whether that answer was a rewrite.
     pub(super) fn answer(&self, api: (i16, i16), whole: &[u8]) -> Option<(Vec<u8>, bool)> {
+        if api.0 != API_VERSIONS {
+            return None;
+        }
         let body = whole.get(8..)?;
         let m = self.entries.iter().find(|m| m.api == api && m.asked == body)?;
         let mut frame = Vec::with_capacity(8 + m.answer.len());
@@ -38,7 +46,7 @@ impl Memo {
 
     pub(super) fn remember(&mut self, key: (i16, i16, Vec<u8>), frame: &[u8]) {
         let (k, v, asked) = key;
-        let Some(answer) = frame.get(8..) else { return };
+        let Some(answer) = frame.get(8..).filter(|_| k == API_VERSIONS) else { return };
         if asked.len() > MEMO_MAX_BYTES || answer.len() > MEMO_MAX_BYTES
             || self.entries.iter().any(|m| m.api == (k, v) && m.asked == asked) {
             return;

@@ -58,8 +58,10 @@ pub const ASKED: i64 = 64;
 const RECENT_IDS: usize = 4;
 
 pub const PRODUCE: i16 = 0;
+pub const FETCH: i16 = 1;
 pub const CONTROLLED_SHUTDOWN: i16 = 7;
 pub const SASL_HANDSHAKE: i16 = 17;
+pub const API_VERSIONS: i16 = 18;
 /// `inflight.SASL_TOKEN`: the pseudo key of a raw SASL token. A request a client sends with this
 /// key is answered the same way there (a bare size prefix, no correlation id): so here too.
 const SASL_TOKEN: i16 = -1;
