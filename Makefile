@@ -202,13 +202,14 @@ bench-incremental: $(STAMP)
 
 # the paths the goals name (haproxy, the default road with and without traces, TLS to the
 # clients: haproxy terminating it, the default road traced, round trips alone; and a central
-# proxy, traced: fetchlat+traces, which on Tansu routes and rewrites its addresses), three
+# proxy on the default road, traced, plaintext and TLS: on Tansu it routes and rewrites its
+# addresses), three
 # interleaved trials on Tansu, 20 000 records a throughput phase (the full run's 100 000);
 # bench-proxy-full: every path on both brokers, five trials (hours). Each prints how long it
 # took at its end.
 bench-proxy: deps
 	$(BIN)/python bench/bench_proxy.py --trials 3 --broker tansu --records 20000 \
-	  --paths haproxy,fetchlat-relay,fetchlat-relay+traces,haproxy-tls,fetchlat-relay-tls+traces,fetchlat+traces \
+	  --paths haproxy,fetchlat-relay,fetchlat-relay+traces,haproxy-tls,fetchlat-relay-tls+traces,fetchlat-relay-central+traces,fetchlat-relay-central-tls+traces \
 	  --out bench-proxy.json
 
 bench-proxy-full: deps

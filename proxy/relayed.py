@@ -212,6 +212,18 @@ def relay_road(choice: str, sidecar: bool, upstream_tls: tuple[str | None, str |
     return road
 
 
+CENTRAL_HELD_ANSWERS: Final = 4  # answers held whole at their largest at once, over a sidecar's bound
+
+
+def central_held_max(sidecar: tuple[int, int], max_frame_bytes: int) -> tuple[int, int]:
+    """The bytes the relay of a proxy away from its brokers may hold, for one connection and for
+    all of them: a sidecar's bounds (``RELAY_HELD_MAX``), and on top of them a Fetch answer held
+    whole at its largest (``max_frame_bytes``, as the event loop holds it) for one connection,
+    ``CENTRAL_HELD_ANSWERS`` of them for all (``docs/proxy.md``, the relay's bounds)."""
+    pair, total = sidecar
+    return pair + max_frame_bytes, total + CENTRAL_HELD_ANSWERS * max_frame_bytes
+
+
 class RelayRoad:
     """The core's relay and the connections it carries, by the relay's id for them."""
 
@@ -230,8 +242,10 @@ class RelayRoad:
         # sent on unchanged by the core where it names none: native/src/endpoints.rs), their
         # exchanges settled by the core alone unless routed
         wants = sidecar_wants if sidecar else rewriter.wants
+        held_max = None if sidecar else central_held_max(core.RELAY_HELD_MAX, max_frame_bytes)
         self.relay = core.Relay(max_frame_bytes, flexible_ranges(), route_ranges(None), whole_ranges(wants),
-                                ask_at_answer=True)  # an exchange it settles alone: one record, its answer's
+                                ask_at_answer=True,  # an exchange it settles alone: one record, its answer's
+                                held_max=held_max)
         if (tuple(core.RELAY_KINDS), core.RELAY_ITEM_WIDTH, tuple(core.RELAY_PRESENT)) != (KINDS, ITEM_WIDTH, PRESENT):
             raise RuntimeError("the native core's drain is not this build's (rebuild it: make .venv/.compiled)")
         self.conns: dict[int, Carried] = {}

@@ -137,9 +137,10 @@ class Capture:
         return traces
 
 
-@pytest.fixture(scope="module", params=["sidecar", "sasl_ssl", "delay", "pcap"])
+@pytest.fixture(scope="module", params=["sidecar", "sidecar_loop", "sasl_ssl", "delay", "delay_loop", "pcap"])
 def kafka_node(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
-    """A single node behind its sidecar; or, for ``sasl_ssl``, the same with clients speaking
+    """A single node behind its sidecar (``_loop``: every connection on the event loop's road,
+    ``relay: off``, where the default is the native core's after the first answer); or, for ``sasl_ssl``, the same with clients speaking
     SASL_SSL (the sidecar ends TLS, its clients' sessions the native core's from their first byte;
     the broker's listener SASL_PLAINTEXT, re-authenticating every ``REAUTH_MS``); or, for ``delay``,
     behind a proxy across a known network delay (the delay relay, ``DELAY_MS`` each way: the
@@ -150,10 +151,11 @@ def kafka_node(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
 
     home = tmp_path_factory.mktemp(f"kafka-clock-{request.param}")
     traces = home / "traces"
-    trace_args = ["--trace-dir", str(traces), "--trace-rotate-s", "1"]
-    if request.param == "sidecar":
+    loop = request.param.endswith("_loop")
+    trace_args = ["--trace-dir", str(traces), "--trace-rotate-s", "1", *(["--relay", "off"] if loop else [])]
+    if request.param in ("sidecar", "sidecar_loop"):
         with kafka.cluster(home, brokers=1, sidecars=True, sidecar_args=trace_args) as c:
-            yield Setup("", c.bootstrap, c.nodes[0].request_log, traces)
+            yield Setup("_loop" if loop else "", c.bootstrap, c.nodes[0].request_log, traces)
         return
     if request.param == "sasl_ssl":
         certs = make_certs(home / "certs")
@@ -180,8 +182,8 @@ def kafka_node(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
             wait_port(relay_port)
             proxy = start_proxy(f"127.0.0.1:{relay_port}", home, *trace_args, base=free_ports(0, 1, 1000))
             try:
-                yield Setup("_delay", proxy.bootstrap, c.nodes[0].request_log, traces, 2 * DELAY_MS,
-                            relay=relay, holds=holds)
+                yield Setup("_delay_loop" if loop else "_delay", proxy.bootstrap, c.nodes[0].request_log, traces,
+                            2 * DELAY_MS, relay=relay, holds=holds)
             finally:
                 stop_proxy(proxy)
         finally:

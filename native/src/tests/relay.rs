@@ -654,3 +654,100 @@ fn bytes_that_are_not_tls_from_a_backed_broker_end_its_handshake_in_a_brokers_wo
     python.read_to_end(&mut rest).expect("the bridge's end");
     assert!(rest.is_empty());
 }
+
+// ---------------------------------------------------------------- a proxy away from its brokers
+const FETCH: i16 = 1;
+
+/// The relay of a proxy away from its brokers, as `proxy/relayed.py` makes it: Fetch v16+
+/// answers held whole (and nothing routed), its bounds a Fetch answer at its largest over a
+/// sidecar's.
+fn central_relay() -> PyRelay {
+    let held = (HELD_MAX_PAIR + MAX_FRAME as usize, HELD_MAX_TOTAL + 4 * MAX_FRAME as usize);
+    PyRelay::new(MAX_FRAME, vec![(API_VERSIONS, 3, i16::MAX), (FETCH, 12, i16::MAX)], Vec::new(),
+                 vec![(FETCH, 16, i16::MAX)], false, None, Some(held))
+        .unwrap_or_else(|_| panic!("a relay"))
+}
+
+/// A Fetch v16 request (header v2, client id "t"); its body is not read.
+fn fetch_request(corr: i32) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend_from_slice(&FETCH.to_be_bytes());
+    f.extend_from_slice(&16i16.to_be_bytes());
+    f.extend_from_slice(&corr.to_be_bytes());
+    f.extend_from_slice(&1i16.to_be_bytes());
+    f.push(b't');
+    f.extend_from_slice(&[0, 0, 0, 0]); // the header's tags, then a body
+    let mut out = (f.len() as i32).to_be_bytes().to_vec();
+    out.extend(f);
+    out
+}
+
+/// A Fetch v16 answer: one partition with `records` bytes of records, and its top-level tags
+/// `tags` as written (`[0]`: none).
+fn fetch_answer(corr: i32, records: usize, tags: &[u8]) -> Vec<u8> {
+    let mut b = corr.to_be_bytes().to_vec();
+    b.push(0); // the header's tags
+    b.extend_from_slice(&[0; 10]); // ThrottleTimeMs, ErrorCode, SessionId
+    b.push(2); // Responses: one topic
+    b.extend_from_slice(&[7; 16]); // its TopicId
+    b.push(2); // one partition
+    b.extend_from_slice(&[0; 30]); // index, error, high watermark, last stable, log start
+    b.push(0); // AbortedTransactions: null
+    b.extend_from_slice(&(-1i32).to_be_bytes()); // PreferredReadReplica
+    let mut n = records as u64 + 1; // Records: a compact length, then the bytes
+    while n >= 0x80 {
+        b.push((n as u8) | 0x80);
+        n >>= 7;
+    }
+    b.push(n as u8);
+    b.resize(b.len() + records, 0x5a);
+    b.extend_from_slice(&[0, 0]); // the partition's tags, the topic's
+    b.extend_from_slice(tags);
+    let mut out = (b.len() as i32).to_be_bytes().to_vec();
+    out.extend(b);
+    out
+}
+
+#[test]
+fn a_central_fetch_answer_naming_no_broker_goes_on_unchanged_past_a_sidecars_bound() {
+    let mut r = central_relay();
+    let (mut client, mut broker, conn) = joined(&mut r);
+    let req = fetch_request(5);
+    client.write_all(&req).unwrap();
+    assert_eq!(read_exact(&mut broker, req.len()), req);
+    let answer = fetch_answer(5, HELD_MAX_PAIR + (4 << 20), &[0]); // held whole: more than 16 MiB
+    let len = answer.len();
+    let writer = std::thread::spawn(move || {
+        broker.write_all(&answer).unwrap();
+        (broker, answer)
+    });
+    let got = read_exact(&mut client, len);
+    let (_broker, answer) = writer.join().unwrap();
+    assert!(got == answer, "the answer as it came");
+    let items = r.taken();
+    assert!(items.iter().all(|it| it.kind != REWRITE), "no rewrite asked");
+    assert_eq!(closed(&items, conn), None);
+}
+
+#[test]
+fn a_central_fetch_answer_naming_a_broker_waits_for_pythons_rewrite() {
+    let mut r = central_relay();
+    let (mut client, mut broker, conn) = joined(&mut r);
+    // NodeEndpoints (tag 0): node 3 at "h":9092, no rack
+    let endpoints: &[u8] = &[1, 0, 13, 2, 0, 0, 0, 3, 2, b'h', 0, 0, 0x23, 0x84, 0, 0];
+    for (corr, tags) in [(5, endpoints), (6, &[0u8][..])] {
+        client.write_all(&fetch_request(corr)).unwrap();
+        read_exact(&mut broker, fetch_request(corr).len());
+        broker.write_all(&fetch_answer(corr, 100, tags)).unwrap();
+        if corr == 6 {
+            break;
+        }
+        let items = until(&r, "the answer to rewrite", |items| items.iter().any(|it| it.kind == REWRITE));
+        let held = items.iter().find(|it| it.kind == REWRITE).unwrap();
+        assert_eq!((held.conn, held.api, &held.python), (conn, Some((FETCH, 16)), &fetch_answer(5, 100, endpoints)));
+        r.answer(conn, fetch_answer(5, 3, &[0])); // Python's rewrite, in its place
+    }
+    assert_eq!(read_exact(&mut client, fetch_answer(5, 3, &[0]).len()), fetch_answer(5, 3, &[0]));
+    assert_eq!(read_exact(&mut client, fetch_answer(6, 100, &[0]).len()), fetch_answer(6, 100, &[0]), "the next as it came");
+
+}
