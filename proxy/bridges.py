@@ -47,9 +47,13 @@ class Bridged:
                 digest: tuple[bytes, bytes, bytes] | None = None) -> None:
         """(A bridged connection's plaintext goes through the bridge, never the queue.)"""
 
-    def relayed_answer(self, frame: bytes, api: tuple[int, int], t_ns: int) -> tuple[bytes, bool]:
+    def relayed_answer(self, frame: bytes, api: tuple[int, int], t_ns: int) -> tuple[bytes, bool, bool]:
         """(Nothing is held whole before the hand-over.)"""
-        return frame, False
+        return frame, False, False
+
+    def relayed_learned(self, frame: bytes, api: tuple[int, int], t_ns: int) -> bool:
+        """(Nothing is held whole before the hand-over.)"""
+        return False
 
     def relayed_timers(self, now_ns: int, counts: tuple[int, int], client_read_ns: int, partial_since_ns: int,
                        stalled_since_ns: int, rtt_ns: int) -> None:

@@ -59,15 +59,16 @@ class CarriedConversation:
             return (conv.framing_lost("response" if from_broker else "request", exc),)
         return conv.observe_read(records, events, t_ns, t_written_ns)
 
-    def answer(self, frame: bytes, api: tuple[int, int], t_ns: int) -> tuple[bytes, bool, tuple[Action, ...]]:
+    def answer(self, frame: bytes, api: tuple[int, int], t_ns: int) -> tuple[bytes, bool, bool, tuple[Action, ...]]:
         """An answer the core held whole (``frame``, size prefix included, read whole at ``t_ns``)
         to a request of ``api`` (key, version): the frame the core writes in its place (rewritten,
         or the very frame where the rewriter changes nothing or cannot read it), whether it was
-        rewritten, and what must happen before it is written (the brokers it names, learned)."""
+        rewritten, whether it was read, and what must happen before it is written (the brokers
+        it names, learned). The same for one the core repeated itself (its frame not used)."""
         conv = self.conv
         rewriter = conv.ctx.rewriter
         if rewriter is None:
-            return frame, False, ()
+            return frame, False, False, ()
         before: list[Event] = []
         events: list[Event] = []
         new = rewritten(rewriter, api[0], api[1], memoryview(frame)[4:], before, events)
@@ -75,8 +76,8 @@ class CarriedConversation:
         if events:
             conv.observer.observe(events, t_ns, t_ns)  # a decode failure, counted as on the event loop
         if new is None:
-            return frame, False, actions
-        return len(new).to_bytes(4, "big") + new, True, actions
+            return frame, False, not events, actions
+        return len(new).to_bytes(4, "big") + new, True, True, actions
 
     def counts(self, c: int, b: int) -> None:
         """The bytes the core read from the client (``c``) and from the broker (``b``) so far, into the counters."""

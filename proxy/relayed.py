@@ -87,7 +87,9 @@ class Carried(Protocol):
                 client_bytes: int, broker_bytes: int, handed: bytes | None = None,
                 digest: tuple[bytes, bytes, bytes] | None = None) -> None: ...
 
-    def relayed_answer(self, frame: bytes, api: tuple[int, int], t_ns: int) -> tuple[bytes, bool]: ...
+    def relayed_answer(self, frame: bytes, api: tuple[int, int], t_ns: int) -> tuple[bytes, bool, bool]: ...
+
+    def relayed_learned(self, frame: bytes, api: tuple[int, int], t_ns: int) -> bool: ...
 
     def relayed_timers(self, now_ns: int, counts: tuple[int, int], client_read_ns: int, partial_since_ns: int,
                        stalled_since_ns: int, rtt_ns: int) -> None: ...
@@ -108,7 +110,8 @@ FROM_BROKER: Final = 1  # held whole for the rewriter; a back's handshake comple
 CLOSED: Final = 2
 REWRITE: Final = 3
 READY: Final = 4
-KINDS: Final = (FROM_CLIENT, FROM_BROKER, CLOSED, REWRITE, READY)
+LEARN: Final = 5  # an answer the core repeated itself (relay/memo.rs): what it teaches, to learn
+KINDS: Final = (FROM_CLIENT, FROM_BROKER, CLOSED, REWRITE, READY, LEARN)
 HAS_DATA: Final = 1
 HAS_RECORDS: Final = 2
 HAS_HANDED: Final = 4
@@ -249,6 +252,7 @@ class RelayRoad:
         if (tuple(core.RELAY_KINDS), core.RELAY_ITEM_WIDTH, tuple(core.RELAY_PRESENT)) != (KINDS, ITEM_WIDTH, PRESENT):
             raise RuntimeError("the native core's drain is not this build's (rebuild it: make .venv/.compiled)")
         self.conns: dict[int, Carried] = {}
+        self.generation = 0  # the brokers known, as the core's memo is told (brokers_changed)
         self.fronts_tls = False  # the core holds TLS clients' sessions (``relay_road``'s ``server_tls``)
         self.backs_tls = False  # the core holds TLS brokers' sessions (``relay_road``'s ``upstream_tls``)
         self._queue_full = 0  # the core's count of the times its queue filled, counted
@@ -336,6 +340,8 @@ class RelayRoad:
                     client.relayed_closed(reason, (c_in, c_out))
                 elif kind == REWRITE:
                     self._answer(conn, client, data, api_of(api), t_ns)
+                elif kind == LEARN:
+                    self._learned(client, data, api_of(api), t_ns)
                 elif kind == READY:
                     client.relayed_ready()
                 else:
@@ -355,10 +361,22 @@ class RelayRoad:
         self.relay.end(conn)
 
     def _answer(self, conn: int, client: Carried, frame: bytes, api: tuple[int, int], t_ns: int) -> None:
-        answer, changed = client.relayed_answer(frame, api, t_ns)
-        self.relay.answer(conn, answer)  # an ApiVersions answer the core repeats itself (relay/memo.rs)
+        answer, changed, repeatable = client.relayed_answer(frame, api, t_ns)
+        # the core repeats it itself while the brokers known stay as they are now (relay/memo.rs)
+        self.relay.answer(conn, answer, self.generation if repeatable else None)
         if changed:
             self.metrics.rewrites.labels(api_name(api[0])).inc()
+
+    def _learned(self, client: Carried, frame: bytes, api: tuple[int, int], t_ns: int) -> None:
+        """An answer the core repeated itself: what it teaches, learned as its rewrite would."""
+        if client.relayed_learned(frame, api, t_ns):
+            self.metrics.rewrites.labels(api_name(api[0])).inc()
+
+    def brokers_changed(self, generation: int) -> None:
+        """The brokers the proxy knows changed (``BrokerRegistry.generation``): the answers the
+        core remembered before no longer repeat."""
+        self.generation = generation
+        self.relay.set_generation(generation)
 
     # ------------------------------------------------------------------ timers
     def tick(self, now_ns: int) -> None:

@@ -122,7 +122,10 @@ class Proxy:
                 for hp, m in list(self.core.fetch_sessions.items())]
 
     def learn(self, brokers: tuple[BrokerAddress, ...]) -> None:
-        for change in self.registry.learn(brokers):
+        changes = self.registry.learn(brokers)
+        if changes and self.relay is not None:
+            self.relay.brokers_changed(self.registry.generation)  # before any answer naming them is repeated
+        for change in changes:
             b, old = change.broker, change.moved_from
             if old is not None:
                 log.info("broker %d moved from %s:%d to %s:%d", b.node_id, old.host, old.port, b.host, b.port)

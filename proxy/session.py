@@ -431,13 +431,21 @@ class CarriedSide:
         if actions:
             self.client.apply(actions)
 
-    def relayed_answer(self, frame: bytes, api: tuple[int, int], t_ns: int) -> tuple[bytes, bool]:
-        """An answer the core held whole: the frame it writes in its place, and whether it was
-        rewritten (the brokers it names learned first: their listeners open before a client sees them)."""
-        answer, changed, actions = self.conv.answer(frame, api, t_ns)
+    def relayed_answer(self, frame: bytes, api: tuple[int, int], t_ns: int) -> tuple[bytes, bool, bool]:
+        """An answer the core held whole: the frame it writes in its place, whether it was
+        rewritten (the brokers it names learned first: their listeners open before a client sees
+        them), and whether the core may repeat it (it was read)."""
+        answer, changed, read, actions = self.conv.answer(frame, api, t_ns)
         if actions:
             self.client.apply(actions)
-        return answer, changed
+        return answer, changed, read
+
+    def relayed_learned(self, frame: bytes, api: tuple[int, int], t_ns: int) -> bool:
+        """An answer the core repeated itself: learned from as it was rewritten; whether it was."""
+        _, changed, _, actions = self.conv.answer(frame, api, t_ns)
+        if actions:
+            self.client.apply(actions)
+        return changed
 
     def relayed_timers(self, now_ns: int, counts: tuple[int, int], client_read_ns: int, partial_since_ns: int,
                        stalled_since_ns: int, rtt_ns: int) -> None:

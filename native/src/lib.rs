@@ -68,7 +68,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<columns::Columns>()?;
     m.add_class::<wire::PyWire>()?;
     m.add_class::<relay::PyRelay>()?;
-    m.add("RELAY_KINDS", (relay::FROM_CLIENT, relay::FROM_BROKER, relay::CLOSED, relay::REWRITE, relay::READY))?;
+    m.add("RELAY_KINDS", (relay::FROM_CLIENT, relay::FROM_BROKER, relay::CLOSED, relay::REWRITE, relay::READY,
+                          relay::LEARN))?;
     m.add("RELAY_GATHER_BYTES", relay::GATHER_BYTES)?;
     m.add("RELAY_ITEM_WIDTH", relay::ITEM_WIDTH)?;
     m.add("RELAY_BATCH_NS", relay::BATCH_NS)?;

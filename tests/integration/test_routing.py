@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -112,6 +113,27 @@ def test_each_node_gets_its_own_listener_and_routes_to_that_node(cluster: FakeCl
         n.close()
         assert cluster.seen[before:] == [(node, apis.API_VERSIONS, 3)] * 2
     c.close()
+
+
+def test_a_repeated_metadata_answer_is_rewritten_and_counted_each_time(cluster: FakeCluster, routed: ProxyProc) -> None:
+    """On the relay the core repeats Python's rewrite of an answer it saw before, and queues the
+    answer for Python to learn from: every repeat names the proxy, and is counted, as on the
+    event loop."""
+    base = routed.listen_port
+    c = Client(base, first=True)
+    for _ in range(4):
+        md = c.call(apis.METADATA, 12, {"Topics": None, "AllowAutoTopicCreation": False})
+        assert addrs(md["Brokers"]) == {1: ("127.0.0.1", base + 2), 2: ("127.0.0.1", base + 3)}
+    c.close()
+    deadline = time.monotonic() + 5  # the core's repeats are learned from at the next batch
+    while time.monotonic() < deadline and _rewrites(routed, "Metadata") < 4:
+        time.sleep(0.1)
+    assert _rewrites(routed, "Metadata") == 4
+
+
+def _rewrites(p: ProxyProc, api: str) -> float:
+    return sum(s.value for fam in text_string_to_metric_families(p.metrics()) for s in fam.samples
+               if s.name == "fetchlat_rewritten_responses_total" and s.labels.get("api") == api)
 
 
 @pytest.mark.parametrize("version", [2, 3, 4, 6])

@@ -13,9 +13,9 @@ use crate::tls::Read1;
 use crate::wire::{Framing, Ranges, Routed, Wire};
 use super::front::{Fronts, Fused};
 use super::gather::{FETCH, GATHER_BYTES, Gather, digest_ended, digest_request, gathered, routed_bytes};
-use super::memo::Memo;
+use super::memo::{Memo, Repeat};
 use super::pair::{rearm, Pair, Seg, Side, Stats, BROKER, CLIENT};
-use super::queue::{BATCH_NS, CLOSED, FROM_BROKER, FROM_CLIENT, Item, NOTIFY_BYTES, NOTIFY_ITEMS, READY, REWRITE};
+use super::queue::{BATCH_NS, CLOSED, FROM_BROKER, FROM_CLIENT, Item, LEARN, NOTIFY_BYTES, NOTIFY_ITEMS, READY, REWRITE};
 use super::shared::{Added, Shared};
 use super::spare::Stock;
 use super::sys::{bump, clear, epoll_set, mono_ns, nonblocking, sockopt_on, tcp_rtt_ns};
@@ -396,14 +396,23 @@ impl Looper {
                     let whole = std::mem::take(&mut p.whole);
                     // a Fetch or Produce answer that names no broker goes on as it came, at once
                     let unchanged = answer_layouts(api.0).is_some_and(|l| !names_brokers(l, api.1, &whole[8..]));
-                    let (known, whole) = if unchanged { (Some((whole, false)), Vec::new()) }
-                                         else { (self.memo.answer(api, &whole), whole) };
+                    let generation = self.shared.generation.load(Ordering::Relaxed);
+                    let (known, whole) = if unchanged {
+                        (Some(Repeat { frame: whole, rewritten: false, learns: false }), Vec::new())
+                    } else {
+                        (self.memo.answer(api, &whole, generation), whole)
+                    };
                     let slot = to.queue.iter_mut().rev().find(|s| matches!(s, Seg::Answer { .. }));
                     match (known, slot) {
-                        (Some((frame, rewritten)), Some(slot)) => {
+                        (Some(Repeat { frame, rewritten, learns }), Some(slot)) => {
                             p.stats.from_broker.fetch_add(frame.len() as u64, Ordering::Relaxed);
                             *slot = Seg::Bytes(frame);
-                            if rewritten {
+                            if learns {
+                                // what Python learns from it, in order (it counts the rewrite then)
+                                items.push(Item { conn: id, kind: LEARN, t_ns, t_written_ns: t_ns, python: whole,
+                                                  records: None, reason: String::new(), api: Some(api),
+                                                  counts: (0, 0), handed: Vec::new(), digest: None });
+                            } else if rewritten {
                                 *self.shared.memo_rewrites.lock().unwrap().entry(api.0).or_insert(0) += 1;
                             }
                         }
@@ -606,12 +615,12 @@ impl Looper {
     /// Python's answers to the answers held whole, each in its place.
     pub(super) fn answered(&mut self) {
         let answers = std::mem::take(&mut *self.shared.answers.lock().unwrap());
-        for (id, frame) in answers {
+        for (id, frame, generation) in answers {
             let Some(p) = self.pairs.get_mut(&id) else { continue };
             let slot = p.client.queue.iter_mut().find(|s| matches!(s, Seg::Answer { asked: true, .. }));
             let Some(slot) = slot else { continue }; // nothing asked: an answer to nothing is dropped
             if let Seg::Answer { key: Some(key), .. } = std::mem::replace(slot, Seg::Bytes(Vec::new())) {
-                self.memo.remember(key, &frame);
+                self.memo.remember(key, &frame, generation);
             }
             p.stats.from_broker.fetch_add(frame.len() as u64, Ordering::Relaxed);
             *slot = Seg::Bytes(frame);

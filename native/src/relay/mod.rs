@@ -160,6 +160,7 @@ impl PyRelay {
                                        answers: Mutex::new(Vec::new()), ends: Mutex::new(Vec::new()),
                                        stats: Mutex::new(HashMap::new()), kernel_reads: AtomicU64::new(0),
                                        clock_reads: AtomicU64::new(0), memo_rewrites: Mutex::new(HashMap::new()),
+                                       generation: AtomicU64::new(0),
                                        stop: AtomicBool::new(false), notify_at: AtomicI64::new(0),
                                        queued_bytes: AtomicUsize::new(0), queued_items: AtomicUsize::new(0),
                                        queue_full: AtomicU64::new(0), paused: AtomicBool::new(false),
@@ -299,9 +300,19 @@ impl PyRelay {
 
     /// The frame (size prefix included) to write in place of the oldest answer held whole of
     /// pair `conn` that Python was given (a `REWRITE`): its rewrite, or the very frame.
-    fn answer(&self, conn: u64, frame: Vec<u8>) {
-        self.shared.answers.lock().unwrap().push((conn, frame));
+    /// `generation`: Python's generation of the brokers it knows after it, at which the core may
+    /// repeat the same answer itself (`memo.rs`); None: never (an ApiVersions answer, which
+    /// teaches nothing, is repeated at any).
+    #[pyo3(signature = (conn, frame, generation=None))]
+    fn answer(&self, conn: u64, frame: Vec<u8>, generation: Option<u64>) {
+        self.shared.answers.lock().unwrap().push((conn, frame, generation));
         bump(self.shared.wake_fd);
+    }
+
+    /// Python's generation of the brokers it knows changed (a broker learned or moved): the
+    /// answers remembered at another no longer repeat.
+    fn set_generation(&self, generation: u64) {
+        self.shared.generation.store(generation, Ordering::Relaxed);
     }
 
     /// What was queued since the last drain, in order, flat: `(heads, parts)`. `heads` holds an

@@ -18,6 +18,10 @@ pub const REWRITE: i64 = 3;
 /// A back's handshake with its broker completed (`front.rs`): Python counts the broker connected.
 pub const READY: i64 = 4;
 
+/// An answer held whole that the core answered itself, as Python answered it before (`memo.rs`):
+/// Python learns from it what it learns from rewriting it (brokers, topic ids, leaders), in order.
+pub const LEARN: i64 = 5;
+
 /// How many i64s an item's fixed fields take in a drain's `heads` (`PyRelay::drain`).
 pub const ITEM_WIDTH: usize = 10;
 

@@ -34,7 +34,12 @@ pub(super) struct Shared {
     pub(super) tls_config: Mutex<Option<Arc<ServerConfig>>>,
     /// the brokers' TLS settings for the backs from here (`upstream_tls_config`)
     pub(super) upstream_tls_config: Mutex<Option<Arc<ClientConfig>>>,
-    pub(super) answers: Mutex<Vec<(u64, Vec<u8>)>>,
+    /// Python's answers to the answers held whole: the pair, the frame, the generation to
+    /// remember it at (`memo.rs`)
+    pub(super) answers: Mutex<Vec<(u64, Vec<u8>, Option<u64>)>>,
+    /// Python's generation of the brokers it knows (`set_generation`): the memo repeats an
+    /// answer that teaches only at the generation it was remembered at
+    pub(super) generation: AtomicU64,
     /// pairs Python ends (`end`)
     pub(super) ends: Mutex<Vec<u64>>,
     pub(super) stats: Mutex<HashMap<u64, Arc<Stats>>>,

@@ -745,9 +745,79 @@ fn a_central_fetch_answer_naming_a_broker_waits_for_pythons_rewrite() {
         let items = until(&r, "the answer to rewrite", |items| items.iter().any(|it| it.kind == REWRITE));
         let held = items.iter().find(|it| it.kind == REWRITE).unwrap();
         assert_eq!((held.conn, held.api, &held.python), (conn, Some((FETCH, 16)), &fetch_answer(5, 100, endpoints)));
-        r.answer(conn, fetch_answer(5, 3, &[0])); // Python's rewrite, in its place
+        r.answer(conn, fetch_answer(5, 3, &[0]), None); // Python's rewrite, in its place
     }
     assert_eq!(read_exact(&mut client, fetch_answer(5, 3, &[0]).len()), fetch_answer(5, 3, &[0]));
     assert_eq!(read_exact(&mut client, fetch_answer(6, 100, &[0]).len()), fetch_answer(6, 100, &[0]), "the next as it came");
 
+}
+
+const METADATA: i16 = 3;
+
+/// A request of `key` v12 (header v2, client id "t"); its body is not read.
+fn flexible_request(key: i16, corr: i32) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend_from_slice(&key.to_be_bytes());
+    f.extend_from_slice(&12i16.to_be_bytes());
+    f.extend_from_slice(&corr.to_be_bytes());
+    f.extend_from_slice(&1i16.to_be_bytes());
+    f.push(b't');
+    f.extend_from_slice(&[0, 0]);
+    let mut out = (f.len() as i32).to_be_bytes().to_vec();
+    out.extend(f);
+    out
+}
+
+/// One exchange of `key` through the relay: the broker answers `answer` (its correlation id
+/// set to `corr`); what the client reads comes back once it is `len` bytes.
+fn held_exchange(client: &mut TcpStream, broker: &mut TcpStream, key: i16, corr: i32, answer: &[u8]) {
+    let req = flexible_request(key, corr);
+    client.write_all(&req).unwrap();
+    assert_eq!(read_exact(broker, req.len()), req);
+    let mut a = answer.to_vec();
+    a[4..8].copy_from_slice(&corr.to_be_bytes());
+    broker.write_all(&a).unwrap();
+}
+
+#[test]
+fn a_metadata_answer_is_repeated_at_the_generation_python_gave_and_learned_from_in_order() {
+    let held = (HELD_MAX_PAIR + MAX_FRAME as usize, HELD_MAX_TOTAL + 4 * MAX_FRAME as usize);
+    let mut r = PyRelay::new(MAX_FRAME, vec![(API_VERSIONS, 3, i16::MAX), (METADATA, 9, i16::MAX)], Vec::new(),
+                             vec![(METADATA, 0, i16::MAX)], false, None, Some(held))
+        .unwrap_or_else(|_| panic!("a relay"));
+    let (mut client, mut broker, conn) = joined(&mut r);
+    let asked = answer(0, 40, 1); // the broker's answer, the same each time
+    let rewritten = answer(0, 30, 2); // Python's
+    let with_corr = |f: &[u8], corr: i32| {
+        let mut f = f.to_vec();
+        f[4..8].copy_from_slice(&corr.to_be_bytes());
+        f
+    };
+    let rewrites = |items: &[Item]| items.iter().filter(|it| it.kind == REWRITE).count();
+    let learns = |items: &[Item]| items.iter().filter(|it| it.kind == LEARN).count();
+    // the first: Python rewrites it at generation 0
+    held_exchange(&mut client, &mut broker, METADATA, 1, &asked);
+    let items = until(&r, "the first to rewrite", |items| rewrites(items) == 1);
+    assert_eq!(learns(&items), 0);
+    r.answer(conn, with_corr(&rewritten, 1), Some(0));
+    assert_eq!(read_exact(&mut client, rewritten.len()), with_corr(&rewritten, 1));
+    // a repeat at generation 0: the core's, with its own correlation id, queued to learn from
+    held_exchange(&mut client, &mut broker, METADATA, 2, &asked);
+    assert_eq!(read_exact(&mut client, rewritten.len()), with_corr(&rewritten, 2));
+    let items = until(&r, "the repeat to learn from", |items| learns(items) == 1);
+    assert_eq!(rewrites(&items), 0);
+    let learned = items.iter().find(|it| it.kind == LEARN).unwrap();
+    assert_eq!((learned.api, &learned.python), (Some((METADATA, 12)), &with_corr(&asked, 2)));
+    // the brokers known changed: Python rewrites it again, and says it may not be repeated
+    r.set_generation(1);
+    held_exchange(&mut client, &mut broker, METADATA, 3, &asked);
+    until(&r, "a rewrite at the new generation", |items| rewrites(items) == 1);
+    r.answer(conn, with_corr(&rewritten, 3), None);
+    assert_eq!(read_exact(&mut client, rewritten.len()), with_corr(&rewritten, 3));
+    held_exchange(&mut client, &mut broker, METADATA, 4, &asked);
+    until(&r, "a rewrite of what was not to be repeated", |items| rewrites(items) == 1);
+    r.answer(conn, with_corr(&rewritten, 4), Some(1));
+    assert_eq!(read_exact(&mut client, rewritten.len()), with_corr(&rewritten, 4));
+    held_exchange(&mut client, &mut broker, METADATA, 5, &asked);
+    assert_eq!(read_exact(&mut client, rewritten.len()), with_corr(&rewritten, 5), "repeated at generation 1");
 }
