@@ -32,7 +32,9 @@ FindCoordinator, DescribeCluster, ShareFetch, ShareAcknowledge; their brokers le
 listeners opened, before the client sees them). A Fetch v16+ or Produce v10+ answer is held
 whole too, and the core sends it on unchanged itself unless it names brokers (KIP-951's
 ``NodeEndpoints``, only where a partition moved: ``native/src/endpoints.rs``). The core
-answers a repeat of an ApiVersions answer itself, as it was answered here. Every second
+answers a repeat of an answer itself, as it was answered here (``relay/memo.rs``): an
+ApiVersions answer at any time; one that names brokers while the brokers known stay as they
+were (``brokers_changed``), queued for this module to learn from in order (``LEARN``). Every second
 (``tick``) the core's counters and timers of each connection come back: the bytes counters,
 the idle, partial-frame and stalled-client timeouts (the connection's ``ConnectionPolicy``
 decides, as on the asyncio road), the client RTT.
