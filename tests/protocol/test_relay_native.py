@@ -138,7 +138,7 @@ def _through(r: Rig, frames: list[Frame]) -> list[tuple[str, int, int, str | Non
     """``frames`` through the relay one at a time (a client with one request in flight, and its
     broker): every byte must come out as it went in; the exchanges its queue tells the Python road
     and the records, in order."""
-    from_client, from_broker, _closed, _rewrite, _ready = r.kinds
+    from_client, from_broker, _closed, _rewrite, _ready, _learn = r.kinds
     for f in frames:
         sender, receiver = (r.client, r.broker) if f.direction == "req" else (r.broker, r.client)
         sender.sendall(f.wire)
