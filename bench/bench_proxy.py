@@ -646,7 +646,8 @@ def render(report: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
              if t in targets]  # each against the floors
     both_roads = RELAYED in targets and RELAYED_TRACED in targets  # and the relay road's traces on / off
     # the TLS paths against haproxy terminating TLS itself
-    tls = [t for t in (RELAYED_TLS_TRACED, TLS_TRACED, CENTRAL_TLS_TRACED) if t in targets] if HAPROXY_TLS in targets else []
+    tls = ([t for t in (RELAYED_TLS_TRACED, TLS_TRACED, CENTRAL_TLS_TRACED) if t in targets]
+           if HAPROXY_TLS in targets else [])
     lines = [f"{'measure':42}{head} {'fl/hap':>7} {'fl/dir':>7} {'rl/hap':>7} {'fl/rly':>7} {'py/rly':>7}"
              f" {'tr/hap':>7} {'tr/rly':>7} {'tr/fl':>7}" + "".join(f" {SHORT[t]:>7}/hap {SHORT[t]:>7}/rly"
                                                                        for t in spike)

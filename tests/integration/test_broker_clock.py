@@ -140,7 +140,8 @@ class Capture:
 @pytest.fixture(scope="module", params=["sidecar", "sidecar_loop", "sasl_ssl", "delay", "delay_loop", "pcap"])
 def kafka_node(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     """A single node behind its sidecar (``_loop``: every connection on the event loop's road,
-    ``relay: off``, where the default is the native core's after the first answer); or, for ``sasl_ssl``, the same with clients speaking
+    ``relay: off``, where the default is the native core's after the first answer); or, for
+    ``sasl_ssl``, the same with clients speaking
     SASL_SSL (the sidecar ends TLS, its clients' sessions the native core's from their first byte;
     the broker's listener SASL_PLAINTEXT, re-authenticating every ``REAUTH_MS``); or, for ``delay``,
     behind a proxy across a known network delay (the delay relay, ``DELAY_MS`` each way: the
