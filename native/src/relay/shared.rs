@@ -19,6 +19,10 @@ use super::spare::Spare;
 /// where the core carries its TLS.
 pub(super) type Added = (u64, RawFd, RawFd, Option<Box<TlsSession>>);
 
+/// Python's answer to an answer held whole: the pair, the frame, the generation to remember it
+/// at (`memo.rs`).
+pub(super) type Answer = (u64, Vec<u8>, Option<u64>);
+
 pub(super) struct Shared {
     pub(super) queue: Mutex<Vec<Item>>,
     /// the queue's buffer from the drain before the last, emptied, for the next drain to swap in
@@ -34,9 +38,7 @@ pub(super) struct Shared {
     pub(super) tls_config: Mutex<Option<Arc<ServerConfig>>>,
     /// the brokers' TLS settings for the backs from here (`upstream_tls_config`)
     pub(super) upstream_tls_config: Mutex<Option<Arc<ClientConfig>>>,
-    /// Python's answers to the answers held whole: the pair, the frame, the generation to
-    /// remember it at (`memo.rs`)
-    pub(super) answers: Mutex<Vec<(u64, Vec<u8>, Option<u64>)>>,
+    pub(super) answers: Mutex<Vec<Answer>>,
     /// Python's generation of the brokers it knows (`set_generation`): the memo repeats an
     /// answer that teaches only at the generation it was remembered at
     pub(super) generation: AtomicU64,
