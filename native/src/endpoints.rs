@@ -3,8 +3,9 @@
 //! top-level tagged field only where a partition moved (NOT_LEADER_OR_FOLLOWER,
 //! FENCED_LEADER_EPOCH). The relay holds such an answer whole and walks it by its layout
 //! (`layout.rs`, from the spec) to that tag buffer, records passed over by their length: without
-//! the field the answer goes on as it came, at once; with it, or where the walk cannot follow the
-//! bytes, Python rewrites it, as the event loop's road rewrites every answer the rewriter wants.
+//! the field, or with it empty (Tansu writes it so in every answer), the answer goes on as it
+//! came, at once; with a broker in it, or where the walk cannot follow the bytes, Python rewrites
+//! it, as the event loop's road rewrites every answer the rewriter wants.
 
 use pyo3::prelude::*;
 
@@ -34,7 +35,8 @@ pub fn py_names_brokers(frame: &[u8], api_key: i16, version: i16) -> bool {
 }
 
 /// Whether `body` (an answer of `version` after its correlation id, whole) must go to Python:
-/// its top-level tag buffer holds the message's `NodeEndpoints` tag, or it cannot be walked.
+/// its top-level tag buffer holds the message's `NodeEndpoints` tag with an element, or it cannot
+/// be walked.
 pub fn names_brokers(layouts: &Layouts, version: i16, body: &[u8]) -> bool {
     let Some((from, tag)) = layouts.node_endpoints else { return false };
     if version < from {
@@ -77,31 +79,32 @@ fn walk(program: &[Op], flex: bool, c: &mut Cursor) -> Got<()> {
                     c.skip(usize::try_from(n).map_err(|_| Stop::Bad)?)?;
                 }
             }
-            Op::Tags => tags(c, |_| ())?,
+            Op::Tags => tags(c, |_, _| ())?,
             Op::Rest => return Ok(()),
         }
         pc += 1;
     }
 }
 
-/// A tag buffer passed over: whether no tag in it is `tag`.
+/// A tag buffer passed over: whether no tag in it is `tag` with an element (an empty or null
+/// array names no broker: some brokers write the field at its default, and the rewriter then
+/// changes nothing).
 fn top_tags_lack(c: &mut Cursor, tag: u64) -> Got<bool> {
-    let mut found = false;
-    tags(c, |number| found |= number == tag)?;
-    Ok(!found)
+    let mut named = false;
+    tags(c, |number, value| named |= number == tag && !matches!(value.first(), Some(0 | 1)))?;
+    Ok(!named)
 }
 
-/// A tag buffer passed over, each tag's number shown to `seen`.
-fn tags(c: &mut Cursor, mut seen: impl FnMut(u64)) -> Got<()> {
+/// A tag buffer passed over, each tag's number and value shown to `seen`.
+fn tags(c: &mut Cursor, mut seen: impl FnMut(u64, &[u8])) -> Got<()> {
     let n = c.uvarint()?;
     if n > MAX_TAGS || (n as u128) * (TAG_MIN as u128) > c.left() as u128 {
         return Err(Stop::Bad);
     }
     for _ in 0..n {
         let number = c.uvarint()?;
-        seen(number);
         let size = usize::try_from(c.uvarint()?).map_err(|_| Stop::Bad)?;
-        c.skip(size)?;
+        seen(number, c.take(size)?);
     }
     Ok(())
 }

@@ -55,11 +55,14 @@ pub(super) struct Side {
     /// broker's): what this side is written is encrypted by it (the queue holds plaintext), what
     /// is read of it decrypted
     pub(super) tls: Option<Box<TlsSession>>,
+    /// the bytes of the queue's first segment already written: a big segment (an answer held
+    /// whole) written in many pieces is never moved down
+    pub(super) sent: usize,
 }
 
 impl Side {
     pub(super) fn new(fd: RawFd, tls: Option<Box<TlsSession>>) -> Self {
-        Self { fd, queue: VecDeque::new(), tls }
+        Self { fd, queue: VecDeque::new(), tls, sent: 0 }
     }
 
     /// This side's queue lets the other side be read: nothing waits, or only an answer held
@@ -97,16 +100,17 @@ impl Side {
         if let Some(t) = self.tls.as_mut() {
             t.flush(self.fd)?;
         }
-        while let Some(seg) = self.queue.front_mut() {
-            let Seg::Bytes(v) = seg else { break };
+        while let Some(Seg::Bytes(v)) = self.queue.front() {
+            let rest = &v[self.sent..];
             let k = match self.tls.as_mut() {
-                None => write_some(self.fd, v)?,
-                Some(t) => t.take(v),
+                None => write_some(self.fd, rest)?,
+                Some(t) => t.take(rest),
             };
-            if k < v.len() {
-                v.drain(..k);
+            if k < rest.len() {
+                self.sent += k;
                 break;
             }
+            self.sent = 0;
             self.queue.pop_front();
         }
         if let Some(t) = self.tls.as_mut() {

@@ -1,5 +1,6 @@
 //! The check of a held answer for brokers named (KIP-951), on Produce v10 answers made by hand:
-//! no `NodeEndpoints` goes on, one goes to Python, and so does anything the walk cannot follow.
+//! no `NodeEndpoints` (or an empty one) goes on, one goes to Python, and so does anything the
+//! walk cannot follow.
 
 use super::*;
 
@@ -34,6 +35,8 @@ fn an_answer_without_node_endpoints_goes_on_and_one_with_them_goes_to_python() {
     let produce = &crate::layout::PRODUCE_ANSWER;
     assert!(!names_brokers(produce, 10, &produce_v10(&[])));
     assert!(!names_brokers(produce, 10, &produce_v10(&[(5, b"xy")])), "another tag is not a broker");
+    assert!(!names_brokers(produce, 10, &produce_v10(&[(0, &[1])])), "an empty array names none");
+    assert!(!names_brokers(produce, 10, &produce_v10(&[(0, &[0])])), "nor does a null one");
     assert!(names_brokers(produce, 10, &produce_v10(&[(0, ONE_ENDPOINT)])));
     assert!(names_brokers(produce, 10, &produce_v10(&[(5, b"xy"), (0, ONE_ENDPOINT)])));
     assert!(!names_brokers(produce, 9, &produce_v10(&[(0, ONE_ENDPOINT)])), "no such field before v10");
