@@ -43,11 +43,12 @@ from fetchlat import native
 from fetchlat.metrics.observer import Observer
 from fetchlat.metrics.prom import FetchMetrics, ProxyMetrics
 from fetchlat.protocol.connection import KafkaConnection
+from fetchlat.protocol.events import Event, TopicIdsLearned
 from fetchlat.protocol.framing import DEFAULT_MAX_FRAME_BYTES
+from fetchlat.protocol.held import rewritten
 from fetchlat.protocol.rewrite import ResponseRewriter
 from fetchlat.protocol.routed import flexible_ranges, route_ranges, whole_ranges
 from fetchlat.proxy import clock
-from fetchlat.proxy.relayed import held_answer
 from fetchlat.proxy.relayed import items as drained
 
 
@@ -162,11 +163,13 @@ class Spike:
         """An answer the core holds whole: rewritten, or as it came where the rewriter changes
         nothing or cannot read it (the proxy forwards those untouched too)."""
         assert self.rewriter is not None
-        answer, res = held_answer(self.rewriter, frame, api)
-        self.relay.answer(cid, answer)
-        if res is not None and (res.topic_ids or res.leaders):
-            self.observer.model.cluster.learn_topic_ids(tuple(res.topic_ids))
-            self.observer.model.cluster.learn_leaders(tuple(res.leaders))
+        before: list[Event] = []
+        new = rewritten(self.rewriter, api[0], api[1], memoryview(frame)[4:], before, [])
+        self.relay.answer(cid, frame if new is None else len(new).to_bytes(4, "big") + new)
+        for ev in before:
+            if isinstance(ev, TopicIdsLearned):
+                self.observer.model.cluster.learn_topic_ids(ev.topics)
+                self.observer.model.cluster.learn_leaders(ev.leaders)
 
 
 def main() -> int:
