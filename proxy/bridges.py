@@ -51,10 +51,6 @@ class Bridged:
         """(Nothing is held whole before the hand-over.)"""
         return frame, False, False
 
-    def relayed_learned(self, frame: bytes, api: tuple[int, int], t_ns: int) -> bool:
-        """(Nothing is held whole before the hand-over.)"""
-        return False
-
     def relayed_timers(self, now_ns: int, counts: tuple[int, int], client_read_ns: int, partial_since_ns: int,
                        stalled_since_ns: int, rtt_ns: int) -> None:
         """(A bridged connection has no timers of the core's.)"""

@@ -91,8 +91,6 @@ class Carried(Protocol):
 
     def relayed_answer(self, frame: bytes, api: tuple[int, int], t_ns: int) -> tuple[bytes, bool, bool]: ...
 
-    def relayed_learned(self, frame: bytes, api: tuple[int, int], t_ns: int) -> bool: ...
-
     def relayed_timers(self, now_ns: int, counts: tuple[int, int], client_read_ns: int, partial_since_ns: int,
                        stalled_since_ns: int, rtt_ns: int) -> None: ...
 
@@ -370,8 +368,10 @@ class RelayRoad:
             self.metrics.rewrites.labels(api_name(api[0])).inc()
 
     def _learned(self, client: Carried, frame: bytes, api: tuple[int, int], t_ns: int) -> None:
-        """An answer the core repeated itself: what it teaches, learned as its rewrite would."""
-        if client.relayed_learned(frame, api, t_ns):
+        """An answer the core repeated itself: what it teaches, learned as its rewrite would (the
+        frame the rewrite gives is the core's already)."""
+        _, changed, _ = client.relayed_answer(frame, api, t_ns)
+        if changed:
             self.metrics.rewrites.labels(api_name(api[0])).inc()
 
     def brokers_changed(self, generation: int) -> None:

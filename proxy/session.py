@@ -440,13 +440,6 @@ class CarriedSide:
             self.client.apply(actions)
         return answer, changed, read
 
-    def relayed_learned(self, frame: bytes, api: tuple[int, int], t_ns: int) -> bool:
-        """An answer the core repeated itself: learned from as it was rewritten; whether it was."""
-        _, changed, _, actions = self.conv.answer(frame, api, t_ns)
-        if actions:
-            self.client.apply(actions)
-        return changed
-
     def relayed_timers(self, now_ns: int, counts: tuple[int, int], client_read_ns: int, partial_since_ns: int,
                        stalled_since_ns: int, rtt_ns: int) -> None:
         self.conv.timers(now_ns, counts, client_read_ns, partial_since_ns, stalled_since_ns, rtt_ns)

@@ -86,8 +86,7 @@ def routed(cluster: FakeCluster, tmp_path: Path, request: pytest.FixtureRequest)
     firsts = Client.firsts
     yield p
     firsts = Client.firsts - firsts
-    handovers = sum(s.value for fam in text_string_to_metric_families(p.metrics()) for s in fam.samples
-                    if s.name == "fetchlat_relay_handovers_total")
+    handovers = _counted(p, "fetchlat_relay_handovers_total")
     stop_proxy(p)
     if request.param == "native":  # every connection was carried by the core after its first answer
         assert firsts >= 1 and handovers == firsts
@@ -126,14 +125,18 @@ def test_a_repeated_metadata_answer_is_rewritten_and_counted_each_time(cluster: 
         assert addrs(md["Brokers"]) == {1: ("127.0.0.1", base + 2), 2: ("127.0.0.1", base + 3)}
     c.close()
     deadline = time.monotonic() + 5  # the core's repeats are learned from at the next batch
-    while time.monotonic() < deadline and _rewrites(routed, "Metadata") < 4:
+    while time.monotonic() < deadline and _counted(routed, REWRITES, api="Metadata") < 4:
         time.sleep(0.1)
-    assert _rewrites(routed, "Metadata") == 4
+    assert _counted(routed, REWRITES, api="Metadata") == 4
 
 
-def _rewrites(p: ProxyProc, api: str) -> float:
+REWRITES = "fetchlat_rewritten_responses_total"
+
+
+def _counted(p: ProxyProc, name: str, **labels: str) -> float:
+    """The sum of the proxy's samples of ``name`` with ``labels``."""
     return sum(s.value for fam in text_string_to_metric_families(p.metrics()) for s in fam.samples
-               if s.name == "fetchlat_rewritten_responses_total" and s.labels.get("api") == api)
+               if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
 
 
 @pytest.mark.parametrize("version", [2, 3, 4, 6])

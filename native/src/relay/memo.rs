@@ -64,12 +64,10 @@ impl Memo {
     /// be repeated, but for ApiVersions).
     pub(super) fn remember(&mut self, key: (i16, i16, Vec<u8>), frame: &[u8], generation: Option<u64>) {
         let (k, v, asked) = key;
-        let generation = if k == API_VERSIONS { None } else {
-            match generation {
-                Some(g) => Some(g),
-                None => return,
-            }
-        };
+        if k != API_VERSIONS && generation.is_none() {
+            return; // an answer that teaches, which Python would not have repeated
+        }
+        let generation = generation.filter(|_| k != API_VERSIONS);
         let Some(answer) = frame.get(8..) else { return };
         if asked.len() > MEMO_MAX_BYTES || answer.len() > MEMO_MAX_BYTES {
             return;

@@ -68,15 +68,29 @@ fn joined_with(r: &mut PyRelay, small: bool) -> (TcpStream, TcpStream, u64) {
 
 /// An ApiVersions v0 request (header v1, client id "t").
 fn request(corr: i32) -> Vec<u8> {
+    request_of(API_VERSIONS, 0, corr, &[])
+}
+
+/// A request of `key` and `version` (client id "t"), `rest` after its client id: the header's
+/// tags and a body, which the relay does not read.
+fn request_of(key: i16, version: i16, corr: i32, rest: &[u8]) -> Vec<u8> {
     let mut f = Vec::new();
-    f.extend_from_slice(&API_VERSIONS.to_be_bytes());
-    f.extend_from_slice(&0i16.to_be_bytes());
+    f.extend_from_slice(&key.to_be_bytes());
+    f.extend_from_slice(&version.to_be_bytes());
     f.extend_from_slice(&corr.to_be_bytes());
     f.extend_from_slice(&1i16.to_be_bytes());
     f.push(b't');
+    f.extend_from_slice(rest);
     let mut out = (f.len() as i32).to_be_bytes().to_vec();
     out.extend(f);
     out
+}
+
+/// `frame` with its correlation id set to `corr`.
+fn with_corr(frame: &[u8], corr: i32) -> Vec<u8> {
+    let mut f = frame.to_vec();
+    f[4..8].copy_from_slice(&corr.to_be_bytes());
+    f
 }
 
 /// An answer frame: `corr`, then `body` bytes of `fill`.
@@ -658,28 +672,19 @@ fn bytes_that_are_not_tls_from_a_backed_broker_end_its_handshake_in_a_brokers_wo
 // ---------------------------------------------------------------- a proxy away from its brokers
 const FETCH: i16 = 1;
 
-/// The relay of a proxy away from its brokers, as `proxy/relayed.py` makes it: Fetch v16+
-/// answers held whole (and nothing routed), its bounds a Fetch answer at its largest over a
-/// sidecar's.
-fn central_relay() -> PyRelay {
+/// The relay of a proxy away from its brokers, as `proxy/relayed.py` makes it: the answers to
+/// `key` held whole (flexible from `flexible_from`; `held_from`: the versions held), nothing
+/// routed, its bounds a Fetch answer at its largest over a sidecar's.
+fn central_relay(key: i16, flexible_from: i16, held_from: i16) -> PyRelay {
     let held = (HELD_MAX_PAIR + MAX_FRAME as usize, HELD_MAX_TOTAL + 4 * MAX_FRAME as usize);
-    PyRelay::new(MAX_FRAME, vec![(API_VERSIONS, 3, i16::MAX), (FETCH, 12, i16::MAX)], Vec::new(),
-                 vec![(FETCH, 16, i16::MAX)], false, None, Some(held))
+    PyRelay::new(MAX_FRAME, vec![(API_VERSIONS, 3, i16::MAX), (key, flexible_from, i16::MAX)], Vec::new(),
+                 vec![(key, held_from, i16::MAX)], false, None, Some(held))
         .unwrap_or_else(|_| panic!("a relay"))
 }
 
-/// A Fetch v16 request (header v2, client id "t"); its body is not read.
+/// A Fetch v16 request (header v2: its tags, then a body).
 fn fetch_request(corr: i32) -> Vec<u8> {
-    let mut f = Vec::new();
-    f.extend_from_slice(&FETCH.to_be_bytes());
-    f.extend_from_slice(&16i16.to_be_bytes());
-    f.extend_from_slice(&corr.to_be_bytes());
-    f.extend_from_slice(&1i16.to_be_bytes());
-    f.push(b't');
-    f.extend_from_slice(&[0, 0, 0, 0]); // the header's tags, then a body
-    let mut out = (f.len() as i32).to_be_bytes().to_vec();
-    out.extend(f);
-    out
+    request_of(FETCH, 16, corr, &[0, 0, 0, 0])
 }
 
 /// A Fetch v16 answer: one partition with `records` bytes of records, and its top-level tags
@@ -710,7 +715,7 @@ fn fetch_answer(corr: i32, records: usize, tags: &[u8]) -> Vec<u8> {
 
 #[test]
 fn a_central_fetch_answer_naming_no_broker_goes_on_unchanged_past_a_sidecars_bound() {
-    let mut r = central_relay();
+    let mut r = central_relay(FETCH, 12, 16);
     let (mut client, mut broker, conn) = joined(&mut r);
     let req = fetch_request(5);
     client.write_all(&req).unwrap();
@@ -731,7 +736,7 @@ fn a_central_fetch_answer_naming_no_broker_goes_on_unchanged_past_a_sidecars_bou
 
 #[test]
 fn a_central_fetch_answer_naming_a_broker_waits_for_pythons_rewrite() {
-    let mut r = central_relay();
+    let mut r = central_relay(FETCH, 12, 16);
     let (mut client, mut broker, conn) = joined(&mut r);
     // NodeEndpoints (tag 0): node 3 at "h":9092, no rack
     let endpoints: &[u8] = &[1, 0, 13, 2, 0, 0, 0, 3, 2, b'h', 0, 0, 0x23, 0x84, 0, 0];
@@ -754,45 +759,21 @@ fn a_central_fetch_answer_naming_a_broker_waits_for_pythons_rewrite() {
 
 const METADATA: i16 = 3;
 
-/// A request of `key` v12 (header v2, client id "t"); its body is not read.
-fn flexible_request(key: i16, corr: i32) -> Vec<u8> {
-    let mut f = Vec::new();
-    f.extend_from_slice(&key.to_be_bytes());
-    f.extend_from_slice(&12i16.to_be_bytes());
-    f.extend_from_slice(&corr.to_be_bytes());
-    f.extend_from_slice(&1i16.to_be_bytes());
-    f.push(b't');
-    f.extend_from_slice(&[0, 0]);
-    let mut out = (f.len() as i32).to_be_bytes().to_vec();
-    out.extend(f);
-    out
-}
-
-/// One exchange of `key` through the relay: the broker answers `answer` (its correlation id
-/// set to `corr`); what the client reads comes back once it is `len` bytes.
+/// One exchange of `key` v12 through the relay, up to the broker's answer: `answer` with its
+/// correlation id set to `corr`.
 fn held_exchange(client: &mut TcpStream, broker: &mut TcpStream, key: i16, corr: i32, answer: &[u8]) {
-    let req = flexible_request(key, corr);
+    let req = request_of(key, 12, corr, &[0, 0]);
     client.write_all(&req).unwrap();
     assert_eq!(read_exact(broker, req.len()), req);
-    let mut a = answer.to_vec();
-    a[4..8].copy_from_slice(&corr.to_be_bytes());
-    broker.write_all(&a).unwrap();
+    broker.write_all(&with_corr(answer, corr)).unwrap();
 }
 
 #[test]
 fn a_metadata_answer_is_repeated_at_the_generation_python_gave_and_learned_from_in_order() {
-    let held = (HELD_MAX_PAIR + MAX_FRAME as usize, HELD_MAX_TOTAL + 4 * MAX_FRAME as usize);
-    let mut r = PyRelay::new(MAX_FRAME, vec![(API_VERSIONS, 3, i16::MAX), (METADATA, 9, i16::MAX)], Vec::new(),
-                             vec![(METADATA, 0, i16::MAX)], false, None, Some(held))
-        .unwrap_or_else(|_| panic!("a relay"));
+    let mut r = central_relay(METADATA, 9, 0);
     let (mut client, mut broker, conn) = joined(&mut r);
     let asked = answer(0, 40, 1); // the broker's answer, the same each time
     let rewritten = answer(0, 30, 2); // Python's
-    let with_corr = |f: &[u8], corr: i32| {
-        let mut f = f.to_vec();
-        f[4..8].copy_from_slice(&corr.to_be_bytes());
-        f
-    };
     let rewrites = |items: &[Item]| items.iter().filter(|it| it.kind == REWRITE).count();
     let learns = |items: &[Item]| items.iter().filter(|it| it.kind == LEARN).count();
     // the first: Python rewrites it at generation 0
