@@ -257,12 +257,12 @@ profile-proxy: deps
 	$(BIN)/python bench/profile_proxy.py --records 100000 --out bench-profile
 
 # Reliability runs (not part of make test; figures in docs/reliability.md)
-load: $(STAMP)
+load: deps  # the proxy as installed: the compiled road and the native core
 	$(BIN)/python bench/load_connections.py --connections 1000 --seconds 60
 
 BROKER ?= tansu
 HOURS ?= 2
-soak: $(STAMP)  # make soak (Tansu, 5 min) | make soak BROKER=kafka HOURS=2 (3 Kafka brokers, faults)
+soak: deps  # make soak (Tansu, 5 min) | make soak BROKER=kafka HOURS=2 (3 Kafka brokers, faults)
 ifeq ($(BROKER),kafka)
 	$(BIN)/python bench/soak_kafka.py --hours $(HOURS) --out build/soak-kafka
 else
