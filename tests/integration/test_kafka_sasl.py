@@ -1,24 +1,31 @@
-"""SASL_SSL through a TLS sidecar to Apache Kafka, re-authentication included (KIP-368).
+"""SASL_SSL through a TLS fetchlat to Apache Kafka, re-authentication included (KIP-368).
 
 A single Kafka 4.4 node whose listener speaks SASL_PLAINTEXT (SCRAM-SHA-512 and PLAIN), with
-``connections.max.reauth.ms`` of a few seconds, behind its fetchlat sidecar with a TLS
-certificate: clients speak SASL_SSL to the sidecar, which ends TLS and passes the SASL exchange
-through to the broker. A producer (SCRAM) and a consumer (PLAIN) run for a while, so that every
-connection they keep re-authenticates on the same connection several times, after its hand-over
-to the native core's relay (``relay: auto``: the TLS session is the core's from the first byte)
-and on the event loop (``relay: off``). Every record arrives, the broker drops no connection for
-an expired session, the re-authentications cross the sidecar and are counted, and no password,
-SASL token or record reaches the sidecar's DEBUG log, its traces or its metrics."""
+``connections.max.reauth.ms`` of a few seconds, behind a fetchlat with a TLS certificate: its
+sidecar, or a central proxy (away from it: the broker advertises itself, and the proxy rewrites
+its address to the proxy's own listener for it). Clients speak SASL_SSL to fetchlat, which ends
+TLS and passes the SASL exchange through to the broker. A producer (SCRAM) and a consumer
+(PLAIN) run for a while, so that every connection they keep re-authenticates on the same
+connection several times, after its hand-over to the native core's relay (``relay: auto``: the
+TLS session is the core's from the first byte) and, for the sidecar, on the event loop
+(``relay: off``). Every record arrives, the broker drops no connection for an expired session,
+the re-authentications cross the proxy and are counted, and no password, SASL token or record
+reaches the proxy's DEBUG log, its traces or its metrics."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from fetchlat import native
+from fetchlat.embedded.kafka import free_port
+from fetchlat.embedded.ports import free_port_block
+from fetchlat.embedded.proxy import ProxyProcess
 
 from testkit import sasl
 from testkit.certs import Certs, make_certs
@@ -66,20 +73,39 @@ def _consume(bootstrap: str, conf: dict[str, object], topic: str, want: int, unt
 
 @pytest.mark.skipif(native.core() is None or not hasattr(native.core().Relay, "front"),
                     reason=f"native core without TLS: {native.reason()}")
-@pytest.mark.parametrize("relay", ["auto", "off"])
-def test_sasl_ssl_through_a_tls_sidecar_reauthenticates_on_live_connections(tmp_path: Path, certs: Certs,
-                                                                            relay: str) -> None:
+@contextlib.contextmanager
+def _fronted(tmp_path: Path, placement: str, args: list[str]) -> Iterator[tuple[ProxyProcess, str]]:
+    """A SASL Kafka node behind fetchlat as ``placement`` (its sidecar, or a central proxy whose
+    listener for node 0 is the port after its bootstrap's): the proxy and the bootstrap."""
+    from fetchlat.embedded import kafka, proxy
+
+    sidecar = placement == "sidecar"
+    with kafka.cluster(tmp_path / "kafka", brokers=1, sidecars=sidecar, settings=sasl.broker_settings(REAUTH_MS),
+                       format_args=sasl.format_args(), sidecar_args=args) as c:
+        if sidecar:
+            yield c.sidecars[0], c.bootstrap
+            return
+        base = free_port_block(0, 1)
+        central = proxy.start(["--upstream", c.nodes[0].bootstrap, *args], listen_port=base,
+                              metrics_port=free_port(), log_path=tmp_path / "central.log")
+        try:
+            central.wait_ready(30)
+            yield central, central.bootstrap
+        finally:
+            central.stop()
+
+
+@pytest.mark.parametrize(("placement", "relay"), [("sidecar", "auto"), ("sidecar", "off"), ("central", "auto")])
+def test_sasl_ssl_through_a_tls_proxy_reauthenticates_on_live_connections(tmp_path: Path, certs: Certs,
+                                                                          placement: str, relay: str) -> None:
     from confluent_kafka import Producer
-    from fetchlat.embedded import kafka
 
     traces = tmp_path / "traces"
     args = ["--relay", relay, "--tls-cert", str(certs.server.cert), "--tls-key", str(certs.server.key),
             "--log-level", "DEBUG", "--trace-dir", str(traces), "--trace-rotate-s", "1"]
-    with kafka.cluster(tmp_path / "kafka", brokers=1, sidecars=True, settings=sasl.broker_settings(REAUTH_MS),
-                       format_args=sasl.format_args(), sidecar_args=args) as c:
-        side, b = c.sidecars[0], c.bootstrap
+    with _fronted(tmp_path, placement, args) as (side, b):
         scram, plain = sasl.client_conf(certs, "SCRAM-SHA-512"), sasl.client_conf(certs, "PLAIN")
-        topic = f"sasl-{relay}-{uuid.uuid4().hex[:6]}"
+        topic = f"sasl-{placement}-{relay}-{uuid.uuid4().hex[:6]}"
         _create(b, scram, topic)
         n = int(RUN_S / 0.1)
         got: list[bytes] = []
@@ -101,13 +127,16 @@ def test_sasl_ssl_through_a_tls_sidecar_reauthenticates_on_live_connections(tmp_
         connections = _total(side, "fetchlat_connections_total")
         handovers = _total(side, "fetchlat_relay_handovers_total")
         dropped = _total(side, "fetchlat_upstream_disconnects_total")
-        time.sleep(2.5)  # the sidecar's trace files close every second
+        rewritten = _total(side, "fetchlat_rewritten_responses_total", api="Metadata")
+        time.sleep(2.5)  # the proxy's trace files close every second
     assert not failed, failed[:3]
     assert sorted(got) == sorted(b"VALUE-MARKER-77-%d" % i for i in range(n))
     # each connection authenticated once when it opened; the rest are re-authentications on live
     # connections (the producer's and the consumer's: ~RUN_S / REAUTH_MS each at least)
     assert handshakes >= connections + 4, (handshakes, connections)
     assert dropped == 0, "the broker closed a connection (a session expired unrenewed?)"
+    if placement == "central":  # the clients reached the broker through the proxy's own listener
+        assert rewritten >= 1, rewritten
     if relay == "auto":
         assert handovers >= 2, handovers  # the long-lived connections were the core's when they re-authenticated
     else:
