@@ -21,13 +21,13 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use crate::batches::{batch_bytes, Batches, BATCH_HEADER_BYTES};
+use crate::cursor::{varint_at, Cursor, Got, Stop, MAX_TAGS, TAG_MIN};
 use crate::layout::{Op, FETCH, PRODUCE};
+use crate::program::{Met, Place};
 use crate::values::{i64_bytes, with_range};
 
 /// i64 values per records field in `Digest::stats`: its size, then `walk_batches`' ten figures.
 pub const STATS_WIDTH: usize = 11;
-/// `stream.MAX_ARRAY`: an array longer than this is corrupt.
-pub const MAX_ARRAY: i64 = 1 << 24;
 
 #[derive(Default, Debug, PartialEq, Eq)]
 pub struct Digest {
@@ -35,118 +35,6 @@ pub struct Digest {
     pub head: Vec<u8>,
     pub skeleton: Vec<u8>,
     pub stats: Vec<i64>,
-}
-
-/// Why a read of the skeleton stopped: its bytes are not all here yet, or they never will be
-/// (a length past the end of the body, a count that cannot fit it, bytes the codec refuses).
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum Stop {
-    More,
-    Bad,
-}
-
-pub(crate) type Got<T> = Result<T, Stop>;
-
-/// A reading of the skeleton from the last element read (`Digester::pos`): it never goes back
-/// further, so every byte is read once however the body is cut into pieces. `unfed` is the body's
-/// bytes not fed yet: a read past what is here is `More` while the body has the bytes, `Bad` when
-/// it cannot.
-pub(crate) struct Cursor<'a> {
-    pub(crate) b: &'a [u8],
-    pub(crate) p: usize,
-    pub(crate) unfed: usize,
-}
-
-impl<'a> Cursor<'a> {
-    /// The body's bytes from here to its end (here and still to come).
-    pub(crate) fn left(&self) -> usize {
-        (self.b.len() - self.p).saturating_add(self.unfed)
-    }
-
-    pub(crate) fn take(&mut self, n: usize) -> Got<&'a [u8]> {
-        if n > self.b.len() - self.p {
-            return Err(if n > self.left() { Stop::Bad } else { Stop::More });
-        }
-        let s = &self.b[self.p..self.p + n];
-        self.p += n;
-        Ok(s)
-    }
-
-    pub(crate) fn skip(&mut self, n: usize) -> Got<()> {
-        self.take(n).map(|_| ())
-    }
-
-    fn i16(&mut self) -> Got<i16> {
-        let b = self.take(2)?;
-        Ok(i16::from_be_bytes([b[0], b[1]]))
-    }
-
-    fn i32(&mut self) -> Got<i32> {
-        let b = self.take(4)?;
-        Ok(i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
-    }
-
-    /// `primitives.read_uvarint`: at most 10 bytes.
-    pub(crate) fn uvarint(&mut self) -> Got<u64> {
-        let mut value: u64 = 0;
-        let mut shift = 0u32;
-        loop {
-            let byte = self.take(1)?[0];
-            value |= ((byte & 0x7f) as u64).checked_shl(shift).ok_or(Stop::Bad)?;
-            if byte & 0x80 == 0 {
-                return Ok(value);
-            }
-            shift += 7;
-            if shift > 63 {
-                return Err(Stop::Bad);
-            }
-        }
-    }
-
-    /// `stream.length`: a compact length (the varint less one) or an INT32 (an INT16 for strings).
-    pub(crate) fn length(&mut self, flexible: bool, wide: bool) -> Got<i64> {
-        if flexible {
-            Ok(i64::try_from(self.uvarint()?).map_err(|_| Stop::Bad)? - 1)
-        } else if wide {
-            Ok(self.i32()? as i64)
-        } else {
-            Ok(self.i16()? as i64)
-        }
-    }
-
-    /// An array's length (none: 0), refused where it is beyond any real message or where
-    /// `min_each` bytes an element cannot fit in what is left of the body: such a count ends the
-    /// digest at once, instead of its elements being looked for.
-    pub(crate) fn count(&mut self, flexible: bool, min_each: usize) -> Got<i64> {
-        let n = self.length(flexible, true)?.max(0);
-        if n > MAX_ARRAY || (n as u128) * (min_each as u128) > self.left() as u128 {
-            return Err(Stop::Bad);
-        }
-        Ok(n)
-    }
-
-    /// A string passed over (it must be UTF-8, as the codec decodes it).
-    pub(crate) fn string(&mut self, flexible: bool) -> Got<()> {
-        let n = self.length(flexible, false)?;
-        if n >= 0 {
-            let len = usize::try_from(n).map_err(|_| Stop::Bad)?;
-            std::str::from_utf8(self.take(len)?).map_err(|_| Stop::Bad)?;
-        }
-        Ok(())
-    }
-}
-
-/// A varint at `p` of `b`: its value and the position after it; None where it runs past `b`
-/// or is longer than ten bytes.
-#[inline]
-fn varint_at(b: &[u8], p: usize) -> Option<(u64, usize)> {
-    let first = *b.get(p)?;
-    if first & 0x80 == 0 {
-        return Some((u64::from(first), p + 1)); // nearly every tag's number and size
-    }
-    let mut c = Cursor { b, p, unfed: 0 };
-    let v = c.uvarint().ok()?;
-    Some((v, c.p))
 }
 
 /// Up to `left` tags lying whole in `b` from `p`, passed over in one loop: the position after
@@ -173,11 +61,6 @@ enum TagRead {
     Size(usize),
 }
 
-/// A tag buffer's least size an element: a tag and a size of one byte each.
-pub(crate) const TAG_MIN: usize = 2;
-/// `stream.MAX_TAGS`: a tag buffer that claims more tags than this is beyond any real message
-/// (a struct's tagged fields are a handful); its body is not followed.
-pub const MAX_TAGS: u64 = 1 << 12;
 /// The most a digest's skeleton may hold (the body less its records): an answer's fields and
 /// tags for some hundred thousand partitions. A body whose skeleton would be bigger is not
 /// followed (`finish` is None): the Python road reports it as not decoded, and the core keeps
@@ -285,13 +168,9 @@ impl Walk {
 /// (`Stop::Bad`) ends the digest at once: its bytes from then on are passed over, not kept, and
 /// `finish` says so (None).
 pub struct Digester {
-    flex: bool,
-    /// the steps of this message's version (`layout.rs`, from Kafka's JSON spec), and the one
-    /// under way
-    program: &'static [Op],
-    pc: usize,
-    /// the arrays under way: each one's step and its elements still to read after this one
-    arrays: Vec<(usize, i64)>,
+    /// where it stands in the steps of this message's version (`program.rs`; `layout.rs`, from
+    /// Kafka's JSON spec)
+    place: Place,
     skeleton: Vec<u8>,
     /// the skeleton's bytes read so far
     pos: usize,
@@ -324,7 +203,7 @@ impl Digester {
     }
 
     fn made(program: &'static [Op], flex: bool, size: usize) -> Self {
-        Digester { flex, program, pc: 0, arrays: Vec::with_capacity(4), skeleton: Vec::with_capacity(256), pos: 0,
+        Digester { place: Place::new(program, flex), skeleton: Vec::with_capacity(256), pos: 0,
                    tags_left: None, tag_read: TagRead::Nothing, walk: None, stats: Vec::new(), followed: true,
                    unfed: size, examined: 0 }
     }
@@ -384,12 +263,12 @@ impl Digester {
                 None => return self.refuse(),
             }
         }
-        self.pc += 1;
+        self.place.passed();
     }
 
     /// Every step read: what is left is the rest, kept as it came.
     fn at_rest(&self) -> bool {
-        self.program.get(self.pc) == Some(&Op::Rest)
+        self.place.at_rest()
     }
 
     /// One step of a tag buffer (its count, a tag's number, its size, its bytes): true when the
@@ -455,7 +334,7 @@ impl Digester {
     fn records(&mut self, at: usize, start: usize, size: usize) {
         let tail = self.skeleton.split_off(start);
         self.skeleton.truncate(at);
-        if self.flex {
+        if self.place.flex {
             self.skeleton.push(1); // a compact length of 0 ...
         } else {
             self.skeleton.extend_from_slice(&0i32.to_be_bytes()); // ... or an INT32 one
@@ -475,32 +354,11 @@ impl Digester {
     /// One step read from `c`, the program moved on; for a records field, where it lies
     /// (`records`' arguments) instead of its being read.
     fn step(&mut self, c: &mut Cursor) -> Got<Option<(usize, usize, usize)>> {
-        let flex = self.flex;
-        let Some(&op) = self.program.get(self.pc) else { return Err(Stop::Bad) };
-        match op {
-            Op::Fixed(n) => c.skip(n)?,
-            Op::Str => c.string(flex)?,
-            Op::Array { end, least } => {
-                let n = c.count(flex, least)?;
-                if n > 0 {
-                    self.arrays.push((self.pc, n - 1));
-                } else {
-                    self.pc = end; // past its End
-                }
-            }
-            Op::End => match self.arrays.last_mut() {
-                Some((start, left)) if *left > 0 => {
-                    *left -= 1;
-                    self.pc = *start; // the next element's first step
-                }
-                Some(_) => {
-                    self.arrays.pop();
-                }
-                None => return Err(Stop::Bad),
-            },
-            Op::Records => {
+        match self.place.step(c)? {
+            None | Some(Met::Rest) => {}
+            Some(Met::Records) => {
                 let at = c.p;
-                let n = c.length(flex, true)?;
+                let n = c.length(self.place.flex, true)?;
                 if n >= 0 {
                     let size = usize::try_from(n).map_err(|_| Stop::Bad)?;
                     if size > c.left() {
@@ -508,15 +366,14 @@ impl Digester {
                     }
                     return Ok(Some((at, c.p, size))); // field_walked moves the program on
                 }
+                self.place.passed(); // a null records field
             }
-            Op::Tags => {
-                if !self.tag_step(c)? {
-                    return Ok(None); // the buffer goes on
-                }
+            Some(Met::Tags) => {
+                if self.tag_step(c)? {
+                    self.place.passed();
+                } // else the buffer goes on
             }
-            Op::Rest => return Ok(None),
         }
-        self.pc += 1;
         Ok(None)
     }
 }

@@ -9,8 +9,9 @@
 
 use pyo3::prelude::*;
 
-use crate::digest::{Cursor, Got, Stop, MAX_TAGS, TAG_MIN};
+use crate::cursor::{Cursor, Got, Stop, MAX_TAGS, TAG_MIN};
 use crate::layout::{self, Layouts, Op};
+use crate::program::{Met, Place};
 use crate::wire::{FETCH, PRODUCE};
 
 /// The layouts of the answers to `api_key` this check reads (Fetch's, Produce's), else None:
@@ -47,42 +48,23 @@ pub fn names_brokers(layouts: &Layouts, version: i16, body: &[u8]) -> bool {
     !matches!(walk(program, flex, &mut c).and_then(|()| top_tags_lack(&mut c, tag)), Ok(true))
 }
 
-/// The program walked up to its `Rest` (the top-level tag buffer, in an answer).
-fn walk(program: &[Op], flex: bool, c: &mut Cursor) -> Got<()> {
-    let mut pc = 0;
-    let mut arrays: Vec<(usize, i64)> = Vec::new();
+/// The program walked up to its `Rest` (the top-level tag buffer, in an answer; `program.rs`
+/// reads every other step), records passed over by their length, tag buffers whole.
+fn walk(program: &'static [Op], flex: bool, c: &mut Cursor) -> Got<()> {
+    let mut place = Place::new(program, flex);
     loop {
-        match *program.get(pc).ok_or(Stop::Bad)? {
-            Op::Fixed(n) => c.skip(n)?,
-            Op::Str => c.string(flex)?,
-            Op::Array { end, least } => {
-                let n = c.count(flex, least.max(1))?;
-                if n > 0 {
-                    arrays.push((pc, n - 1));
-                } else {
-                    pc = end;
-                }
-            }
-            Op::End => match arrays.last_mut() {
-                Some((start, left)) if *left > 0 => {
-                    *left -= 1;
-                    pc = *start;
-                }
-                Some(_) => {
-                    arrays.pop();
-                }
-                None => return Err(Stop::Bad),
-            },
-            Op::Records => {
+        match place.step(c)? {
+            None => continue,
+            Some(Met::Rest) => return Ok(()),
+            Some(Met::Records) => {
                 let n = c.length(flex, true)?;
                 if n > 0 {
                     c.skip(usize::try_from(n).map_err(|_| Stop::Bad)?)?;
                 }
             }
-            Op::Tags => tags(c, |_, _| ())?,
-            Op::Rest => return Ok(()),
+            Some(Met::Tags) => tags(c, |_, _| ())?,
         }
-        pc += 1;
+        place.passed();
     }
 }
 

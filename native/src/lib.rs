@@ -42,9 +42,11 @@ use pyo3::prelude::*;
 
 mod batches;
 mod columns;
+mod cursor;
 mod digest;
 mod endpoints;
 mod layout;
+mod program;
 mod relay;
 mod stamps;
 mod step;
@@ -81,8 +83,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("RELAY_SPARE_HELD_BYTES", relay::SPARE_HELD_BYTES)?;
     m.add("RELAY_PRESENT", (relay::HAS_DATA, relay::HAS_RECORDS, relay::HAS_HANDED, relay::HAS_DIGEST, relay::HAS_REASON))?;
     m.add("DIGEST_STATS_WIDTH", digest::STATS_WIDTH)?;
-    m.add("DIGEST_MAX_ARRAY", digest::MAX_ARRAY)?;
-    m.add("DIGEST_MAX_TAGS", digest::MAX_TAGS)?;
+    m.add("DIGEST_MAX_ARRAY", cursor::MAX_ARRAY)?;
+    m.add("DIGEST_MAX_TAGS", cursor::MAX_TAGS)?;
     m.add_function(wrap_pyfunction!(digest::digest_fetch, m)?)?;
     m.add_function(wrap_pyfunction!(endpoints::py_names_brokers, m)?)?;
     m.add("WIRE_RECORD_WIDTH", wire::RECORD_WIDTH)?;
