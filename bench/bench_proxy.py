@@ -91,16 +91,25 @@ HAPROXY_TLS, RELAYED_TLS_TRACED, TLS_TRACED = "haproxy-tls", "fetchlat-relay-tls
 # core carries after their first answer (relay: native), traced; -tls: its clients' TLS sessions the core's
 CENTRAL_TRACED, CENTRAL_TLS_TRACED = "fetchlat-relay-central+traces", "fetchlat-relay-central-tls+traces"
 TLS_KINDS = (HAPROXY_TLS, RELAYED_TLS_TRACED, TLS_TRACED, CENTRAL_TLS_TRACED)
-RELAY_KINDS = (RELAYED, RELAYED_TRACED, RELAYED_TLS_TRACED, CENTRAL_TRACED, CENTRAL_TLS_TRACED)  # relay: native
+# TLS to the broker (round trips only; Tansu speaks no TLS, so a TLS terminator, haproxy, stands in
+# front of it as the broker's TLS listener, its CPU not counted): haproxy in TCP mode opening TLS to
+# it; fetchlat as the broker's sidecar with --upstream-tls, its broker sessions the native core's
+# from their first byte (relay: native), traced
+HAPROXY_UPSTREAM_TLS, RELAYED_UPSTREAM_TLS_TRACED = "haproxy-upstream-tls", "fetchlat-relay-upstream-tls+traces"
+UPSTREAM_TLS_KINDS = (HAPROXY_UPSTREAM_TLS, RELAYED_UPSTREAM_TLS_TRACED)
+TERMINATOR = 3  # the TLS terminator's port, over a path's base port
+RELAY_KINDS = (RELAYED, RELAYED_TRACED, RELAYED_TLS_TRACED, CENTRAL_TRACED, CENTRAL_TLS_TRACED,
+               RELAYED_UPSTREAM_TLS_TRACED)  # relay: native
 # the default paths: the proxy's default road (relay: auto, a sidecar's connections carried by the core)
 # and the event loop's, each with traces off and on, against the floors
 TARGETS = ("direct", "haproxy", "relay", RELAYED, RELAYED_TRACED, "fetchlat", "fetchlat+traces", "fetchlat-py")
 SHORT = {SPIKE: "spike", SPIKE_TRACED: "spikeT", RELAYED: "road", RELAYED_TRACED: "roadT",
          RELAYED_TLS_TRACED: "roadTLS", TLS_TRACED: "loopTLS", CENTRAL_TRACED: "centT",
-         CENTRAL_TLS_TRACED: "centTLS"}  # the report's ratio heads
+         CENTRAL_TLS_TRACED: "centTLS", RELAYED_UPSTREAM_TLS_TRACED: "upTLS"}  # the report's ratio heads
 TRACED_KINDS = (TRACED, RELAYED_TRACED, RELAYED_TLS_TRACED, TLS_TRACED, CENTRAL_TRACED,
-                CENTRAL_TLS_TRACED)  # the fetchlat paths with --trace-dir
-SIDECAR_KINDS = (RELAYED, RELAYED_TRACED, RELAYED_TLS_TRACED, TLS_TRACED)  # fetchlat as Tansu's sidecar too
+                CENTRAL_TLS_TRACED, RELAYED_UPSTREAM_TLS_TRACED)  # the fetchlat paths with --trace-dir
+# fetchlat as Tansu's sidecar too
+SIDECAR_KINDS = (RELAYED, RELAYED_TRACED, RELAYED_TLS_TRACED, TLS_TRACED, RELAYED_UPSTREAM_TLS_TRACED)
 METRICS_PORTS: dict[int, int] = {}  # a fetchlat's pid -> its /metrics port
 NODE = 111  # Tansu's node id
 BROKERS = ("tansu", "kafka")
@@ -134,17 +143,19 @@ def target(kind: str, work: Path, broker: str = "tansu") -> Iterator[tuple[int, 
     """A fresh broker, fronted as ``kind``: yields (client port, proxy pid or None, broker port).
     In front of Tansu fetchlat routes (it rewrites the broker's own address); in front of Kafka
     it is the broker's sidecar, on the port the broker advertises, as haproxy and the relay are."""
-    base = free_port_block(0, 1, 2, 2 + 1 + NODE, 1002)
+    base = free_port_block(0, 1, 2, TERMINATOR, 2 + 1 + NODE, 1002)
     front = base + 2
     sidecar = kind.startswith("fetchlat") and (broker == "kafka" or kind in SIDECAR_KINDS)
     # relays cannot rewrite metadata
     spike_sidecar = broker == "kafka" and kind in (SPIKE, SPIKE_TRACED)
-    advertised = front if kind in ("haproxy", HAPROXY_TLS, "relay") or sidecar or spike_sidecar else None
+    advertised = front if kind in ("haproxy", HAPROXY_TLS, HAPROXY_UPSTREAM_TLS, "relay") or sidecar or spike_sidecar \
+        else None
     procs: list[subprocess.Popen[bytes]] = []
     log = open(work / f"{broker}-{kind}-{base}.log", "wb")  # noqa: SIM115 - closed below
     try:
         with _broker(broker, work, base, advertised, log) as broker_port, \
-                _front(kind, work, base, front, broker_port, sidecar, log, procs, broker):
+                _terminated(kind, work, base, broker_port, log) as upstream_port, \
+                _front(kind, work, base, front, upstream_port, sidecar, log, procs, broker):
             pid = procs[-1].pid if procs else None
             if kind.startswith("fetchlat") and pid is not None:
                 settle_calibration(front, broker_port, pid, certs(work).ca if kind in TLS_KINDS else None)
@@ -153,6 +164,26 @@ def target(kind: str, work: Path, broker: str = "tansu") -> Iterator[tuple[int, 
     finally:
         stop_processes(procs)
         log.close()
+
+
+@contextlib.contextmanager
+def _terminated(kind: str, work: Path, base: int, broker_port: int, log: Any) -> Iterator[int]:
+    """The port a path's proxy connects to: the broker's, or for the paths with TLS to the broker a
+    TLS terminator's in front of it (haproxy, its certificate the test authority's, for 127.0.0.1)."""
+    if kind not in UPSTREAM_TLS_KINDS:
+        yield broker_port
+        return
+    cfg = work / f"terminator-{base}.cfg"
+    cfg.write_text("global\n  maxconn 4096\ndefaults\n  mode tcp\n  timeout connect 5s\n"
+                   "  timeout client 5m\n  timeout server 5m\n"
+                   f"frontend f\n  bind 127.0.0.1:{base + TERMINATOR} ssl crt {haproxy_pem(work)}\n"
+                   f"  default_backend b\nbackend b\n  server s 127.0.0.1:{broker_port}\n")
+    proc = subprocess.Popen(["haproxy", "-f", str(cfg), "-db"], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: connects(base + TERMINATOR), "the TLS terminator")
+        yield base + TERMINATOR
+    finally:
+        stop_processes([proc])
 
 
 def trace_dir(work: Path, front: int) -> Path:
@@ -169,14 +200,16 @@ def _front(kind: str, work: Path, base: int, front: int, broker_port: int, sidec
         if kind == "direct":
             yield
             return
-        if kind in ("haproxy", HAPROXY_TLS):
+        if kind in ("haproxy", HAPROXY_TLS, HAPROXY_UPSTREAM_TLS):
             cfg = work / f"haproxy-{base}.cfg"
             # terminating TLS itself where it is asked to (its certificate and key in one file)
             tls = f" ssl crt {haproxy_pem(work)}" if kind == HAPROXY_TLS else ""
+            # opening TLS to the broker itself, verifying it as fetchlat does
+            back_tls = f" ssl verify required ca-file {certs(work).ca}" if kind == HAPROXY_UPSTREAM_TLS else ""
             cfg.write_text("global\n  maxconn 4096\ndefaults\n  mode tcp\n  timeout connect 5s\n"
                            "  timeout client 5m\n  timeout server 5m\n"
                            f"frontend f\n  bind 127.0.0.1:{front}{tls}\n  default_backend b\n"
-                           f"backend b\n  server s 127.0.0.1:{broker_port}\n")
+                           f"backend b\n  server s 127.0.0.1:{broker_port}{back_tls}\n")
             procs.append(subprocess.Popen([*wrap, "haproxy", "-f", str(cfg), "-db"], stdout=log,
                                           stderr=subprocess.STDOUT))
         elif kind in (SPIKE, SPIKE_TRACED):
@@ -201,6 +234,8 @@ def _front(kind: str, work: Path, base: int, front: int, broker_port: int, sidec
             if kind in TLS_KINDS:
                 c = certs(work)
                 relay += ["--tls-cert", str(c.server.cert), "--tls-key", str(c.server.key)]
+            if kind in UPSTREAM_TLS_KINDS:
+                relay += ["--upstream-tls", "--upstream-ca", str(certs(work).ca)]
             procs.append(subprocess.Popen(
                 [*wrap, sys.executable, "-m", "fetchlat.app", "proxy", "--upstream", f"127.0.0.1:{broker_port}",
                  "--listen", f"127.0.0.1:{front}", "--metrics-listen", f"127.0.0.1:{base + 1002}",
@@ -520,7 +555,7 @@ def trace_rows(pid: int | None) -> tuple[float, float]:
 def measure(kind: str, args: argparse.Namespace, work: Path, broker: str = "tansu") -> dict[str, Any]:
     res: dict[str, Any] = {}
     # the TLS paths: round trips alone (the perf tools and librdkafka phases speak plaintext)
-    throughput = not args.round_trips_only and kind not in TLS_KINDS
+    throughput = not args.round_trips_only and kind not in (*TLS_KINDS, *UPSTREAM_TLS_KINDS)
     if broker == "kafka" and throughput:
         kafka_tools_phase(kind, args, work, res)
     if args.rdkafka and throughput:
@@ -600,7 +635,8 @@ def main() -> int:
     ap.add_argument("--paths", default=",".join(TARGETS),
                     help=f"the paths to measure, in a comma list (default {','.join(TARGETS)}; also {NO_CORE}, "
                          f"{ROUTED}, {SPIKE}, {SPIKE_TRACED}, {RELAYED}, {RELAYED_TRACED}; TLS to the clients, "
-                         f"round trips only: {', '.join(TLS_KINDS)})")
+                         f"round trips only: {', '.join(TLS_KINDS)}; TLS to the broker, round trips "
+                         f"only: {', '.join(UPSTREAM_TLS_KINDS)})")
     args = ap.parse_args()
     targets = tuple(args.paths.split(","))
     work = Path(tempfile.mkdtemp(prefix="fetchlat-bench-"))
@@ -648,11 +684,15 @@ def render(report: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
     # the TLS paths against haproxy terminating TLS itself
     tls = ([t for t in (RELAYED_TLS_TRACED, TLS_TRACED, CENTRAL_TLS_TRACED) if t in targets]
            if HAPROXY_TLS in targets else [])
+    # the paths with TLS to the broker against haproxy opening TLS to it
+    up_tls = [RELAYED_UPSTREAM_TLS_TRACED] if {RELAYED_UPSTREAM_TLS_TRACED, HAPROXY_UPSTREAM_TLS} <= set(targets) \
+        else []
     lines = [f"{'measure':42}{head} {'fl/hap':>7} {'fl/dir':>7} {'rl/hap':>7} {'fl/rly':>7} {'py/rly':>7}"
              f" {'tr/hap':>7} {'tr/rly':>7} {'tr/fl':>7}" + "".join(f" {SHORT[t]:>7}/hap {SHORT[t]:>7}/rly"
                                                                        for t in spike)
              + (f" {'roadT/road':>11}" if both_roads else "")
-             + "".join(f" {SHORT[t] + '/hapTLS':>15}" for t in tls)]
+             + "".join(f" {SHORT[t] + '/hapTLS':>15}" for t in tls)
+             + "".join(f" {SHORT[t] + '/hapUpTLS':>15}" for t in up_tls)]
     for k, row in report.items():
         cells = []
         for t in targets:
@@ -666,7 +706,8 @@ def render(report: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
                   f" {ratio(TRACED, 'haproxy'):>7} {ratio(TRACED, 'relay'):>7} {ratio(TRACED, 'fetchlat'):>7}"
                   + "".join(f" {ratio(t, 'haproxy'):>11} {ratio(t, 'relay'):>11}" for t in spike)
                   + (f" {ratio(RELAYED_TRACED, RELAYED):>11}" if both_roads else "")
-                  + "".join(f" {ratio(t, HAPROXY_TLS):>15}" for t in tls))
+                  + "".join(f" {ratio(t, HAPROXY_TLS):>15}" for t in tls)
+                  + "".join(f" {ratio(t, HAPROXY_UPSTREAM_TLS):>15}" for t in up_tls))
         lines.append(f"{k:42}" + "".join(f" {c:>16}" for c in cells) + ratios)
     lines.append("added over direct, paired on the same broker (median of per-request differences; p99: the "
                  "path's p99 minus direct's):")
