@@ -21,7 +21,7 @@ Owns: which events become which samples and rows. Must never: read clocks, do I/
 from __future__ import annotations
 
 import dataclasses
-from typing import TypeVar
+from typing import Final, TypeVar
 
 from ..protocol.apis import API_VERSIONS, DESCRIBE_CLUSTER, FIND_COORDINATOR, LIST_OFFSETS, METADATA, api_name
 from ..protocol.events import (
@@ -47,7 +47,7 @@ from .vocabulary import Outcome
 Exchanged = TypeVar("Exchanged", FetchExchanged, ProduceExchanged)
 # Requests a broker answers without waiting on anything: their round trips teach the model the
 # network between a proxy and its brokers (``LatencyModel.learn_round_trip``)
-ROUND_TRIP_APIS = frozenset((API_VERSIONS, METADATA, LIST_OFFSETS, FIND_COORDINATOR, DESCRIBE_CLUSTER))
+ROUND_TRIP_APIS: Final = frozenset((API_VERSIONS, METADATA, LIST_OFFSETS, FIND_COORDINATOR, DESCRIBE_CLUSTER))
 
 
 class Observer:

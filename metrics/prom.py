@@ -281,8 +281,8 @@ class FetchSessionCounters(Collector):
         yield live
 
 
-OTHER = "other"
-MAX_WINDOW_NS = 60 * 1_000_000_000
+OTHER: Final = "other"
+MAX_WINDOW_NS: Final = 60 * 1_000_000_000
 
 
 class WindowedMax:

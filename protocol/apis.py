@@ -68,21 +68,33 @@ def api_name(key: int) -> str:
     return api.name if api else "unknown"
 
 
+# each api's flexible versions, requests' then responses' (lo, hi, lo, hi), as plain ints: the header
+# rules read them for every request the codec parses (a ``Versions`` is an interpreted class, whose
+# fields cost a dict lookup each); filled from ``table`` at the first call
+_FLEXIBLE: Final[dict[int, tuple[int, int, int, int]]] = {}
+
+
+def _flexible(key: int) -> tuple[int, int, int, int] | None:
+    if not _FLEXIBLE:
+        for k, a in table().items():
+            _FLEXIBLE[k] = (a.request_flexible.lo, a.request_flexible.hi, a.response_flexible.lo,
+                            a.response_flexible.hi)
+    return _FLEXIBLE.get(key)
+
+
 def request_header_version(key: int, version: int) -> int:
-    api = table().get(key)
     if key == CONTROLLED_SHUTDOWN and version == 0:
         return 0
-    if api is None:
+    flexible = _flexible(key)
+    if flexible is None:
         return 1
-    flexible = api.request_flexible  # a schema.Versions; compared inline (its ``in`` runs interpreted)
-    return 2 if flexible.lo <= version <= flexible.hi else 1
+    return 2 if flexible[0] <= version <= flexible[1] else 1
 
 
 def response_header_version(key: int, version: int) -> int:
     if key == API_VERSIONS:
         return 0
-    api = table().get(key)
-    if api is None:
+    flexible = _flexible(key)
+    if flexible is None:
         return 0
-    flexible = api.response_flexible
-    return 1 if flexible.lo <= version <= flexible.hi else 0
+    return 1 if flexible[2] <= version <= flexible[3] else 0

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import uuid as _uuid
 from dataclasses import dataclass
+from typing import Final
 
 from . import stream as s
 from .primitives import I32, I64
 from .stream import BatchStats, Parser, Reader
 
-MIN_VERSION = 4
-MAX_VERSION = 18
-CONSUMER_REPLICA_ID = -1
-FUTURE_LOCAL_REPLICA_ID = -3
+MIN_VERSION: Final = 4
+MAX_VERSION: Final = 18
+CONSUMER_REPLICA_ID: Final = -1
+FUTURE_LOCAL_REPLICA_ID: Final = -3
 
 
 @dataclass(slots=True, kw_only=True)
@@ -135,7 +136,7 @@ class FetchResponseInfo:
         return sum(p.batches.size_bytes for p in self.partitions if p.batches is not None)
 
 
-NODE_ENDPOINTS_TAG = 0  # Fetch v16+ top-level tag (KIP-951)
+NODE_ENDPOINTS_TAG: Final = 0  # Fetch v16+ top-level tag (KIP-951)
 
 
 def parse_request(version: int) -> Parser[FetchRequestInfo]:

@@ -50,7 +50,7 @@ def skip_tag_buffer(buf: Buf, pos: int) -> int:
 # every id holds ~2.3 of the interpreter's blocks, and with clients that make a new id per
 # connection (a soak's ~95 a minute per sidecar) 4 096 filled over 43 minutes and fell, a
 # 9 000-object sawtooth in a 2-hour memory fit; 512 turns over within minutes.
-_CLIENT_IDS: dict[bytes, str] = {}
+_CLIENT_IDS: Final[dict[bytes, str]] = {}
 CLIENT_IDS_KEPT: Final = 512
 
 

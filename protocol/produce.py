@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import uuid as _uuid
 from dataclasses import dataclass
+from typing import Final
 
 from . import stream as s
 from .stream import BatchStats, Parser, Reader
 
-MIN_VERSION = 3
-MAX_VERSION = 13
+MIN_VERSION: Final = 3
+MAX_VERSION: Final = 13
 
 
 @dataclass(slots=True, kw_only=True)
@@ -82,7 +83,7 @@ class ProduceResponseInfo:
         self.node_endpoints = node_endpoints
 
 
-NODE_ENDPOINTS_TAG = 0  # Produce v10+ top-level tag (KIP-951)
+NODE_ENDPOINTS_TAG: Final = 0  # Produce v10+ top-level tag (KIP-951)
 
 
 def parse_request(version: int) -> Parser[ProduceRequestInfo]:

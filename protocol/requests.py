@@ -40,7 +40,7 @@ def _sasl_mechanism(buf: Buf, pos: int) -> str | None:
     return mech
 
 
-_TWINS: dict[tuple[int, int], Twin] = {}
+_TWINS: Final[dict[tuple[int, int], Twin]] = {}
 
 
 def _twin(api_key: int, v: int) -> Twin:

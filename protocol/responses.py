@@ -108,7 +108,7 @@ def _check_correlation(corr: int, head: InFlight) -> None:
         raise FramingError(f"response correlation id {corr} does not match the oldest request's {head.correlation_id}")
 
 
-_TWINS: dict[tuple[int, int, int | None], Twin] = {}
+_TWINS: Final[dict[tuple[int, int, int | None], Twin]] = {}
 
 
 def _twin(api_key: int, v: int, wait_time_tag: int | None) -> Twin:

@@ -17,6 +17,7 @@ decoders against the spec-driven walker on generated messages.
 from __future__ import annotations
 
 import uuid as _uuid
+from typing import Final
 
 from . import stream as s
 from .fetch import (
@@ -28,8 +29,8 @@ from .fetch import (
 )
 from .stream import Parser, Reader
 
-MIN_VERSION = 0
-MAX_VERSION = 2
+MIN_VERSION: Final = 0
+MAX_VERSION: Final = 2
 
 
 def parse_request(version: int) -> Parser[FetchRequestInfo]:

@@ -37,7 +37,7 @@ MAX_ARRAY: Final = 1 << 24  # a sanity bound: arrays longer than this are corrup
 # than this is not read (a hostile count, or millions of legal two-byte tags, would otherwise hold
 # the event loop for a second per MiB, tag by tag); its message is reported as not decoded
 MAX_TAGS: Final = 1 << 12
-_CORE = native.core()
+_CORE: Final = native.core()
 # The native core's walk of a records blob whole in the buffer (``native/src/lib.rs``), or None:
 # ``walk`` below, the same rules in Python (tests/protocol/test_batches_native.py holds the two
 # to the same figures)
@@ -200,7 +200,7 @@ def string(r: Reader, flexible: bool) -> Parser[str | None]:
 # response, and so do a group's or a rack's: each distinct short string is decoded once, and the
 # one str object (its hash kept) serves every parse. Past TEXTS_KEPT distinct strings the memo
 # starts over; a string longer than TEXT_KEPT_BYTES is decoded every time (the memo stays small).
-_TEXTS: dict[bytes, str] = {}
+_TEXTS: Final[dict[bytes, str]] = {}
 TEXTS_KEPT: Final = 1024
 TEXT_KEPT_BYTES: Final = 255
 
@@ -224,7 +224,7 @@ def text_of(raw: bytes) -> str:
 # each distinct one is made a UUID once (uuid.UUID's constructor is Python code, ~1 µs). UUIDs
 # are immutable, so one object serves every parse. Past UUIDS_KEPT distinct ids the memo starts
 # over (a miss only builds the object again).
-_UUIDS: dict[bytes, _uuid.UUID] = {}
+_UUIDS: Final[dict[bytes, _uuid.UUID]] = {}
 UUIDS_KEPT: Final = 1024
 
 

@@ -53,9 +53,9 @@ _TIMESPEC: Final = struct.Struct("qq")
 _BUF: Final = bytearray(READ_BYTES)
 _VIEW: Final = memoryview(_BUF)
 _BUFS: Final = [_VIEW]
-_CORE = native.core()
+_CORE: Final = native.core()
 # the native core's reader (it owns its own buffer, the same size), or None: the Python road
-_NATIVE_RECV = _CORE.StampedRecv() if _CORE is not None else None
+_NATIVE_RECV: Final = _CORE.StampedRecv() if _CORE is not None else None
 _WALL: Final = clock.WallOffset()  # moves the kernel's CLOCK_REALTIME stamps onto the monotonic clock
 
 
