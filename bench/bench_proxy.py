@@ -173,11 +173,8 @@ def _terminated(kind: str, work: Path, base: int, broker_port: int, log: Any) ->
     if kind not in UPSTREAM_TLS_KINDS:
         yield broker_port
         return
-    cfg = work / f"terminator-{base}.cfg"
-    cfg.write_text("global\n  maxconn 4096\ndefaults\n  mode tcp\n  timeout connect 5s\n"
-                   "  timeout client 5m\n  timeout server 5m\n"
-                   f"frontend f\n  bind 127.0.0.1:{base + TERMINATOR} ssl crt {haproxy_pem(work)}\n"
-                   f"  default_backend b\nbackend b\n  server s 127.0.0.1:{broker_port}\n")
+    cfg = haproxy_cfg(work / f"terminator-{base}.cfg", f"{base + TERMINATOR} ssl crt {haproxy_pem(work)}",
+                      str(broker_port))
     proc = subprocess.Popen(["haproxy", "-f", str(cfg), "-db"], stdout=log, stderr=subprocess.STDOUT)
     try:
         wait_until(lambda: connects(base + TERMINATOR), "the TLS terminator")
@@ -201,15 +198,11 @@ def _front(kind: str, work: Path, base: int, front: int, broker_port: int, sidec
             yield
             return
         if kind in ("haproxy", HAPROXY_TLS, HAPROXY_UPSTREAM_TLS):
-            cfg = work / f"haproxy-{base}.cfg"
             # terminating TLS itself where it is asked to (its certificate and key in one file)
             tls = f" ssl crt {haproxy_pem(work)}" if kind == HAPROXY_TLS else ""
             # opening TLS to the broker itself, verifying it as fetchlat does
             back_tls = f" ssl verify required ca-file {certs(work).ca}" if kind == HAPROXY_UPSTREAM_TLS else ""
-            cfg.write_text("global\n  maxconn 4096\ndefaults\n  mode tcp\n  timeout connect 5s\n"
-                           "  timeout client 5m\n  timeout server 5m\n"
-                           f"frontend f\n  bind 127.0.0.1:{front}{tls}\n  default_backend b\n"
-                           f"backend b\n  server s 127.0.0.1:{broker_port}{back_tls}\n")
+            cfg = haproxy_cfg(work / f"haproxy-{base}.cfg", f"{front}{tls}", f"{broker_port}{back_tls}")
             procs.append(subprocess.Popen([*wrap, "haproxy", "-f", str(cfg), "-db"], stdout=log,
                                           stderr=subprocess.STDOUT))
         elif kind in (SPIKE, SPIKE_TRACED):
@@ -286,6 +279,16 @@ def certs(work: Path) -> Certs:
     return Certs(ca=d / "ca.pem", server=Pair(d / "server.pem", d / "server.key"),
                  client=Pair(d / "client.pem", d / "client.key"), rogue_ca=d / "rogue-ca.pem",
                  rogue_client=Pair(d / "rogue-client.pem", d / "rogue-client.key"))
+
+
+def haproxy_cfg(cfg: Path, bind: str, server: str) -> Path:
+    """An haproxy configuration in TCP mode, written to ``cfg``: one frontend bound to
+    127.0.0.1:``bind``, one server at 127.0.0.1:``server`` (each with its TLS words, if any)."""
+    cfg.write_text("global\n  maxconn 4096\ndefaults\n  mode tcp\n  timeout connect 5s\n"
+                   "  timeout client 5m\n  timeout server 5m\n"
+                   f"frontend f\n  bind 127.0.0.1:{bind}\n  default_backend b\n"
+                   f"backend b\n  server s 127.0.0.1:{server}\n")
+    return cfg
 
 
 def haproxy_pem(work: Path) -> Path:

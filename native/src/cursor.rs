@@ -9,7 +9,7 @@
 pub const MAX_ARRAY: i64 = 1 << 24;
 
 /// A tag buffer's least size an element: a tag and a size of one byte each.
-pub(crate) const TAG_MIN: usize = 2;
+const TAG_MIN: usize = 2;
 /// `stream.MAX_TAGS`: a tag buffer that claims more tags than this is beyond any real message
 /// (a struct's tagged fields are a handful); its body is not followed.
 pub const MAX_TAGS: u64 = 1 << 12;
@@ -97,6 +97,16 @@ impl<'a> Cursor<'a> {
     pub(crate) fn count(&mut self, flexible: bool, min_each: usize) -> Got<i64> {
         let n = self.length(flexible, true)?.max(0);
         if n > MAX_ARRAY || (n as u128) * (min_each as u128) > self.left() as u128 {
+            return Err(Stop::Bad);
+        }
+        Ok(n)
+    }
+
+    /// A tag buffer's count, refused where it is beyond any real message (`MAX_TAGS`) or where its
+    /// tags (`TAG_MIN` bytes each at their smallest) cannot fit in what is left of the body.
+    pub(crate) fn tag_count(&mut self) -> Got<u64> {
+        let n = self.uvarint()?;
+        if n > MAX_TAGS || (n as u128) * (TAG_MIN as u128) > self.left() as u128 {
             return Err(Stop::Bad);
         }
         Ok(n)

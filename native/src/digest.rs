@@ -21,7 +21,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use crate::batches::{batch_bytes, Batches, BATCH_HEADER_BYTES};
-use crate::cursor::{varint_at, Cursor, Got, Stop, MAX_TAGS, TAG_MIN};
+use crate::cursor::{varint_at, Cursor, Got, Stop};
 use crate::layout::{Op, FETCH, PRODUCE};
 use crate::program::{Met, Place};
 use crate::values::{i64_bytes, with_range};
@@ -275,10 +275,7 @@ impl Digester {
     /// buffer is read. Nothing changes unless the step's bytes are all here.
     fn tag_step(&mut self, c: &mut Cursor) -> Got<bool> {
         let Some(left) = self.tags_left else {
-            let n = c.uvarint()?;
-            if n > MAX_TAGS || (n as u128) * (TAG_MIN as u128) > c.left() as u128 {
-                return Err(Stop::Bad);
-            }
+            let n = c.tag_count()?;
             self.tags_left = (n > 0).then_some(n);
             return Ok(n == 0);
         };

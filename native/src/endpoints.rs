@@ -9,7 +9,7 @@
 
 use pyo3::prelude::*;
 
-use crate::cursor::{Cursor, Got, Stop, MAX_TAGS, TAG_MIN};
+use crate::cursor::{Cursor, Got, Stop};
 use crate::layout::{self, Layouts, Op};
 use crate::program::{Met, Place};
 use crate::wire::{FETCH, PRODUCE};
@@ -79,10 +79,7 @@ fn top_tags_lack(c: &mut Cursor, tag: u64) -> Got<bool> {
 
 /// A tag buffer passed over, each tag's number and value shown to `seen`.
 fn tags(c: &mut Cursor, mut seen: impl FnMut(u64, &[u8])) -> Got<()> {
-    let n = c.uvarint()?;
-    if n > MAX_TAGS || (n as u128) * (TAG_MIN as u128) > c.left() as u128 {
-        return Err(Stop::Bad);
-    }
+    let n = c.tag_count()?;
     for _ in 0..n {
         let number = c.uvarint()?;
         let size = usize::try_from(c.uvarint()?).map_err(|_| Stop::Bad)?;

@@ -5,6 +5,7 @@
 use proptest::prelude::*;
 
 use super::*;
+use crate::cursor::MAX_TAGS;
 use crate::batches::walk;
 
 /// The most bytes of one element (a partition's fields, a tag's header) read again when a piece
