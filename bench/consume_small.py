@@ -9,7 +9,9 @@ fetchlat on the event loop's road (``fetchlat``, relay off), the same with trace
 by the native core's relay (``fetchlat-relay``, ``fetchlat-relay+traces``); over TLS to the clients,
 haproxy terminating TLS itself (``haproxy-tls``, the TLS paths' baseline, run whenever one is asked
 for) and the traced sidecar with ``--tls-cert``, its clients' sessions the native core's
-(``fetchlat-relay-tls+traces``). Each figure comes twice:
+(``fetchlat-relay-tls+traces``); and a central proxy on the relay (``fetchlat-relay-central+traces``:
+a proxy away from its broker, which rewrites the broker's addresses; ``fetchlat+traces`` is the same
+on the event loop's road). Each figure comes twice:
 all the proxy's CPU during the consume, and that less what it spends idle for as long (measured
 for five seconds just before: timers, heartbeats, calibration), which the relay and haproxy do not
 spend and which a consume of a few seconds would otherwise count per GB. With traces, the
@@ -37,6 +39,7 @@ from fetchlat.proxy.heartbeat import TICK_S
 from fetchlat.proxy.traces import HOLD_NS as TRACE_HOLD_NS
 
 from bench.bench_proxy import (
+    CENTRAL_TRACED,
     DRAINED_S,
     HAPROXY_TLS,
     NO_CORE,
@@ -55,7 +58,8 @@ from bench.bench_proxy import (
 )
 from bench.procs import cpu_s
 
-KINDS = ("relay", "haproxy", "fetchlat", TRACED, NO_CORE, RELAYED, RELAYED_TRACED, HAPROXY_TLS, RELAYED_TLS_TRACED)
+KINDS = ("relay", "haproxy", "fetchlat", TRACED, NO_CORE, RELAYED, RELAYED_TRACED, HAPROXY_TLS, RELAYED_TLS_TRACED,
+         CENTRAL_TRACED)
 BASELINES = ("relay", "haproxy")  # and haproxy-tls where a TLS path runs
 
 

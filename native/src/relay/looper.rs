@@ -1,21 +1,21 @@
 //! The relay's thread: one epoll loop over its pairs (`Looper::run`): reads, frames, writes
-//! on, queues for Python; adopts, answers and ends what Python asks; stops at a full queue.
+//! on (`held.rs`: the answers held whole), queues for Python (`gather.rs`: what Python must see
+//! of a read); adopts, answers and ends what Python asks; stops at a full queue.
 
 use std::collections::HashMap;
 use std::os::fd::RawFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::digest::{Digest, Digester};
-use crate::endpoints::{answer_layouts, names_brokers};
 use crate::stamps::{recv_stamped, Read, WallOffset};
 use crate::tls::Read1;
 use crate::wire::{Framing, Ranges, Routed, Wire};
 use super::front::{Fronts, Fused};
-use super::gather::{FETCH, GATHER_BYTES, Gather, digest_ended, digest_request, gathered, routed_bytes};
-use super::memo::{Memo, Repeat};
-use super::pair::{rearm, Pair, Seg, Side, Stats, BROKER, CLIENT};
-use super::queue::{BATCH_NS, CLOSED, FROM_BROKER, FROM_CLIENT, Item, LEARN, NOTIFY_BYTES, NOTIFY_ITEMS, READY, REWRITE};
+use super::gather::{answer_items, gathered, request_items};
+use super::held::{pass_on, put_answer};
+use super::memo::Memo;
+use super::pair::{rearm, Pair, Side, Stats, BROKER, CLIENT};
+use super::queue::{BATCH_NS, CLOSED, FROM_CLIENT, Item, NOTIFY_BYTES, NOTIFY_ITEMS, READY, REWRITE};
 use super::shared::{Added, Shared};
 use super::spare::Stock;
 use super::sys::{bump, clear, epoll_set, mono_ns, nonblocking, sockopt_on, tcp_rtt_ns};
@@ -358,7 +358,6 @@ impl Looper {
                        else { "broker closed the connection".into() });
         }
         let data = if from_plain { &self.plain[..n] } else { &self.buf[..n] };
-        let to = if side == CLIENT { &mut p.broker } else { &mut p.client };
         let mut out = Routed::default();
         let framed = if side == CLIENT { p.wire.from_client(data, t_ns, &mut out) }
                      else { p.wire.from_broker(data, t_ns, &mut out) };
@@ -378,62 +377,8 @@ impl Looper {
             let held: usize = out.whole.iter().map(|&(start, end, _)| end - start).sum();
             stats.from_broker.fetch_add((n - held.min(n)) as u64, Ordering::Relaxed);
         }
-        let write_err = if side == CLIENT { "write to the broker" } else { "write to the client" };
         // the bytes as read go on first (but for answers held whole); what Python must see of them after
-        if out.whole.is_empty() && to.queue.is_empty() {
-            to.write_now(data).map_err(|e| format!("{write_err}: {e}"))?;
-        } else {
-            let mut at = 0;
-            for &(start, end, ends) in &out.whole {
-                if start > at {
-                    to.queue.push_back(Seg::Bytes(data[at..start].to_vec()));
-                }
-                if p.whole.is_empty() {
-                    to.queue.push_back(Seg::Answer { asked: false, key: None });
-                }
-                p.whole.extend_from_slice(&data[start..end]);
-                if let Some(api) = ends {
-                    let whole = std::mem::take(&mut p.whole);
-                    // a Fetch or Produce answer that names no broker goes on as it came, at once
-                    let unchanged = answer_layouts(api.0).is_some_and(|l| !names_brokers(l, api.1, &whole[8..]));
-                    let generation = self.shared.generation.load(Ordering::Relaxed);
-                    let (known, whole) = if unchanged {
-                        (Some(Repeat { frame: whole, rewritten: false, learns: false }), Vec::new())
-                    } else {
-                        (self.memo.answer(api, &whole, generation), whole)
-                    };
-                    let slot = to.queue.iter_mut().rev().find(|s| matches!(s, Seg::Answer { .. }));
-                    match (known, slot) {
-                        (Some(Repeat { frame, rewritten, learns }), Some(slot)) => {
-                            p.stats.from_broker.fetch_add(frame.len() as u64, Ordering::Relaxed);
-                            *slot = Seg::Bytes(frame);
-                            if learns {
-                                // what Python learns from it, in order (it counts the rewrite then)
-                                items.push(Item { conn: id, kind: LEARN, t_ns, t_written_ns: t_ns, python: whole,
-                                                  records: None, reason: String::new(), api: Some(api),
-                                                  counts: (0, 0), handed: Vec::new(), digest: None });
-                            } else if rewritten {
-                                *self.shared.memo_rewrites.lock().unwrap().entry(api.0).or_insert(0) += 1;
-                            }
-                        }
-                        (_, slot) => {
-                            if let Some(Seg::Answer { asked, key }) = slot {
-                                *asked = true;
-                                *key = whole.get(8..).map(|b| (api.0, api.1, b.to_vec()));
-                            }
-                            items.push(Item { conn: id, kind: REWRITE, t_ns, t_written_ns: t_ns, python: whole,
-                                              records: None, reason: String::new(), api: Some(api), counts: (0, 0),
-                                              handed: Vec::new(), digest: None });
-                        }
-                    }
-                }
-                at = end;
-            }
-            if at < n {
-                to.queue.push_back(Seg::Bytes(data[at..].to_vec()));
-            }
-            to.flush().map_err(|e| format!("{write_err}: {e}"))?;
-        }
+        pass_on(p, id, side, data, &out, &mut self.memo, &self.shared, t_ns, items)?;
         if tls_closed {
             p.client_eof = true; // its close_notify after these bytes: a half-close, as an end of stream
         }
@@ -451,118 +396,11 @@ impl Looper {
         } else {
             p.wire.drain_native()
         };
-        let kind = if side == CLIENT { FROM_CLIENT } else { FROM_BROKER };
         if side == CLIENT {
-            // a request the Python road parses that goes on past this read is gathered (whole, up
-            // to GATHER_BYTES), a big Produce digested: the Python road dates a request by its
-            // last byte, and parses it whole
-            let open = if out.rest.is_none() { out.open_from } else { None };
-            let gathered_before = p.gather_rq.take();
-            if open == Some(0) {
-                // the request gathered (or one begun in an earlier read) goes on through the whole read
-                let mut g = gathered_before.unwrap_or_else(|| Gather::new(self.stock.bytes(&self.shared.spare)));
-                match g.digester.as_mut() {
-                    Some(d) => d.feed(data), // its route was known before: nothing `held`
-                    None => {
-                        g.bytes = routed_bytes(std::mem::take(&mut g.bytes), data, &out, n);
-                        digest_request(&mut g, &p.wire);
-                    }
-                }
-                let counts = p.stats.counts();
-                if g.digester.is_none() && g.bytes.len() >= GATHER_BYTES {
-                    items.push(Item { conn: id, kind, t_ns, t_written_ns: t_ns, python: g.bytes, records,
-                                      reason: String::new(), api: None, counts, handed: Vec::new(), digest: None });
-                    return Ok(());
-                }
-                p.gather_rq = Some(g);
-                if records.is_some() {
-                    items.push(Item { conn: id, kind, t_ns, t_written_ns: t_ns, python: Vec::new(), records,
-                                      reason: String::new(), api: None, counts, handed: Vec::new(), digest: None });
-                }
-                return Ok(());
-            }
-            // the request gathered ended in this read: it (or its digest) first, then the rest routed
-            let mut digested = None;
-            let before = match gathered_before {
-                Some(Gather { bytes, digester: Some(d), .. }) => {
-                    digested = Some(Digest { head: bytes, ..digest_ended(d, data, &mut out) });
-                    Vec::new()
-                }
-                Some(g) => g.bytes,
-                None => Vec::new(),
-            };
-            let before = if before.is_empty() && !out.is_empty() { self.stock.bytes(&self.shared.spare) } else { before };
-            let python = if out.is_empty() { before } else { routed_bytes(before, data, &out, open.unwrap_or(n)) };
-            if let Some(q) = open {
-                let mut g = Gather::new(self.stock.bytes(&self.shared.spare));
-                g.bytes.extend_from_slice(&data[q..]);
-                digest_request(&mut g, &p.wire);
-                p.gather_rq = Some(g);
-            }
-            if python.is_empty() && records.is_none() && digested.is_none() {
-                return Ok(());
-            }
-            items.push(Item { conn: id, kind, t_ns, t_written_ns, python, records, reason: String::new(), api: None,
-                              counts: p.stats.counts(), handed: Vec::new(), digest: digested });
-            return Ok(());
+            request_items(p, id, data, out, records, t_ns, t_written_ns, &mut self.stock, &self.shared.spare, items);
+        } else {
+            answer_items(p, id, data, out, records, t_ns, t_written_ns, &mut self.stock, &self.shared.spare, items);
         }
-        let open = if out.rest.is_none() { out.open_from } else { None };
-        if let (Some(g), Some(0)) = (p.gather.as_mut(), open) {
-            // the answer gathered goes on through the whole read
-            g.handed.extend_from_slice(&[t_ns, t_written_ns]);
-            match g.digester.as_mut() {
-                Some(d) => d.feed(data),
-                None => {
-                    g.bytes = routed_bytes(std::mem::take(&mut g.bytes), data, &out, n);
-                    if g.bytes.len() >= GATHER_BYTES {
-                        let g = std::mem::replace(g, Gather::new(Vec::new()));
-                        items.extend(gathered(id, g, p.stats.counts()));
-                    }
-                }
-            }
-            return Ok(());
-        }
-        // an answer gathered that ended in this read: its body (or its digest) first, then the
-        // rest of what is routed
-        let mut before = Vec::new();
-        let mut digested = None;
-        let handed = match p.gather.take() {
-            Some(g) => {
-                match g.digester {
-                    Some(d) => digested = Some(digest_ended(d, data, &mut out)),
-                    None => before = g.bytes,
-                }
-                g.handed
-            }
-            None => Vec::new(),
-        };
-        if before.is_empty() && !out.is_empty() {
-            before = self.stock.bytes(&self.shared.spare); // a spare buffer, filled by routed_bytes
-        }
-        let python = if out.is_empty() { before } else { routed_bytes(before, data, &out, open.unwrap_or(n)) };
-        if let Some(q) = open {
-            // an answer the Python road parses begins its body here: a Fetch answer's digested
-            // from here on, another's gathered
-            let body = (n - q).saturating_add(p.wire.answer_left());
-            let digester = p.wire.answer_api().and_then(|(k, v)| if k == FETCH { Digester::new(v, body) } else { None });
-            let mut bytes = Vec::new();
-            match digester {
-                Some(mut d) => {
-                    d.feed(&data[q..]);
-                    p.gather = Some(Gather { digester: Some(d), ..Gather::new(bytes) });
-                }
-                None => {
-                    bytes.reserve(p.wire.answer_left().saturating_add(n - q).min(GATHER_BYTES));
-                    bytes.extend_from_slice(&data[q..]);
-                    p.gather = Some(Gather::new(bytes));
-                }
-            }
-        }
-        if python.is_empty() && records.is_none() && digested.is_none() {
-            return Ok(());
-        }
-        items.push(Item { conn: id, kind, t_ns, t_written_ns, python, records, reason: String::new(), api: None,
-                          counts: p.stats.counts(), handed, digest: digested });
         Ok(())
     }
 
@@ -617,13 +455,9 @@ impl Looper {
         let answers = std::mem::take(&mut *self.shared.answers.lock().unwrap());
         for (id, frame, generation) in answers {
             let Some(p) = self.pairs.get_mut(&id) else { continue };
-            let slot = p.client.queue.iter_mut().find(|s| matches!(s, Seg::Answer { asked: true, .. }));
-            let Some(slot) = slot else { continue }; // nothing asked: an answer to nothing is dropped
-            if let Seg::Answer { key: Some(key), .. } = std::mem::replace(slot, Seg::Bytes(Vec::new())) {
-                self.memo.remember(key, &frame, generation);
+            if !put_answer(p, frame, generation, &mut self.memo) {
+                continue; // nothing asked: an answer to nothing is dropped
             }
-            p.stats.from_broker.fetch_add(frame.len() as u64, Ordering::Relaxed);
-            *slot = Seg::Bytes(frame);
             if let Err(e) = p.client.flush() {
                 self.close(id, format!("write to the client: {e}"));
                 continue;

@@ -35,6 +35,7 @@
 
 mod front;
 mod gather;
+mod held;
 mod looper;
 mod memo;
 mod pair;
