@@ -68,7 +68,7 @@ assert RECORD.size == RECORD_BYTES
 # the compiled build on a little-endian machine reads the fields in place (librt's reader: plain
 # loads, no tuple of boxed ints per record); elsewhere the struct unpacks them
 IN_PLACE: Final = NATIVE and sys.byteorder == "little"
-# the relay's stamps of the reads an item gathers (``native/src/relay.rs``, ``Gather``): a read's
+# the relay's stamps of the reads an item gathers (``native/src/relay/gather.rs``, ``Gather``): a read's
 # stamp and the time its bytes went on, native-endian i64s, a pair per read
 HANDED: Final = struct.Struct("=2q")
 KIND_REQUEST: Final = 1
@@ -141,7 +141,7 @@ def _one_range(key: int, last: int, rule: Callable[[int, int], bool], what: str)
 
 def whole_ranges(wants: Callable[[int, int], bool]) -> list[tuple[int, int, int]]:
     """``(api_key, lo, hi)``: the requests whose answers a rewriter wants (``wants``), for a core
-    that holds those answers whole and has Python answer them (``native/src/relay.rs``, the
+    that holds those answers whole and has Python answer them (``native/src/relay/held.rs``, the
     spike's ``Relay``), on ``route_ranges``' bounds. A rule with a gap is refused (ValueError)."""
     out: list[tuple[int, int, int]] = []
     for key, api in sorted(apis.table().items()):

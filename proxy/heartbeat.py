@@ -78,7 +78,7 @@ class Heartbeat:
         self._due_ns = woke + TICK_NS
         self._handle = asyncio.get_running_loop().call_later(TICK_S, self._tick)
         if self.relay is not None:
-            self.relay.drain()  # what the core queued since the last tick (relay.rs: BATCH_NS is its fallback)
+            self.relay.drain()  # what the core queued since the last tick (relay/queue.rs: BATCH_NS is its fallback)
         if self.traces is not None:
             self.traces.columns.tick(woke)  # rows gathered go to the writer once the first has waited its hold
         if self.discovery.asks_topics():

@@ -1,5 +1,5 @@
 """The connections the native core carries: a client connection, once its first exchange is
-answered, goes from the asyncio road to the core's relay (``native/src/relay.rs``,
+answered, goes from the asyncio road to the core's relay (``native/src/relay/``,
 ``Relay``) and stays there until it closes (``relay: auto``, the default, or ``native``;
 ``docs/architecture.md``, "The native core"; its bounds and timeouts: ``docs/proxy.md``).
 
@@ -99,7 +99,7 @@ class Carried(Protocol):
     def relayed_ready(self) -> None: ...
 
 
-# a drain is flat (``relay.rs``, ``PyRelay::drain``): each item's fixed fields in ``heads`` (the
+# a drain is flat (``native/src/relay/mod.rs``, ``PyRelay::drain``): each item's fixed fields in ``heads`` (the
 # records' width, read as they are), its variable parts in ``parts``, those its ``present`` names;
 # literals, so the compiled loops step by a constant (tests/test_core_constants.py holds them to the core)
 ITEM_WIDTH: Final = 10

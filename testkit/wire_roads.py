@@ -277,7 +277,7 @@ def _handed(relay: Any, relay_client: socket.socket, relay_broker: socket.socket
 
 
 def relay_disagreement(chunks: list[Chunk], tls: TlsClient | None = None) -> str | None:
-    """The core's relay itself (``relay.rs``, over loopback sockets, each chunk written by the
+    """The core's relay itself (``native/src/relay/``, over loopback sockets, each chunk written by the
     test's client or broker end) against the Python road: where the Python road loses its framing
     (before any SaslHandshake v0, after which the core frames the broker no more), the relay ends
     the pair in the same words; otherwise it hands every byte on, in order, both ways. None when

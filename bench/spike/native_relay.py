@@ -1,4 +1,4 @@
-"""Spike: a proxy whose per-read road is the native core's alone (``native/src/relay.rs``,
+"""Spike: a proxy whose per-read road is the native core's alone (``native/src/relay/``,
 ``Relay``), with fetchlat's Python road and observer run in batches off it. Not the proxy: what
 it measures is whether that design reaches issue 42's goals before it is built out
 (``docs/performance.md``, "A native relay").

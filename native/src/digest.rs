@@ -1,5 +1,5 @@
 //! A Fetch answer's body read by the core, so that its records never cross into Python: the
-//! relay (`relay.rs`) digests the body of a Fetch answer read in many pieces as the pieces come
+//! relay (`relay/gather.rs`) digests the body of a Fetch answer read in many pieces as the pieces come
 //! (`Digester`), and hands Python the digest instead of the bytes (`protocol/digested.py` reads it).
 //!
 //! The digest is the body with the bytes of every partition's records taken out (each records

@@ -89,7 +89,7 @@ def script(port: int, topic: str, topic_id: uuid.UUID, check_relayed: ProxyProc 
             assert check_relayed.health()["relayed"] >= 1, "the connection was not handed to the core"
         for offset in (0, 10, 20):
             consumer_fetch(c, topic, topic_id, offset)
-        for _ in range(2):  # capped from Python, then by the core from Python's answer (relay.rs, Memo)
+        for _ in range(2):  # capped from Python, then by the core from Python's answer (relay/memo.rs, Memo)
             c.call(apis.API_VERSIONS, 3, {"ClientSoftwareName": "relay-test", "ClientSoftwareVersion": "1"})
         follower_fetch(c, 12, 2, topic, topic_id, 0)
         follower_fetch(c, 15, 3, topic, topic_id, 20)

@@ -1,4 +1,4 @@
-"""The core's relay (``native/src/relay.rs``, ``Relay``: the spike of a per-read road that is the
+"""The core's relay (``native/src/relay/``, ``Relay``: the spike of a per-read road that is the
 core's alone, ``bench/spike/native_relay.py``): over real loopback sockets, it writes every byte
 on as it came both ways, and what it queues for Python (the bytes the Python road parses, the
 records of the exchanges it settled alone) tells the Python road and the observer the same

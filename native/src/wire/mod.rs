@@ -117,7 +117,7 @@ enum Route {
 /// For requests: the read ended inside a request routed to the Python road, which begins at this
 /// offset of the chunk (0: before it; `held` then holds its bytes from earlier chunks).
 /// A caller that gathers such an answer's body into one piece for the Python road
-/// (`relay.rs`, `Gather`) hands on at once only the routed bytes before it. `ended_at`: the
+/// (`relay/gather.rs`, `Gather`) hands on at once only the routed bytes before it. `ended_at`: the
 /// offset of the chunk where the answer routed to the Python road that was under way before
 /// the chunk (its body begun) ended, if it did; for requests, the request routed to the Python
 /// road that was under way before the chunk.
@@ -610,7 +610,7 @@ impl Wire {
 
     /// From here on, a request the core settles alone makes no record of its own where its answer
     /// is due: the answer's record carries `ASKED` and stands for both (one record an exchange,
-    /// not two; the relay's, `relay.rs`). One whose answer never comes is recorded at the end
+    /// not two; the relay's, `relay/`). One whose answer never comes is recorded at the end
     /// (`unanswered`).
     pub fn ask_at_answer(&mut self) {
         self.asked_at_answer = true;
@@ -648,7 +648,7 @@ impl Wire {
     }
 
     /// `drain_native`, the records gathered from here on into `records` and `ids` (empty buffers
-    /// the caller recycles: `relay.rs`, `Spare`) where the ones drained go.
+    /// the caller recycles: `relay/spare.rs`, `Spare`) where the ones drained go.
     pub fn drain_native_into(&mut self, records: Vec<i64>, ids: Vec<Arc<[u8]>>) -> Option<Drained> {
         if self.native_records == 0 {
             self.records.clear();
