@@ -11,8 +11,9 @@ import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 
+from ..metrics.exposition import render
 from .config import HostPort
 
 
@@ -60,7 +61,7 @@ class AdminServer:
                 if path == "/metrics":
                     if before_scrape is not None:
                         before_scrape()
-                    self._send(200, CONTENT_TYPE_LATEST, generate_latest(registry))
+                    self._send(200, CONTENT_TYPE_LATEST, render(registry))
                 elif path in ("/health", "/health/live", "/health/ready"):
                     h = health()
                     ok = bool(h["ready"] if path == "/health/ready" else h["live"])
