@@ -116,9 +116,13 @@ class ProxyMetrics:
         r.register(self.fetch_sessions)
         self.loop_lag = Histogram(
             "fetchlat_event_loop_lag_seconds",
-            "How late the event loop ran a timer (sampled every 250 ms): time every connection waited",
+            "How late the event loop ran a timer (sampled once a second): time every connection on it waited",
             buckets=LATENCY_BUCKETS, registry=r,
         )
+        self.loop_late_ticks = Counter(
+            "fetchlat_event_loop_late_ticks",
+            "Ticks 5 ms late or more, by what the loop's thread was doing (running a callback, or waiting for a "
+            "core or the interpreter); counted with loop_probe on", ["loop"], registry=r)
         self.expiry_overshoot = Gauge("fetchlat_broker_expiry_overshoot_seconds",
                                       "How long past max wait the broker lets an expired fetch go, as the model "
                                       "uses it: learned by the sidecar's probes, set (--expiry-overshoot-ms), or "

@@ -108,6 +108,9 @@ class Config:
     # relay (proxy/relayed.py; auto: where it can, native: and say so where it cannot) or, off,
     # the event loop all the way
     relay: str = DEFAULT_RELAY
+    # a thread that reads where the proxy's threads are when the loop's tick comes late
+    # (proxy/loop_probe.py: counted and logged; off by default)
+    loop_probe: bool = False
 
     def node_listen(self, node_id: int) -> HostPort | None:
         o = self.nodes.get(node_id)
@@ -201,6 +204,10 @@ SETTINGS: tuple[Setting, ...] = (
                      "core's own thread where it is built, with Python off the per-read road; docs/proxy.md), "
                      "native (the same, with a warning where it cannot), off (the event loop all the way); "
                      f"default {DEFAULT_RELAY}", flag=True, env=True, choices=RELAY_CHOICES),
+    Setting("loop_probe", "when the event loop's once-a-second tick is 5 ms late, read what the proxy's threads "
+                          "are running (code locations only) and count and log it: the loop busy, or waiting for a "
+                          "core or the interpreter (fetchlat_event_loop_late_ticks_total; off by default)",
+            flag=True, kind="switch", env=True),
     Setting("proxy_id", "names this proxy in traces (default host:listen_port)"),
     Setting("nodes", "per-node overrides: {id: {listen: HOST:PORT, advertise: HOST:PORT, remote: bool}}"),
     Setting("connect_timeout_s", "how long one connection attempt to a broker may take (default 10)"),
@@ -402,6 +409,7 @@ def load_config(cli: dict[str, Any], env: dict[str, str] | None = None) -> Confi
         tls_key=_readable(merged.get("tls_key"), "tls_key"),
         tls_client_ca=_readable(merged.get("tls_client_ca"), "tls_client_ca"),
         upstream_tls=_bool(merged.get("upstream_tls", False), "upstream_tls"),
+        loop_probe=_bool(merged.get("loop_probe", False), "loop_probe"),
         upstream_ca=_readable(merged.get("upstream_ca"), "upstream_ca"),
         upstream_cert=_readable(merged.get("upstream_cert"), "upstream_cert"),
         upstream_key=_readable(merged.get("upstream_key"), "upstream_key"),

@@ -23,6 +23,7 @@ from ..metrics.observer import Observer
 from ..metrics.prom import ProxyMetrics
 from . import clock
 from .discovery import Discovery
+from .loop_probe import LoopProbe
 from .memory import RELEASE_EVERY_S, release_free_memory
 from .relayed import RelayRoad
 from .session import ClientSide
@@ -48,15 +49,23 @@ class Heartbeat:
         self._handle: asyncio.TimerHandle | None = None
         self._due_ns = 0  # when the next tick is asked for (monotonic ns)
         self._beat = 0
+        self.probe: LoopProbe | None = None
 
-    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+    def start(self, loop: asyncio.AbstractEventLoop, probe: bool = False) -> None:
+        """On the loop's thread, from a coroutine; with ``probe``, a thread that reads what held
+        the loop whenever a tick comes 5 ms late (``loop_probe.py``)."""
         self.loop = loop
         self._due_ns = clock.now_ns() + TICK_NS
         self._handle = loop.call_later(TICK_S, self._tick)
+        if probe:
+            self.probe = LoopProbe(lambda: self._due_ns, threading.get_ident(), threading.get_native_id(), self.metrics)
+            self.probe.start()
 
     def stop(self) -> None:
         if self._handle is not None:
             self._handle.cancel()
+        if self.probe is not None:
+            self.probe.stop()
 
     def age_s(self) -> float:
         """Seconds since the last tick ran (a live loop: about ``TICK_S`` at most)."""

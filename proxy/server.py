@@ -202,7 +202,7 @@ class Proxy:
                      if self.relay.fronts_tls else "",
                      "; it holds each TLS broker connection's session from its first byte"
                      if self.relay.backs_tls else "")
-        self.heartbeat.start(loop)
+        self.heartbeat.start(loop, probe=self.cfg.loop_probe)
         self.metrics.loop_tasks.set_function(lambda: len(asyncio.all_tasks(loop)))  # read at scrape time
         self._tasks.append(loop.create_task(self.discovery.run()))
         if self.calibrator is not None and not self.cfg.upstream_tls:  # probes speak plaintext only

@@ -61,3 +61,18 @@ def test_a_tick_that_raises_does_not_stop_the_ticking() -> None:
 
     asyncio.run(run())
     assert calls == ["lag", "drain"] and TICK_S == 1.0
+
+
+def test_the_loop_probe_runs_beside_the_heartbeat_when_asked_for() -> None:
+    async def run(probe: bool) -> Heartbeat:
+        hb = Heartbeat(**parts(Calls()))
+        hb.start(asyncio.get_running_loop(), probe=probe)
+        if probe:
+            assert hb.probe is not None and hb.probe._thread is not None and hb.probe._thread.is_alive()
+            assert hb.probe.due_ns() == hb._due_ns  # it reads the tick this heartbeat set
+        hb.stop()
+        return hb
+
+    assert asyncio.run(run(False)).probe is None
+    hb = asyncio.run(run(True))
+    assert hb.probe is not None and hb.probe._thread is not None and not hb.probe._thread.is_alive()

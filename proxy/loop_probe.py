@@ -1,0 +1,147 @@
+"""What held the event loop when its tick came late: the "why" of ``fetchlat_event_loop_lag_seconds``.
+
+The proxy's tick (``heartbeat.py``) is due once a second; how late it runs is the loop lag, the
+time every connection on the loop waited. With ``loop_probe: true`` (off by default) a thread of
+this module's own wakes just before each tick is due and reads the loop's thread's counters in
+the kernel's scheduler (``/proc/self/task/TID/schedstat``: the time it ran, and the time it
+waited for a core); when the tick has not started ``LATE_NS`` (5 ms, the loop-lag goal's bound)
+after it was due, it reads them again, and where every Python thread of the proxy is
+(``sys._current_frames``: file, line and function, never a value). Over those few milliseconds
+the loop's thread was:
+
+- **running**: a callback held the loop (its innermost Python frames say where; code the build
+  compiled has no frame of its own, so the nearest caller that has one stands for it);
+- **waiting_for_cpu**: ready to run, but every core was busy (a node whose cores the broker fills);
+- **blocked**: neither: waiting for the interpreter (another thread of the proxy held it: the
+  other threads' frames say which, a scrape's render or the trace writer), a lock, or the disk.
+
+Each late tick is counted by that state (``fetchlat_event_loop_late_ticks_total{loop}``) and
+logged, once a minute at most (the lines in between counted in the next one). The thread sleeps
+between ticks: two wake-ups a second, tens of microseconds each.
+
+Owns: the late tick's reading. Must never: read a frame's values (only where it is), wake the
+loop, or keep the interpreter past one reading of the frames.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+from collections.abc import Callable
+from types import FrameType
+from typing import Final
+
+from ..metrics.prom import ProxyMetrics
+from . import clock
+from .throttled_log import ThrottledLog
+
+log = logging.getLogger("fetchlat.proxy")
+
+LATE_NS: Final = 5_000_000
+LEAD_NS: Final = 1_000_000  # the first reading, this long before the tick is due
+FRAMES: Final = 6  # of the loop's thread, innermost first
+OTHER_FRAMES: Final = 2  # of each other thread
+LOG_EVERY_S: Final = 60.0
+RUNNING, WAITING_FOR_CPU, BLOCKED, UNKNOWN = "running", "waiting_for_cpu", "blocked", "unknown"
+
+
+def where(frame: FrameType | None, depth: int) -> str:
+    """Up to ``depth`` frames from ``frame`` outwards, as ``file:line function``, innermost first;
+    a file inside the package by its path in it."""
+    out = []
+    while frame is not None and len(out) < depth:
+        code = frame.f_code
+        path = code.co_filename
+        cut = path.rfind("/fetchlat/")
+        out.append(f"{path[cut + 10:] if cut >= 0 else path.rsplit('/', 1)[-1]}:{frame.f_lineno} {code.co_name}")
+        frame = frame.f_back
+    return " < ".join(out) if out else "(no Python frame)"
+
+
+def sched_ns(native_id: int) -> tuple[int, int] | None:
+    """Thread ``native_id``'s time on a core and time waiting for one (ns), as the kernel's
+    scheduler counts them; None where it does not say (not Linux, no schedstat)."""
+    try:
+        with open(f"/proc/self/task/{native_id}/schedstat") as f:
+            run, wait, _ = f.read().split()
+        return int(run), int(wait)
+    except (OSError, ValueError):
+        return None
+
+
+def state_of(before: tuple[int, int] | None, after: tuple[int, int] | None, span_ns: int) -> str:
+    """What a thread did over ``span_ns``, from its ``sched_ns`` at both ends: the larger of its
+    running and its waiting for a core where that is half the span or more, else blocked."""
+    if before is None or after is None or span_ns <= 0:
+        return UNKNOWN
+    ran, waited = after[0] - before[0], after[1] - before[1]
+    if max(ran, waited) * 2 < span_ns:
+        return BLOCKED
+    return RUNNING if ran >= waited else WAITING_FOR_CPU
+
+
+class LoopProbe:
+    """Reads the loop's thread at each late tick. ``due_ns``: when the heartbeat's next tick is
+    due (monotonic ns, 0 before it starts; a tick sets the next one as it starts);
+    ``loop_thread``, ``loop_native_id``: the loop's thread's ident and its id in the kernel."""
+
+    def __init__(self, due_ns: Callable[[], int], loop_thread: int, loop_native_id: int,
+                 metrics: ProxyMetrics) -> None:
+        self.due_ns = due_ns
+        self.loop_thread = loop_thread
+        self.loop_native_id = loop_native_id
+        self.metrics = metrics
+        self.throttled = ThrottledLog(log)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="fetchlat-loop-probe", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(2.0)
+
+    def _sleep_until(self, t_ns: int) -> bool:
+        """Sleeps until monotonic ``t_ns``; False once stopped."""
+        left_s = (t_ns - clock.now_ns()) / 1e9
+        return not (self._stop.wait(left_s) if left_s > 0 else self._stop.is_set())
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            due = self.due_ns()
+            if due == 0:
+                self._stop.wait(0.1)
+                continue
+            if not self._sleep_until(due - LEAD_NS):
+                return
+            # each reading first thing on waking: this thread holds the interpreter while it
+            # reads, which a loop running Python waits for
+            before, t0 = sched_ns(self.loop_native_id), clock.now_ns()
+            if self.due_ns() != due:
+                continue
+            # a span of LATE_NS at least, whenever this thread woke
+            if not self._sleep_until(max(due, t0) + LATE_NS):
+                return
+            after, t1 = sched_ns(self.loop_native_id), clock.now_ns()
+            if self.due_ns() == due:
+                self.read(due, state_of(before, after, t1 - t0), t1 - t0)
+                while self.due_ns() == due and not self._stop.wait(0.1):
+                    pass  # the tick is still to come (a stopped loop: ten looks a second)
+
+    def read(self, due: int, state: str, span_ns: int) -> None:
+        """The late tick due at ``due``, the loop's thread ``state`` over the last ``span_ns``:
+        counted, and logged with where the proxy's threads are."""
+        frames = sys._current_frames()
+        names = {t.ident: t.name for t in threading.enumerate()}
+        me = threading.get_ident()
+        others = "; ".join(f"{names.get(ident, ident)}: {where(f, OTHER_FRAMES)}" for ident, f in frames.items()
+                           if ident not in (self.loop_thread, me)) or "none"
+        self.metrics.loop_late_ticks.labels(state).inc()
+        self.throttled("loop-late", logging.INFO, "the event loop's tick is %.1f ms late; over the last %.1f ms its "
+                       "thread was %s, at %s (other threads: %s)", (clock.now_ns() - due) / 1e6, span_ns / 1e6,
+                       state.replace("_", " "), where(frames.get(self.loop_thread), FRAMES), others,
+                       every_s=LOG_EVERY_S)
