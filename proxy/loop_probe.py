@@ -2,22 +2,26 @@
 
 The proxy's tick (``heartbeat.py``) is due once a second; how late it runs is the loop lag, the
 time every connection on the loop waited. With ``loop_probe: true`` (off by default) a thread of
-this module's own wakes just before each tick is due and reads the loop's thread's counters in
-the kernel's scheduler (``/proc/self/task/TID/schedstat``: the time it ran, and the time it
-waited for a core); when the tick has not started ``LATE_NS`` (5 ms, the loop-lag goal's bound)
-after it was due, it reads them again, and where every Python thread of the proxy is
-(``sys._current_frames``: file, line and function, never a value). Over those few milliseconds
-the loop's thread was:
+this module's own wakes ``LATE_NS`` (5 ms, the loop-lag goal's bound) after each tick was due;
+when the tick has not started by then, it reads where the loop's thread is in the kernel
+(``/proc/self/task/TID/wchan``: the kernel function it sleeps in, if it sleeps) and where every
+Python thread of the proxy is (``sys._current_frames``: file, line and function, never a value),
+then watches the loop's thread for ``SPAN_NS`` in the kernel scheduler's own counters
+(``schedstat``: the time it ran, and the time it waited for a core). It reads nothing before a
+tick is late: a thread of its own awake just before each tick would change what it reads. The
+loop's thread was:
 
 - **running**: a callback held the loop (its innermost Python frames say where; code the build
   compiled has no frame of its own, so the nearest caller that has one stands for it);
 - **waiting_for_cpu**: ready to run, but every core was busy (a node whose cores the broker fills);
-- **blocked**: neither: waiting for the interpreter (another thread of the proxy held it: the
-  other threads' frames say which, a scrape's render or the trace writer), a lock, or the disk.
+- **in_poll**: asleep in ``epoll_wait`` with nothing to run: its timer had not woken it yet (the
+  kernel's timer, or on a virtual machine the hypervisor's, came late);
+- **blocked**: asleep elsewhere: waiting for the interpreter (another thread of the proxy held
+  it: the other threads' frames say which), a lock, or the disk (the kernel function says which).
 
 Each late tick is counted by that state (``fetchlat_event_loop_late_ticks_total{loop}``) and
 logged, once a minute at most (the lines in between counted in the next one). The thread sleeps
-between ticks: two wake-ups a second, tens of microseconds each.
+between ticks: one wake-up a second, tens of microseconds.
 
 Owns: the late tick's reading. Must never: read a frame's values (only where it is), wake the
 loop, or keep the interpreter past one reading of the frames.
@@ -39,11 +43,12 @@ from .throttled_log import ThrottledLog
 log = logging.getLogger("fetchlat.proxy")
 
 LATE_NS: Final = 5_000_000
-LEAD_NS: Final = 1_000_000  # the first reading, this long before the tick is due
+SPAN_NS: Final = 5_000_000  # how long a late tick's loop thread is watched
 FRAMES: Final = 6  # of the loop's thread, innermost first
 OTHER_FRAMES: Final = 2  # of each other thread
 LOG_EVERY_S: Final = 60.0
-RUNNING, WAITING_FOR_CPU, BLOCKED, UNKNOWN = "running", "waiting_for_cpu", "blocked", "unknown"
+RUNNING, WAITING_FOR_CPU, IN_POLL, BLOCKED, UNKNOWN = "running", "waiting_for_cpu", "in_poll", "blocked", "unknown"
+STATES: Final = (RUNNING, WAITING_FOR_CPU, IN_POLL, BLOCKED, UNKNOWN)
 
 
 def where(frame: FrameType | None, depth: int) -> str:
@@ -70,14 +75,25 @@ def sched_ns(native_id: int) -> tuple[int, int] | None:
         return None
 
 
-def state_of(before: tuple[int, int] | None, after: tuple[int, int] | None, span_ns: int) -> str:
-    """What a thread did over ``span_ns``, from its ``sched_ns`` at both ends: the larger of its
-    running and its waiting for a core where that is half the span or more, else blocked."""
+def kernel_wait(native_id: int) -> str:
+    """The kernel function thread ``native_id`` sleeps in ("" where it runs, or cannot be read)."""
+    try:
+        with open(f"/proc/self/task/{native_id}/wchan") as f:
+            text = f.read().strip()
+    except OSError:
+        return ""
+    return "" if text == "0" else text
+
+
+def state_of(before: tuple[int, int] | None, after: tuple[int, int] | None, span_ns: int, wait: str) -> str:
+    """What a thread did over ``span_ns``, from its ``sched_ns`` at both ends and the kernel
+    function it slept in at the start (``kernel_wait``): the larger of its running and its waiting
+    for a core where that is half the span or more, else asleep: in poll, or blocked."""
     if before is None or after is None or span_ns <= 0:
         return UNKNOWN
     ran, waited = after[0] - before[0], after[1] - before[1]
     if max(ran, waited) * 2 < span_ns:
-        return BLOCKED
+        return IN_POLL if "ep_poll" in wait or "epoll" in wait else BLOCKED
     return RUNNING if ran >= waited else WAITING_FOR_CPU
 
 
@@ -116,32 +132,30 @@ class LoopProbe:
             if due == 0:
                 self._stop.wait(0.1)
                 continue
-            if not self._sleep_until(due - LEAD_NS):
+            if not self._sleep_until(due + LATE_NS):
                 return
-            # each reading first thing on waking: this thread holds the interpreter while it
-            # reads, which a loop running Python waits for
-            before, t0 = sched_ns(self.loop_native_id), clock.now_ns()
             if self.due_ns() != due:
-                continue
-            # a span of LATE_NS at least, whenever this thread woke
-            if not self._sleep_until(max(due, t0) + LATE_NS):
+                continue  # on time
+            # where it is, then its counters over a span this thread sleeps through: this thread
+            # holds the interpreter while it reads, which a loop running Python waits for
+            wait, frames = kernel_wait(self.loop_native_id), sys._current_frames()
+            before, t0 = sched_ns(self.loop_native_id), clock.now_ns()
+            if not self._sleep_until(t0 + SPAN_NS):
                 return
             after, t1 = sched_ns(self.loop_native_id), clock.now_ns()
-            if self.due_ns() == due:
-                self.read(due, state_of(before, after, t1 - t0), t1 - t0)
-                while self.due_ns() == due and not self._stop.wait(0.1):
-                    pass  # the tick is still to come (a stopped loop: ten looks a second)
+            self.read(due, state_of(before, after, t1 - t0, wait), wait, frames)
+            while self.due_ns() == due and not self._stop.wait(0.1):
+                pass  # the tick is still to come (a stopped loop: ten looks a second)
 
-    def read(self, due: int, state: str, span_ns: int) -> None:
-        """The late tick due at ``due``, the loop's thread ``state`` over the last ``span_ns``:
-        counted, and logged with where the proxy's threads are."""
-        frames = sys._current_frames()
+    def read(self, due: int, state: str, wait: str, frames: dict[int, FrameType]) -> None:
+        """The late tick due at ``due``: counted by the loop's thread ``state``, and logged with
+        the kernel function it slept in and where the proxy's threads were."""
         names = {t.ident: t.name for t in threading.enumerate()}
         me = threading.get_ident()
         others = "; ".join(f"{names.get(ident, ident)}: {where(f, OTHER_FRAMES)}" for ident, f in frames.items()
                            if ident not in (self.loop_thread, me)) or "none"
         self.metrics.loop_late_ticks.labels(state).inc()
-        self.throttled("loop-late", logging.INFO, "the event loop's tick is %.1f ms late; over the last %.1f ms its "
-                       "thread was %s, at %s (other threads: %s)", (clock.now_ns() - due) / 1e6, span_ns / 1e6,
-                       state.replace("_", " "), where(frames.get(self.loop_thread), FRAMES), others,
-                       every_s=LOG_EVERY_S)
+        self.throttled("loop-late", logging.INFO, "the event loop's tick is %.1f ms late; its thread was %s%s, at %s "
+                       "(other threads: %s)", (clock.now_ns() - due) / 1e6, state.replace("_", " "),
+                       f" (in the kernel's {wait})" if wait and state in (IN_POLL, BLOCKED) else "", where(frames.get(self.loop_thread), FRAMES),
+                       others, every_s=LOG_EVERY_S)

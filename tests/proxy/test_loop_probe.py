@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import select
 import sys
 import threading
 import time
@@ -14,7 +15,9 @@ from fetchlat.metrics.prom import ProxyMetrics
 from fetchlat.proxy import clock
 from fetchlat.proxy.loop_probe import (
     BLOCKED,
+    IN_POLL,
     RUNNING,
+    STATES,
     UNKNOWN,
     WAITING_FOR_CPU,
     LoopProbe,
@@ -28,11 +31,12 @@ MS = 1_000_000
 
 
 def test_what_a_thread_did_over_a_span() -> None:
-    assert state_of((0, 0), (4 * MS, 0), 6 * MS) == RUNNING
-    assert state_of((0, 0), (MS, 4 * MS), 6 * MS) == WAITING_FOR_CPU
-    assert state_of((0, 0), (MS, MS), 6 * MS) == BLOCKED  # asleep: the interpreter, a lock, the disk
-    assert state_of(None, (MS, MS), 6 * MS) == UNKNOWN
-    assert state_of((5, 5), (5, 5), 0) == UNKNOWN
+    assert state_of((0, 0), (4 * MS, 0), 6 * MS, "") == RUNNING
+    assert state_of((0, 0), (MS, 4 * MS), 6 * MS, "") == WAITING_FOR_CPU
+    assert state_of((0, 0), (MS, MS), 6 * MS, "futex_wait_queue") == BLOCKED  # the interpreter, a lock, the disk
+    assert state_of((0, 0), (MS, MS), 6 * MS, "ep_poll") == IN_POLL  # its timer had not woken it
+    assert state_of(None, (MS, MS), 6 * MS, "") == UNKNOWN
+    assert state_of((5, 5), (5, 5), 0, "") == UNKNOWN
 
 
 def test_where_names_code_locations_only() -> None:
@@ -58,7 +62,7 @@ def _probe(due: list[int]) -> tuple[LoopProbe, ProxyMetrics]:
 
 
 def _late(metrics: ProxyMetrics) -> dict[str, float]:
-    return {s: metrics.loop_late_ticks.labels(s).value for s in (RUNNING, WAITING_FOR_CPU, BLOCKED, UNKNOWN)}
+    return {s: metrics.loop_late_ticks.labels(s).value for s in STATES}
 
 
 @pytest.mark.skipif(sched_ns(threading.get_native_id()) is None, reason="the kernel's schedstat is not readable")
@@ -82,8 +86,19 @@ def test_late_ticks_are_read_and_on_time_ones_are_not(caplog: pytest.LogCaptureF
         due[0] = clock.now_ns() + 10 * 1000 * MS
     finally:
         probe.stop()
-    assert _late(metrics) == {RUNNING: 0, WAITING_FOR_CPU: 0, BLOCKED: 1, UNKNOWN: 0}
-    assert "thread was blocked" in caplog.text
+    assert _late(metrics) == {RUNNING: 0, WAITING_FOR_CPU: 0, IN_POLL: 0, BLOCKED: 1, UNKNOWN: 0}
+    assert "thread was blocked (in the kernel's " in caplog.text
+    # late, the loop's thread asleep in epoll_wait: its timer had not woken it
+    caplog.clear()
+    due = [clock.now_ns() + 100 * MS]
+    probe, metrics = _probe(due)
+    try:
+        with select.epoll() as ep:
+            ep.poll(0.5)
+        due[0] = clock.now_ns() + 10 * 1000 * MS
+    finally:
+        probe.stop()
+    assert _late(metrics) == {RUNNING: 0, WAITING_FOR_CPU: 0, IN_POLL: 1, BLOCKED: 0, UNKNOWN: 0}
     # late, the loop's thread busy: running (or, on a machine this busy, waiting for a core), and
     # where: in the function that spins
     caplog.clear()
@@ -96,5 +111,5 @@ def test_late_ticks_are_read_and_on_time_ones_are_not(caplog: pytest.LogCaptureF
     finally:
         probe.stop()
     late = _late(metrics)
-    assert late[RUNNING] + late[WAITING_FOR_CPU] == 1 and late[BLOCKED] == late[UNKNOWN] == 0
+    assert late[RUNNING] + late[WAITING_FOR_CPU] == 1 and late[BLOCKED] == late[IN_POLL] == late[UNKNOWN] == 0, (late, caplog.text)
     assert " spin < " in caplog.text
