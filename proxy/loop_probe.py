@@ -54,7 +54,7 @@ STATES: Final = (RUNNING, WAITING_FOR_CPU, IN_POLL, BLOCKED, UNKNOWN)
 def where(frame: FrameType | None, depth: int) -> str:
     """Up to ``depth`` frames from ``frame`` outwards, as ``file:line function``, innermost first;
     a file inside the package by its path in it."""
-    out = []
+    out: list[str] = []
     while frame is not None and len(out) < depth:
         code = frame.f_code
         path = code.co_filename
@@ -155,7 +155,7 @@ class LoopProbe:
         others = "; ".join(f"{names.get(ident, ident)}: {where(f, OTHER_FRAMES)}" for ident, f in frames.items()
                            if ident not in (self.loop_thread, me)) or "none"
         self.metrics.loop_late_ticks.labels(state).inc()
+        in_kernel = f" (in the kernel's {wait})" if wait and state in (IN_POLL, BLOCKED) else ""
         self.throttled("loop-late", logging.INFO, "the event loop's tick is %.1f ms late; its thread was %s%s, at %s "
-                       "(other threads: %s)", (clock.now_ns() - due) / 1e6, state.replace("_", " "),
-                       f" (in the kernel's {wait})" if wait and state in (IN_POLL, BLOCKED) else "", where(frames.get(self.loop_thread), FRAMES),
-                       others, every_s=LOG_EVERY_S)
+                       "(other threads: %s)", (clock.now_ns() - due) / 1e6, state.replace("_", " "), in_kernel,
+                       where(frames.get(self.loop_thread), FRAMES), others, every_s=LOG_EVERY_S)
