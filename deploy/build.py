@@ -199,7 +199,14 @@ PROXY = [
     Panel("Event-loop lag p99 / max bucket", (
         Q(f"histogram_quantile(0.99, sum by (le, instance) (rate(fetchlat_event_loop_lag_seconds_bucket[{RI}])))",
           "p99 {{instance}}"),
-    ), description="How late the loop ran a 250 ms timer: every connection of that proxy waited as long."),
+    ), description="How late the loop ran its once-a-second timer: every connection on that proxy's loop waited as "
+                   "long."),
+    Panel("Late ticks by what held the loop (loop_probe)", (
+        Q(f"sum by (instance, loop) (increase(fetchlat_event_loop_late_ticks_total[{RI}]))", "{{instance}} {{loop}}"),
+    ), unit="short", description="With loop_probe on: each tick 5 ms late, by what the loop's thread did meanwhile. "
+                                 "running: a callback (the proxy's log names it); waiting_for_cpu: the node's cores "
+                                 "are full; in_poll: asleep past its timer (the kernel's or the hypervisor's timer "
+                                 "came late); blocked: the interpreter, a lock or the disk."),
     Panel("What the model learned of its broker (expiry overshoot, first byte, round trip) and the probes", (
         Q("max by (instance) (fetchlat_broker_expiry_overshoot_seconds)", "overshoot {{instance}}"),
         Q("max by (instance) (fetchlat_broker_first_byte_seconds)", "first byte {{instance}}"),
