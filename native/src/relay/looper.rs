@@ -1,5 +1,5 @@
 //! The relay's thread: one epoll loop over its pairs (`Looper::run`): reads, frames, writes
-//! on (`held.rs`: the answers held whole), queues for Python (`gather.rs`: what Python must see
+//! on (`held.rs`: the answers held whole), queues for Python (`route.rs`: what Python must see
 //! of a read); adopts, answers and ends what Python asks; stops at a full queue.
 
 use std::collections::HashMap;
@@ -11,8 +11,9 @@ use crate::stamps::{recv_stamped, Read, WallOffset};
 use crate::tls::Read1;
 use crate::wire::{Framing, Ranges, Routed, Wire};
 use super::front::{Fronts, Fused};
-use super::gather::{answer_items, gathered, request_items};
+use super::gather::gathered;
 use super::held::{pass_on, put_answer};
+use super::route::{answer_items, request_items};
 use super::memo::Memo;
 use super::pair::{rearm, Pair, Side, Stats, BROKER, CLIENT};
 use super::queue::{BATCH_NS, CLOSED, FROM_CLIENT, Item, NOTIFY_BYTES, NOTIFY_ITEMS, READY, REWRITE};

@@ -40,6 +40,7 @@ mod looper;
 mod memo;
 mod pair;
 mod queue;
+mod route;
 mod shared;
 mod spare;
 mod sys;
