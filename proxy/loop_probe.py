@@ -108,6 +108,8 @@ class LoopProbe:
         self.loop_thread = loop_thread
         self.loop_native_id = loop_native_id
         self.metrics = metrics
+        for state in STATES:
+            metrics.loop_late_ticks.labels(state)  # each series from 0, so that its rate reads from the start
         self.throttled = ThrottledLog(log)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

@@ -175,7 +175,7 @@ def finite(result: list[dict[str, Any]]) -> bool:
 
 def test_every_panel_and_alert_runs_on_a_real_prometheus(tansu: Broker, prometheus: Any) -> None:
     start, tmp_path = prometheus
-    proxy = start_proxy(tansu.bootstrap, tmp_path, "--trace-dir", str(tmp_path / "traces"))
+    proxy = start_proxy(tansu.bootstrap, tmp_path, "--trace-dir", str(tmp_path / "traces"), "--loop-probe")
     stop, errors = threading.Event(), []
     try:
         prom = start(f"127.0.0.1:{proxy.metrics_port}")
