@@ -23,7 +23,8 @@ class Calls(list[str]):
 
 
 def parts(calls: Calls, close: object = None, asks: bool = True, drain_raises: bool = False) -> dict[str, Any]:
-    metrics = SimpleNamespace(loop_lag=SimpleNamespace(observe=calls("lag")))
+    metrics = SimpleNamespace(loop_lag=SimpleNamespace(observe=calls("lag")),
+                              loop_late_ticks=SimpleNamespace(labels=lambda *_: SimpleNamespace(inc=lambda *_: None)))
     observer = SimpleNamespace(set_clock=calls("clock"))
     discovery = SimpleNamespace(asks_topics=calls("asks?", asks), kick=calls("kick"))
     relay = SimpleNamespace(drain=calls("drain", RuntimeError("a bug") if drain_raises else None),
