@@ -121,8 +121,9 @@ class ProxyMetrics:
         )
         self.loop_late_ticks = Counter(
             "fetchlat_event_loop_late_ticks",
-            "Ticks 5 ms late or more, by what the loop's thread was doing (running a callback, or waiting for a "
-            "core or the interpreter); counted with loop_probe on", ["loop"], registry=r)
+            "Ticks 5 ms late or more, by what the loop's thread did over the next 5 ms: running (a callback), "
+            "waiting_for_cpu, in_poll (asleep past its timer), blocked (the interpreter, a lock, the disk); "
+            "counted with loop_probe on", ["loop"], registry=r)
         self.expiry_overshoot = Gauge("fetchlat_broker_expiry_overshoot_seconds",
                                       "How long past max wait the broker lets an expired fetch go, as the model "
                                       "uses it: learned by the sidecar's probes, set (--expiry-overshoot-ms), or "

@@ -145,19 +145,22 @@ class LoopProbe:
             if not self._sleep_until(t0 + SPAN_NS):
                 return
             after, t1 = sched_ns(self.loop_native_id), clock.now_ns()
-            self.read(due, state_of(before, after, t1 - t0, wait), wait, frames)
+            self.read(t0 - due, t1 - t0, state_of(before, after, t1 - t0, wait), wait, frames)
             while self.due_ns() == due and not self._stop.wait(0.1):
                 pass  # the tick is still to come (a stopped loop: ten looks a second)
 
-    def read(self, due: int, state: str, wait: str, frames: dict[int, FrameType]) -> None:
-        """The late tick due at ``due``: counted by the loop's thread ``state``, and logged with
-        the kernel function it slept in and where the proxy's threads were."""
+    def read(self, late_ns: int, span_ns: int, state: str, wait: str, frames: dict[int, FrameType]) -> None:
+        """A tick still to run ``late_ns`` after it was due, its loop's thread ``state`` over the
+        ``span_ns`` that followed: counted, and logged with the kernel function that thread slept
+        in and where the proxy's threads were then. (When the tick ran is not read here: the
+        loop-lag histogram has it.)"""
         names = {t.ident: t.name for t in threading.enumerate()}
         me = threading.get_ident()
         others = "; ".join(f"{names.get(ident, ident)}: {where(f, OTHER_FRAMES)}" for ident, f in frames.items()
                            if ident not in (self.loop_thread, me)) or "none"
         self.metrics.loop_late_ticks.labels(state).inc()
         in_kernel = f" (in the kernel's {wait})" if wait and state in (IN_POLL, BLOCKED) else ""
-        self.throttled("loop-late", logging.INFO, "the event loop's tick is %.1f ms late; its thread was %s%s, at %s "
-                       "(other threads: %s)", (clock.now_ns() - due) / 1e6, state.replace("_", " "), in_kernel,
-                       where(frames.get(self.loop_thread), FRAMES), others, every_s=LOG_EVERY_S)
+        self.throttled("loop-late", logging.INFO, "the event loop's tick was still to run %.1f ms after it was due; "
+                       "over the next %.1f ms its thread was %s%s, at %s (other threads: %s)", late_ns / 1e6,
+                       span_ns / 1e6, state.replace("_", " "), in_kernel, where(frames.get(self.loop_thread), FRAMES),
+                       others, every_s=LOG_EVERY_S)
