@@ -122,6 +122,7 @@ class FastHistogram(_Family):
     def __init__(self, name: str, doc: str, labelnames: Sequence[str] = (), *, buckets: Sequence[float],
                  registry: CollectorRegistry | None = None) -> None:
         self.bounds = tuple(float(b) for b in buckets if b != float("inf"))
+        self.les = [_go_float(b) for b in self.bounds] + ["+Inf"]  # each bucket's "le", as the text writes it
         super().__init__(name, doc, labelnames, registry)
 
     def _new(self) -> HistogramChild:
@@ -138,7 +139,7 @@ class FastHistogram(_Family):
 
     def collect(self) -> Iterator[HistogramMetricFamily]:
         fam = HistogramMetricFamily(self.name, self.doc, labels=self.labelnames)
-        les = [_go_float(b) for b in self.bounds] + ["+Inf"]
+        les = self.les
         for key, child in list(self._children.items()):
             assert isinstance(child, HistogramChild)
             counts, total = list(child.counts), child.sum
@@ -153,13 +154,12 @@ class FastHistogram(_Family):
         """This family's text, as ``generate_latest`` writes it, appended to ``out``."""
         name = self.name
         out.append(_help(name, self.doc, "histogram"))
-        les = [_go_float(b) for b in self.bounds] + ["+Inf"]
         for key, child in list(self._children.items()):
             assert isinstance(child, HistogramChild)
             text = child.text
             if text is None:
                 pairs = list(zip(self.labelnames, key, strict=True))
-                text = [f"{name}_bucket{_labels([*pairs, ('le', le)])} " for le in les]
+                text = [f"{name}_bucket{_labels([*pairs, ('le', le)])} " for le in self.les]
                 plain = _labels(pairs)
                 text += [f"{name}_count{plain} ", f"{name}_sum{plain} "]
                 child.text = text
