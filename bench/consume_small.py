@@ -42,6 +42,7 @@ from bench.bench_proxy import (
     CENTRAL_TRACED,
     DRAINED_S,
     HAPROXY_TLS,
+    METRICS_PORTS,
     NO_CORE,
     RELAYED,
     RELAYED_TLS_TRACED,
@@ -51,12 +52,13 @@ from bench.bench_proxy import (
     TRACED_KINDS,
     certs,
     create_topics,
+    metrics_text,
     rdkafka,
     target,
     trace_dir,
     writer_cpu_s,
 )
-from bench.procs import cpu_s
+from bench.procs import cpu_s, thread_cpu_s
 
 KINDS = ("relay", "haproxy", "fetchlat", TRACED, NO_CORE, RELAYED, RELAYED_TRACED, HAPROXY_TLS, RELAYED_TLS_TRACED,
          CENTRAL_TRACED)
@@ -69,10 +71,33 @@ WRITTEN_AFTER_S = TRACE_HOLD_NS / 1e9 + TICK_S + 1.0
 WRITTEN_BOUND_S = WRITTEN_AFTER_S + 15.0  # the longest a traced path's rows are waited for
 
 
-def one(kind: str, size: int, mb: float, work: Path) -> tuple[float, float]:
+SPLIT_THREADS = ("fetchlat-relay", "fetchlat-traces")  # a fetchlat's threads counted apart (the rest: the loop's)
+
+
+def threads_s(pid: int) -> dict[str, float]:
+    """A proxy's CPU seconds so far by thread: the relay's, the trace writer's, the rest (named
+    ``loop``: the event loop's thread and any other)."""
+    out = dict.fromkeys((*SPLIT_THREADS, "loop"), 0.0)
+    for name, cpu in thread_cpu_s(pid):
+        out[name if name in SPLIT_THREADS else "loop"] += cpu
+    return out
+
+
+def fetches(pid: int) -> float:
+    """A fetchlat's Fetch requests so far (``fetchlat_requests_total``, every label), 0 for another proxy."""
+    if pid not in METRICS_PORTS:
+        return 0.0
+    return sum(float(line.split()[-1]) for line in metrics_text(pid).splitlines()
+               if line.startswith("fetchlat_requests_total{") and 'api="Fetch"' in line)
+
+
+def one(kind: str, size: int, mb: float, work: Path, split: dict[str, float] | None = None) -> tuple[float, float]:
     """The proxy's CPU-s per GB of record values consumed: all of it, and net of what it spends
     idle for as long (its timers, heartbeats and calibration, measured just before): over a
-    consume of a few seconds, the idle part is a fixed cost the relay and haproxy do not have."""
+    consume of a few seconds, the idle part is a fixed cost the relay and haproxy do not have.
+    ``split``, if given, gets where it went: CPU-s per GB of each of a fetchlat's threads (the
+    relay's, the trace writer's, the loop's, idle included) and its Fetch requests per GB (read
+    from its /metrics after the measure, so the scrape is not counted)."""
     n = int(mb * 1e6 / size)
     with target(kind, work) as (port, pid, _broker):
         assert pid is not None
@@ -93,6 +118,7 @@ def one(kind: str, size: int, mb: float, work: Path) -> tuple[float, float]:
         idle_per_s = (cpu_s(pid) - i0) / IDLE_S
         before = tree_bytes(traces) if traces is not None else 0
         c0, t0 = cpu_s(pid), time.monotonic()
+        s0 = threads_s(pid)
         rdkafka("consume", bootstrap, topic, str(n), f"value.bytes={size}", *tls)
         wall = time.monotonic() - t0
         time.sleep(DRAINED_S)  # the relay road's last items, drained at the proxy's tick
@@ -107,6 +133,10 @@ def one(kind: str, size: int, mb: float, work: Path) -> tuple[float, float]:
             written(traces, grown_from=before, settle_s=1.0, bound_s=WRITTEN_BOUND_S, after_s=WRITTEN_AFTER_S)
             used += writer_cpu_s(pid) - w0
         gb = n * size / 1e9
+        if split is not None:
+            s1 = threads_s(pid)
+            split.update({name: (s1[name] - s0[name]) / gb for name in s0})
+            split["fetches"] = fetches(pid) / gb
         return used / gb, max(0.0, used - idle_per_s * wall) / gb
 
 
@@ -142,6 +172,8 @@ def main() -> int:
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--sizes", default="100,1024")
     ap.add_argument("--mb", type=float, default=10.0, help="MB of record values per measurement")
+    ap.add_argument("--split", action="store_true", help="print where each fetchlat path's CPU went, by thread, "
+                    "and its Fetch requests per GB (fetchlat_requests_total read after each measure)")
     ap.add_argument("--paths", default=",".join(KINDS), help="comma-separated, the baselines (relay, haproxy) "
                     "always among them: " + ", ".join(KINDS))
     args = ap.parse_args()
@@ -156,11 +188,16 @@ def main() -> int:
             order = kinds[t % len(kinds):] + kinds[:t % len(kinds)]
             for kind in order:
                 for size in sizes:
-                    raw, less_idle = one(kind, size, args.mb, Path(d))
+                    split: dict[str, float] | None = {} if args.split else None
+                    raw, less_idle = one(kind, size, args.mb, Path(d), split)
                     got.setdefault((kind, size), []).append(raw)
                     net.setdefault((kind, size), []).append(less_idle)
-                    print(f"trial {t + 1} {kind:22s} {size:5d} B: {raw:.3f} CPU-s/GB ({less_idle:.3f} net of idle)",
-                          flush=True)
+                    where = ""
+                    if split and split.get("fetches"):
+                        where = " [" + ", ".join(f"{k} {v:.3f}" for k, v in split.items() if k != "fetches") \
+                            + f" CPU-s/GB; {split['fetches']:.0f} Fetches/GB]"
+                    print(f"trial {t + 1} {kind:22s} {size:5d} B: {raw:.3f} CPU-s/GB ({less_idle:.3f} net of idle)"
+                          f"{where}", flush=True)
     for title, figures in (("", got), (", net of the proxy's idle CPU over the consume's time", net)):
         print(f"\nproxy CPU-s per GB consumed, one-record batches{title} (median of {args.trials}, min-max):")
         for size in sizes:
