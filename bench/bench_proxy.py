@@ -410,6 +410,7 @@ async def round_trips(port: int, topic: str, n: int, direct_port: int | None = N
     for name, (key, v, value) in calls.items():
         rtts, direct = [], []
         cpu0 = cpu_s(proxy_pid) if proxy_pid else 0.0
+        split0 = thread_split_s(proxy_pid) if proxy_pid else {}
         if around is not None:
             around(name, True)
         for i in range(n):
@@ -424,6 +425,10 @@ async def round_trips(port: int, topic: str, n: int, direct_port: int | None = N
         out[name] = {"p50_ms": _q(rtts, 0.5) * 1e3, "p99_ms": _q(rtts, 0.99) * 1e3}
         if proxy_pid:
             out[name]["cpu_us"] = (cpu_s(proxy_pid) - cpu0) / n * 1e6
+            split1 = thread_split_s(proxy_pid)
+            for part in (RELAY_THREAD, "loop"):
+                if part in split0:  # a fetchlat's: the relay's thread and the rest (the writer's is counted apart)
+                    out[name][f"cpu_{part}_us"] = (split1[part] - split0[part]) / n * 1e6
         if direct:
             diffs = [a - b for a, b in zip(rtts, direct, strict=True)]
             out[name]["added_p50_us"] = _q(diffs, 0.5) * 1e6
@@ -519,6 +524,25 @@ def kafka_tools_phase(kind: str, args: argparse.Namespace, work: Path, res: dict
         if pid:
             res["kafka-perf-test cpu s/GB produce"] = round((cpu1 - cpu0) / gb, 3)
             res["kafka-perf-test cpu s/GB consume"] = round((cpu2 - cpu1) / gb, 3)
+
+
+RELAY_THREAD = "fetchlat-relay"  # the native core's relay thread (native/src/relay/mod.rs)
+
+
+def thread_split_s(pid: int) -> dict[str, float]:
+    """A fetchlat's CPU seconds so far in its relay thread and in the rest but the trace writer
+    (``loop``: the event loop's thread, where the relay's items are drained, and any other); {} for
+    a process with no thread of either name (haproxy, the relay)."""
+    threads = thread_cpu_s(pid)
+    if not any(name in (RELAY_THREAD, TRACE_THREAD) for name, _ in threads) and pid not in METRICS_PORTS:
+        return {}
+    out = {RELAY_THREAD: 0.0, "loop": 0.0}
+    for name, cpu in threads:
+        if name == RELAY_THREAD:
+            out[RELAY_THREAD] += cpu
+        elif name != TRACE_THREAD:
+            out["loop"] += cpu
+    return out
 
 
 def writer_cpu_s(pid: int | None) -> float:
@@ -618,6 +642,10 @@ def measure(kind: str, args: argparse.Namespace, work: Path, broker: str = "tans
             res[f"rtt {name} p99 ms"] = round(v["p99_ms"], 3)
             if "cpu_us" in v:
                 res[f"proxy cpu us per {name}"] = round(v["cpu_us"], 1)
+            for part in (RELAY_THREAD, "loop"):
+                if f"cpu_{part}_us" in v:
+                    res[f"proxy cpu us per {name}: {'relay thread' if part == RELAY_THREAD else 'the rest'}"] = \
+                        round(v[f"cpu_{part}_us"], 1)
             if "added_p50_us" in v:
                 res[f"added {name} p50 us"] = round(v["added_p50_us"], 1)
                 res[f"added {name} p99 us"] = round(v["added_p99_us"], 1)

@@ -48,6 +48,7 @@ from bench.bench_proxy import (
     RELAYED_TLS_TRACED,
     RELAYED_TRACED,
     TLS_KINDS,
+    TRACE_THREAD,
     TRACED,
     TRACED_KINDS,
     certs,
@@ -55,10 +56,11 @@ from bench.bench_proxy import (
     metrics_text,
     rdkafka,
     target,
+    thread_split_s,
     trace_dir,
     writer_cpu_s,
 )
-from bench.procs import cpu_s, thread_cpu_s
+from bench.procs import cpu_s
 
 KINDS = ("relay", "haproxy", "fetchlat", TRACED, NO_CORE, RELAYED, RELAYED_TRACED, HAPROXY_TLS, RELAYED_TLS_TRACED,
          CENTRAL_TRACED)
@@ -71,16 +73,10 @@ WRITTEN_AFTER_S = TRACE_HOLD_NS / 1e9 + TICK_S + 1.0
 WRITTEN_BOUND_S = WRITTEN_AFTER_S + 15.0  # the longest a traced path's rows are waited for
 
 
-SPLIT_THREADS = ("fetchlat-relay", "fetchlat-traces")  # a fetchlat's threads counted apart (the rest: the loop's)
-
-
 def threads_s(pid: int) -> dict[str, float]:
-    """A proxy's CPU seconds so far by thread: the relay's, the trace writer's, the rest (named
-    ``loop``: the event loop's thread and any other)."""
-    out = dict.fromkeys((*SPLIT_THREADS, "loop"), 0.0)
-    for name, cpu in thread_cpu_s(pid):
-        out[name if name in SPLIT_THREADS else "loop"] += cpu
-    return out
+    """A fetchlat's CPU seconds so far by thread: the relay's, the rest's (``thread_split_s``) and the
+    trace writer's."""
+    return {**thread_split_s(pid), TRACE_THREAD: writer_cpu_s(pid)}
 
 
 def fetches(pid: int) -> float:
@@ -95,9 +91,10 @@ def one(kind: str, size: int, mb: float, work: Path, split: dict[str, float] | N
     """The proxy's CPU-s per GB of record values consumed: all of it, and net of what it spends
     idle for as long (its timers, heartbeats and calibration, measured just before): over a
     consume of a few seconds, the idle part is a fixed cost the relay and haproxy do not have.
-    ``split``, if given, gets where it went: CPU-s per GB of each of a fetchlat's threads (the
-    relay's, the trace writer's, the loop's, idle included) and its Fetch requests per GB (read
-    from its /metrics after the measure, so the scrape is not counted)."""
+    ``split``, if given, gets where it went: CPU-s per GB of a fetchlat's relay thread, of the rest
+    (the event loop's thread, idle included), both to the drain, and of its trace writer to the
+    rows' writing; and its Fetch requests per GB (read from its /metrics after the measure, so the
+    scrape is not counted)."""
     n = int(mb * 1e6 / size)
     with target(kind, work) as (port, pid, _broker):
         assert pid is not None
@@ -123,6 +120,7 @@ def one(kind: str, size: int, mb: float, work: Path, split: dict[str, float] | N
         wall = time.monotonic() - t0
         time.sleep(DRAINED_S)  # the relay road's last items, drained at the proxy's tick
         used, span = cpu_s(pid) - c0, time.monotonic() - t0
+        s1 = threads_s(pid)  # (the writer's to the end, below, as ``used`` counts it)
         used -= idle_per_s * (span - wall)
         if traces is not None:
             # a row is written up to the hold (30 s) after its request (proxy/traces.py), on the
@@ -134,7 +132,7 @@ def one(kind: str, size: int, mb: float, work: Path, split: dict[str, float] | N
             used += writer_cpu_s(pid) - w0
         gb = n * size / 1e9
         if split is not None:
-            s1 = threads_s(pid)
+            s1[TRACE_THREAD] = writer_cpu_s(pid)
             split.update({name: (s1[name] - s0[name]) / gb for name in s0})
             split["fetches"] = fetches(pid) / gb
         return used / gb, max(0.0, used - idle_per_s * wall) / gb

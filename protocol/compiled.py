@@ -47,6 +47,7 @@ HOT: Final = (
     "fetchlat.protocol.produce_now",
     "fetchlat.protocol.share",
     "fetchlat.protocol.share_now",
+    "fetchlat.protocol.digested",
     "fetchlat.protocol.events",
     "fetchlat.protocol.inflight",
     "fetchlat.protocol.sessions",
