@@ -20,7 +20,6 @@ Owns: which events become which samples and rows. Must never: read clocks, do I/
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Final, TypeVar
 
 from ..protocol.apis import API_VERSIONS, DESCRIBE_CLUSTER, FIND_COORDINATOR, LIST_OFFSETS, METADATA, api_name
@@ -252,7 +251,7 @@ class ConnectionObserver:
         held_ns = fwd - ev.t_request_ns
         if held_ns:
             held_ns -= self.muted_ns(ev.t_request_ns, fwd)
-            return dataclasses.replace(ev, t_request_ns=fwd), held_ns
+            return ev.forwarded_at(fwd), held_ns
         return ev, 0
 
     def _fetch(self, ev: FetchExchanged, proxy_ns: int) -> None:

@@ -145,6 +145,15 @@ class FetchExchanged:
         self.request_bytes = request_bytes
         self.response_bytes = response_bytes
 
+    def forwarded_at(self, t_ns: int) -> FetchExchanged:
+        """The same exchange timed from ``t_ns`` (when its request could go upstream): a copy made
+        natively, where ``dataclasses.replace`` walks the fields in Python (2.4 µs a call)."""
+        return FetchExchanged(correlation_id=self.correlation_id, client_id=self.client_id,
+                              api_version=self.api_version, request=self.request, response=self.response,
+                              covered=self.covered, t_request_ns=t_ns, t_first_ns=self.t_first_ns,
+                              t_last_ns=self.t_last_ns, request_bytes=self.request_bytes,
+                              response_bytes=self.response_bytes)
+
 
 @dataclass(slots=True, kw_only=True)
 class ProduceExchanged:
@@ -174,6 +183,13 @@ class ProduceExchanged:
         self.t_last_ns = t_last_ns
         self.request_bytes = request_bytes
         self.response_bytes = response_bytes
+
+    def forwarded_at(self, t_ns: int) -> ProduceExchanged:
+        """The same exchange timed from ``t_ns`` (``FetchExchanged.forwarded_at``)."""
+        return ProduceExchanged(correlation_id=self.correlation_id, client_id=self.client_id,
+                                api_version=self.api_version, request=self.request, response=self.response,
+                                t_request_ns=t_ns, t_first_ns=self.t_first_ns, t_last_ns=self.t_last_ns,
+                                request_bytes=self.request_bytes, response_bytes=self.response_bytes)
 
 
 @dataclass(slots=True, kw_only=True)
