@@ -16,6 +16,10 @@ use super::pair::{Pair, Seg, CLIENT};
 use super::queue::{Item, LEARN, REWRITE};
 use super::shared::Shared;
 
+/// The most an answer held whole reserves for itself when it begins (its frame says how big it
+/// will be; a bigger one grows as it comes).
+const WHOLE_RESERVE: usize = 8 << 20;
+
 /// `data`, read from pair `id`'s `side` at `t_ns` and framed (`out`), written on to the other
 /// side (what its socket does not take waits in its queue); the asks of the answers it completes
 /// go to `items`. An error is why the pair ends.
@@ -35,6 +39,11 @@ pub(super) fn pass_on(p: &mut Pair, id: u64, side: u64, data: &[u8], out: &Route
         }
         if p.whole.is_empty() {
             to.queue.push_back(Seg::Answer { asked: false, key: None });
+            if ends.is_none() {
+                // room for the whole answer at once (up to WHOLE_RESERVE): not grown by doubling
+                // and copied over as its reads come
+                p.whole.reserve((end - start).saturating_add(p.wire.answer_left()).min(WHOLE_RESERVE));
+            }
         }
         p.whole.extend_from_slice(&data[start..end]);
         if let Some(api) = ends {
