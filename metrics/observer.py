@@ -20,7 +20,7 @@ Owns: which events become which samples and rows. Must never: read clocks, do I/
 
 from __future__ import annotations
 
-from typing import Final, TypeVar
+from typing import Final
 
 from ..protocol.apis import API_VERSIONS, DESCRIBE_CLUSTER, FIND_COORDINATOR, LIST_OFFSETS, METADATA, api_name
 from ..protocol.events import (
@@ -43,7 +43,6 @@ from .prom import FetchMetrics, ProxyMetrics
 from .rows import TraceColumns
 from .vocabulary import Outcome
 
-Exchanged = TypeVar("Exchanged", FetchExchanged, ProduceExchanged)
 # Requests a broker answers without waiting on anything: their round trips teach the model the
 # network between a proxy and its brokers (``LatencyModel.learn_round_trip``)
 ROUND_TRIP_APIS: Final = frozenset((API_VERSIONS, METADATA, LIST_OFFSETS, FIND_COORDINATOR, DESCRIBE_CLUSTER))
@@ -244,22 +243,23 @@ class ConnectionObserver:
                              api_version=ver, client_id=client_id, correlation_id=corr, response_bytes=size + 4,
                              total_ns=t_last_ns - fwd)
 
-    def _as_forwarded(self, ev: Exchanged) -> tuple[Exchanged, int]:
-        """The exchange timed from when its request went upstream, and how long it was held
-        (by the proxy's connecting or the answer before it; a quota mute is not counted)."""
-        fwd = self.forwarded_ns(ev.t_request_ns)
-        held_ns = fwd - ev.t_request_ns
+    def _held(self, t_request_ns: int) -> tuple[int, int]:
+        """When an exchange whose request was read at ``t_request_ns`` went upstream, and how long
+        it was held (by the proxy's connecting or the answer before it; a quota mute is not
+        counted): the exchange is timed from then (``forwarded_at``)."""
+        fwd = self.forwarded_ns(t_request_ns)
+        held_ns = fwd - t_request_ns
         if held_ns:
-            held_ns -= self.muted_ns(ev.t_request_ns, fwd)
-            return ev.forwarded_at(fwd), held_ns
-        return ev, 0
+            held_ns -= self.muted_ns(t_request_ns, fwd)
+        return fwd, held_ns
 
     def _fetch(self, ev: FetchExchanged, proxy_ns: int) -> None:
         obs = self.obs
         t_read_ns = ev.t_request_ns
-        ev, held_ns = self._as_forwarded(ev)
-        fwd = ev.t_request_ns
+        fwd, held_ns = self._held(t_read_ns)
         unheld = fwd == t_read_ns
+        if not unheld:
+            ev = ev.forwarded_at(fwd)
         sample, replication = obs.model.on_fetch(ev, proxy_ns=proxy_ns + held_ns, client_rtt_ns=self.rtt_ns,
                                                  broker_node=self.node)
         if unheld and sample.outcome == Outcome.IMMEDIATE and sample.basis == "known_log_end":
@@ -275,8 +275,9 @@ class ConnectionObserver:
 
     def _produce(self, ev: ProduceExchanged) -> None:
         obs = self.obs
-        ev, _ = self._as_forwarded(ev)
-        fwd = ev.t_request_ns
+        fwd, _ = self._held(ev.t_request_ns)
+        if fwd != ev.t_request_ns:
+            ev = ev.forwarded_at(fwd)
         sample = obs.model.on_produce(ev)
         self.throttled(sample.throttle_ms, ev.t_first_ns)
         obs.fetch_metrics.observe_produce(self.broker, sample)
