@@ -12,7 +12,7 @@ use crate::tls::Read1;
 use crate::wire::{Framing, Ranges, Routed, Wire};
 use super::front::{Fronts, Fused};
 use super::gather::gathered;
-use super::held::{pass_on, put_answer};
+use super::held::{keep_whole, pass_on, put_answer};
 use super::route::{answer_items, request_items};
 use super::memo::Memo;
 use super::pair::{rearm, Pair, Side, Stats, BROKER, CLIENT};
@@ -63,6 +63,8 @@ pub(super) struct Looper {
     pub(super) ask_at_answer: bool,
     /// the bytes all pairs held after their last reads (each pair's `held`)
     pub(super) held_total: usize,
+    /// buffers written out, to hold the next answers whole in (`held.rs`'s `keep_whole`)
+    pub(super) wholes: Vec<Vec<u8>>,
 }
 
 impl Looper {
@@ -379,7 +381,7 @@ impl Looper {
             stats.from_broker.fetch_add((n - held.min(n)) as u64, Ordering::Relaxed);
         }
         // the bytes as read go on first (but for answers held whole); what Python must see of them after
-        pass_on(p, id, side, data, &out, &mut self.memo, &self.shared, t_ns, items)?;
+        pass_on(p, id, side, data, &out, &mut self.memo, &self.shared, &mut self.wholes, t_ns, items)?;
         if tls_closed {
             p.client_eof = true; // its close_notify after these bytes: a half-close, as an end of stream
         }
@@ -409,7 +411,9 @@ impl Looper {
     pub(super) fn writable(&mut self, id: u64, side: u64) {
         let Some(p) = self.pairs.get_mut(&id) else { return };
         let (to, what) = if side == CLIENT { (&mut p.client, "client") } else { (&mut p.broker, "broker") };
-        if let Err(e) = to.flush() {
+        let flushed = to.flush();
+        keep_whole(&mut self.wholes, to.spent.take());
+        if let Err(e) = flushed {
             return self.close(id, format!("write to the {what}: {e}"));
         }
         if let Err(e) = rearm(self.ep, id, p) {
@@ -459,7 +463,9 @@ impl Looper {
             if !put_answer(p, frame, generation, &mut self.memo) {
                 continue; // nothing asked: an answer to nothing is dropped
             }
-            if let Err(e) = p.client.flush() {
+            let flushed = p.client.flush();
+            keep_whole(&mut self.wholes, p.client.spent.take());
+            if let Err(e) = flushed {
                 self.close(id, format!("write to the client: {e}"));
                 continue;
             }

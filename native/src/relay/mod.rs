@@ -177,7 +177,7 @@ impl PyRelay {
                                   max_frame: max_frame_bytes, flexible: Ranges::new(&flexible),
                                   observed: Ranges::new(&observed), whole, memo: Memo { entries: VecDeque::new() },
                                   stock: Stock::default(), offset: Default::default(), ask_at_answer,
-                                  held_total: 0 };
+                                  held_total: 0, wholes: Vec::new() };
         let thread = std::thread::Builder::new().name("fetchlat-relay".into()).spawn(move || looper.run())
             .map_err(|e| PyOSError::new_err(e.to_string()))?;
         Ok(PyRelay { shared, thread: Some(thread), next_id: 1, ep })
