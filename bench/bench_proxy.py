@@ -532,12 +532,11 @@ RELAY_THREAD = "fetchlat-relay"  # the native core's relay thread (native/src/re
 def thread_split_s(pid: int) -> dict[str, float]:
     """A fetchlat's CPU seconds so far in its relay thread and in the rest but the trace writer
     (``loop``: the event loop's thread, where the relay's items are drained, and any other); {} for
-    a process with no thread of either name (haproxy, the relay)."""
-    threads = thread_cpu_s(pid)
-    if not any(name in (RELAY_THREAD, TRACE_THREAD) for name, _ in threads) and pid not in METRICS_PORTS:
+    a process that is not a fetchlat (no /metrics: haproxy, the relay)."""
+    if pid not in METRICS_PORTS:
         return {}
     out = {RELAY_THREAD: 0.0, "loop": 0.0}
-    for name, cpu in threads:
+    for name, cpu in thread_cpu_s(pid):
         if name == RELAY_THREAD:
             out[RELAY_THREAD] += cpu
         elif name != TRACE_THREAD:

@@ -15,17 +15,14 @@ use super::memo::{Memo, Repeat};
 use super::pair::{Pair, Seg, CLIENT};
 use super::queue::{Item, LEARN, REWRITE};
 use super::shared::Shared;
-
-/// The most an answer held whole reserves for itself when it begins (its frame says how big it
-/// will be; a bigger one grows as it comes).
-const WHOLE_RESERVE: usize = 8 << 20;
+use super::spare::{Wholes, WHOLE_MAX_BYTES};
 
 /// `data`, read from pair `id`'s `side` at `t_ns` and framed (`out`), written on to the other
 /// side (what its socket does not take waits in its queue); the asks of the answers it completes
 /// go to `items`. An error is why the pair ends.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn pass_on(p: &mut Pair, id: u64, side: u64, data: &[u8], out: &Routed, memo: &mut Memo, shared: &Shared,
-                      wholes: &mut Vec<Vec<u8>>, t_ns: i64, items: &mut Vec<Item>) -> Result<(), String> {
+                      wholes: &mut Wholes, t_ns: i64, items: &mut Vec<Item>) -> Result<(), String> {
     let n = data.len();
     let to = if side == CLIENT { &mut p.broker } else { &mut p.client };
     let write_err = if side == CLIENT { "write to the broker" } else { "write to the client" };
@@ -40,14 +37,14 @@ pub(super) fn pass_on(p: &mut Pair, id: u64, side: u64, data: &[u8], out: &Route
         if p.whole.is_empty() {
             to.queue.push_back(Seg::Answer { asked: false, key: None });
             if p.whole.capacity() == 0 {
-                if let Some(v) = wholes.pop() {
+                if let Some(v) = wholes.take() {
                     p.whole = v; // a buffer written out before: its pages are the process's already
                 }
             }
             if ends.is_none() {
-                // room for the whole answer at once (up to WHOLE_RESERVE): not grown by doubling
+                // room for the whole answer at once (up to WHOLE_MAX_BYTES): not grown by doubling
                 // and copied over as its reads come
-                p.whole.reserve((end - start).saturating_add(p.wire.answer_left()).min(WHOLE_RESERVE));
+                p.whole.reserve((end - start).saturating_add(p.wire.answer_left()).min(WHOLE_MAX_BYTES));
             }
         }
         p.whole.extend_from_slice(&data[start..end]);
@@ -91,24 +88,7 @@ pub(super) fn pass_on(p: &mut Pair, id: u64, side: u64, data: &[u8], out: &Route
     if at < n {
         to.queue.push_back(Seg::Bytes(data[at..].to_vec()));
     }
-    let flushed = to.flush().map_err(|e| format!("{write_err}: {e}"));
-    keep_whole(wholes, to.spent.take());
-    flushed
-}
-
-/// How many written buffers the relay keeps to hold answers whole in (`keep_whole`), each up to
-/// `WHOLE_RESERVE`: at most 16 MiB, where a central proxy's held Fetch answers took a page fault
-/// every 4 KiB of fresh memory.
-const WHOLES_KEPT: usize = 2;
-
-/// A buffer written out (`Side::spent`), kept for the next answer held whole if there is room.
-pub(super) fn keep_whole(wholes: &mut Vec<Vec<u8>>, spent: Option<Vec<u8>>) {
-    if let Some(mut v) = spent {
-        if wholes.len() < WHOLES_KEPT && v.capacity() <= WHOLE_RESERVE {
-            v.clear();
-            wholes.push(v);
-        }
-    }
+    to.flush(wholes).map_err(|e| format!("{write_err}: {e}"))
 }
 
 /// Python's answer (`frame`) to the answer pair `p` asked it about, put in its place in the

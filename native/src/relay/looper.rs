@@ -12,13 +12,13 @@ use crate::tls::Read1;
 use crate::wire::{Framing, Ranges, Routed, Wire};
 use super::front::{Fronts, Fused};
 use super::gather::gathered;
-use super::held::{keep_whole, pass_on, put_answer};
+use super::held::{pass_on, put_answer};
 use super::route::{answer_items, request_items};
 use super::memo::Memo;
 use super::pair::{rearm, Pair, Side, Stats, BROKER, CLIENT};
 use super::queue::{BATCH_NS, CLOSED, FROM_CLIENT, Item, NOTIFY_BYTES, NOTIFY_ITEMS, READY, REWRITE};
 use super::shared::{Added, Shared};
-use super::spare::Stock;
+use super::spare::{Stock, Wholes};
 use super::sys::{bump, clear, epoll_set, mono_ns, nonblocking, sockopt_on, tcp_rtt_ns};
 
 
@@ -63,8 +63,8 @@ pub(super) struct Looper {
     pub(super) ask_at_answer: bool,
     /// the bytes all pairs held after their last reads (each pair's `held`)
     pub(super) held_total: usize,
-    /// buffers written out, to hold the next answers whole in (`held.rs`'s `keep_whole`)
-    pub(super) wholes: Vec<Vec<u8>>,
+    /// buffers written out, to hold the next answers whole in (`held.rs`)
+    pub(super) wholes: Wholes,
 }
 
 impl Looper {
@@ -411,9 +411,7 @@ impl Looper {
     pub(super) fn writable(&mut self, id: u64, side: u64) {
         let Some(p) = self.pairs.get_mut(&id) else { return };
         let (to, what) = if side == CLIENT { (&mut p.client, "client") } else { (&mut p.broker, "broker") };
-        let flushed = to.flush();
-        keep_whole(&mut self.wholes, to.spent.take());
-        if let Err(e) = flushed {
+        if let Err(e) = to.flush(&mut self.wholes) {
             return self.close(id, format!("write to the {what}: {e}"));
         }
         if let Err(e) = rearm(self.ep, id, p) {
@@ -463,9 +461,7 @@ impl Looper {
             if !put_answer(p, frame, generation, &mut self.memo) {
                 continue; // nothing asked: an answer to nothing is dropped
             }
-            let flushed = p.client.flush();
-            keep_whole(&mut self.wholes, p.client.spent.take());
-            if let Err(e) = flushed {
+            if let Err(e) = p.client.flush(&mut self.wholes) {
                 self.close(id, format!("write to the client: {e}"));
                 continue;
             }

@@ -61,7 +61,7 @@ use crate::stamps::READ_BYTES;
 use crate::values::i64_bytes;
 use looper::WAKE;
 use shared::Shared;
-use spare::{Spare, Stock};
+use spare::{Spare, Stock, Wholes};
 use sys::{bump, epoll_set};
 use looper::Looper;
 use memo::Memo;
@@ -177,7 +177,7 @@ impl PyRelay {
                                   max_frame: max_frame_bytes, flexible: Ranges::new(&flexible),
                                   observed: Ranges::new(&observed), whole, memo: Memo { entries: VecDeque::new() },
                                   stock: Stock::default(), offset: Default::default(), ask_at_answer,
-                                  held_total: 0, wholes: Vec::new() };
+                                  held_total: 0, wholes: Wholes::default() };
         let thread = std::thread::Builder::new().name("fetchlat-relay".into()).spawn(move || looper.run())
             .map_err(|e| PyOSError::new_err(e.to_string()))?;
         Ok(PyRelay { shared, thread: Some(thread), next_id: 1, ep })

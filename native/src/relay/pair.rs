@@ -10,6 +10,7 @@ use std::sync::Arc;
 use crate::tls::TlsSession;
 use crate::wire::Wire;
 use super::gather::Gather;
+use super::spare::Wholes;
 use super::sys::{epoll_set, mono_ns, write_some};
 
 /// An epoll token's low bit: the side of the pair it names (`id << 1 | side`).
@@ -58,17 +59,11 @@ pub(super) struct Side {
     /// the bytes of the queue's first segment already written: a big segment (an answer held
     /// whole) written in many pieces is never moved down
     pub(super) sent: usize,
-    /// the last big segment written out (`SPENT_MIN` or more), for the relay to hold its next
-    /// answer whole in (`held.rs`: fresh memory for each would cost a page fault every 4 KiB)
-    pub(super) spent: Option<Vec<u8>>,
 }
-
-/// The smallest buffer worth keeping once written (`Side::spent`).
-pub(super) const SPENT_MIN: usize = 64 << 10;
 
 impl Side {
     pub(super) fn new(fd: RawFd, tls: Option<Box<TlsSession>>) -> Self {
-        Self { fd, queue: VecDeque::new(), tls, sent: 0, spent: None }
+        Self { fd, queue: VecDeque::new(), tls, sent: 0 }
     }
 
     /// This side's queue lets the other side be read: nothing waits, or only an answer held
@@ -101,8 +96,9 @@ impl Side {
     }
 
     /// Writes what it can of the queue, up to an answer not given yet (through the TLS session,
-    /// which is flushed first and last, where there is one).
-    pub(super) fn flush(&mut self) -> std::io::Result<()> {
+    /// which is flushed first and last, where there is one); the big buffers written out go to
+    /// `wholes`.
+    pub(super) fn flush(&mut self, wholes: &mut Wholes) -> std::io::Result<()> {
         if let Some(t) = self.tls.as_mut() {
             t.flush(self.fd)?;
         }
@@ -118,9 +114,7 @@ impl Side {
             }
             self.sent = 0;
             if let Some(Seg::Bytes(v)) = self.queue.pop_front() {
-                if v.capacity() >= SPENT_MIN {
-                    self.spent = Some(v);
-                }
+                wholes.keep(v); // for the next answer held whole
             }
         }
         if let Some(t) = self.tls.as_mut() {

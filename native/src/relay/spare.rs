@@ -32,6 +32,34 @@ pub(super) const SPARE_MAX_BYTES: usize = 256 << 10;
 
 pub const SPARE_HELD_BYTES: usize = 2 << 20;
 
+/// The most an answer held whole reserves for itself when it begins, and the largest written
+/// buffer kept for one (`Wholes`).
+pub(super) const WHOLE_MAX_BYTES: usize = 8 << 20;
+/// The smallest written buffer worth keeping for an answer held whole.
+const WHOLE_MIN_BYTES: usize = 64 << 10;
+/// How many written buffers are kept: at most 16 MiB.
+const WHOLES_KEPT: usize = 2;
+
+/// Big buffers a side has written out, kept on the relay's thread for the next answer held whole
+/// (`held.rs`): a central proxy's held Fetch answers, each gathered in fresh memory, took a page
+/// fault every 4 KiB.
+#[derive(Default)]
+pub(super) struct Wholes(Vec<Vec<u8>>);
+
+impl Wholes {
+    /// Keeps `v`, written out, if it is worth keeping and there is room.
+    pub(super) fn keep(&mut self, mut v: Vec<u8>) {
+        if self.0.len() < WHOLES_KEPT && (WHOLE_MIN_BYTES..=WHOLE_MAX_BYTES).contains(&v.capacity()) {
+            v.clear();
+            self.0.push(v);
+        }
+    }
+
+    pub(super) fn take(&mut self) -> Option<Vec<u8>> {
+        self.0.pop()
+    }
+}
+
 impl Spare {
     /// Keeps what is worth keeping of the buffers given (emptied).
     pub(super) fn keep(&mut self, bytes: Vec<Vec<u8>>, words: Vec<Vec<i64>>, ids: Vec<Vec<Arc<[u8]>>>) {
