@@ -186,3 +186,43 @@ def test_the_interpreters_arenas_show_fragmentation():
     assert len(kept) == 18_750
     print("stderr still works", file=sys.stderr)
     assert "interpreter arenas" in memory.census(top=1)
+
+
+_THREAD_TOP = """
+import ctypes, sys, threading
+from fetchlat.proxy import memory
+libc = ctypes.CDLL("libc.so.6")
+libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+libc.free.argtypes, libc.memset.argtypes = [ctypes.c_void_p], [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+if sys.argv[1] == "fixed":
+    assert memory.fix_allocator_thresholds()
+big = libc.malloc(6 << 20); libc.memset(big, 1, 6 << 20); libc.free(big)  # freed: glibc raises its thresholds
+def thread():  # a thread's burst, all freed: it ends as its arena's free top
+    blocks = [libc.malloc(2048) for _ in range(2000)]
+    for b in blocks:
+        libc.memset(b, 1, 2048)
+    for b in blocks:
+        libc.free(b)
+before = rss()
+t = threading.Thread(target=thread); t.start(); t.join()
+memory.release_free_memory()
+print(rss() - before)
+"""
+
+
+@pytest.mark.skipif(not memory.can_release(), reason="this libc has no malloc_trim")
+def test_a_threads_freed_burst_is_given_back_with_the_thresholds_pinned():
+    """4 MB a thread allocated and freed: resident for good under glibc's raised thresholds (the
+    control), given back with them pinned as the proxy pins them at start."""
+    import subprocess
+
+    def kept(mode: str) -> int:
+        out = subprocess.run([sys.executable, "-c", _THREAD_TOP, mode], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return int(out.stdout)
+
+    assert kept("raised") > 3_000_000  # the control: the burst stays resident through malloc_trim
+    assert kept("fixed") < 1_500_000
