@@ -66,7 +66,7 @@ from fetchlat.proxy.traces import HOLD_NS as TRACE_HOLD_NS
 from fetchlat.proxy.traces import THREAD_NAME as TRACE_THREAD
 
 from bench.kafka_client import AsyncClient, fetch_request
-from bench.procs import cpu_s, rss_mb, stop_processes, thread_cpu_s
+from bench.procs import Sitting, cpu_s, rss_mb, stop_processes, thread_cpu_s
 from testkit.certs import Certs, Pair, make_certs
 
 # relay: bench/relay.py, zero-decode Python on uvloop; fetchlat-py: fetchlat's pure-Python build
@@ -695,6 +695,7 @@ def main() -> int:
     brokers = BROKERS if args.broker == "both" else (args.broker,)
     raw: dict[str, list[dict[str, Any]]] = {t: [] for t in targets}
     began = time.monotonic()
+    sitting = Sitting()
     for trial in range(args.trials):
         k = trial % len(targets)
         order = targets[k:] + targets[:k]  # rotate: no target always runs first
@@ -708,9 +709,10 @@ def main() -> int:
             raw[kind].append(merged)
     report = summarize(raw)
     print(render(report, args))
+    print(sitting.line())
     print(f"the whole bench took {(time.monotonic() - began) / 60:.1f} min", file=sys.stderr)
     if args.out:
-        Path(args.out).write_text(json.dumps({"raw": raw, "report": report}, indent=2))
+        Path(args.out).write_text(json.dumps({"raw": raw, "report": report, "sitting": sitting.summary()}, indent=2))
     return 0
 
 

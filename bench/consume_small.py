@@ -60,7 +60,7 @@ from bench.bench_proxy import (
     trace_dir,
     writer_cpu_s,
 )
-from bench.procs import cpu_s
+from bench.procs import Sitting, cpu_s
 
 KINDS = ("relay", "haproxy", "fetchlat", TRACED, NO_CORE, RELAYED, RELAYED_TRACED, HAPROXY_TLS, RELAYED_TLS_TRACED,
          CENTRAL_TRACED)
@@ -181,6 +181,7 @@ def main() -> int:
     kinds = tuple(k for k in KINDS if k in BASELINES or k in asked or (k == HAPROXY_TLS and tls_asked))
     got: dict[tuple[str, int], list[float]] = {}
     net: dict[tuple[str, int], list[float]] = {}
+    sitting = Sitting()
     with tempfile.TemporaryDirectory() as d:
         for t in range(args.trials):
             order = kinds[t % len(kinds):] + kinds[:t % len(kinds)]
@@ -212,6 +213,7 @@ def main() -> int:
             for on, off in ((TRACED, "fetchlat"), (RELAYED_TRACED, RELAYED)):
                 if on in med and off in med:
                     print(f"  {'':5s}   traces on / off ({off}) {med[on] / med[off]:.2f}")
+    print(sitting.line())
     return 0
 
 

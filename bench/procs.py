@@ -98,6 +98,41 @@ def _stat(path: Path) -> tuple[str, float]:
     return raw[raw.index("(") + 1:raw.rindex(")")], (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _cpu_times() -> list[int]:
+    """The machine's ``cpu`` line of /proc/stat: user, nice, system, idle, iowait, irq, softirq,
+    steal, ... in ticks."""
+    with open("/proc/stat") as f:
+        return [int(v) for v in f.readline().split()[1:]]
+
+
+class Sitting:
+    """What a run's numbers depend on besides the code: this VM's speed moves by a quarter and
+    more between sittings. The CPU's model and clock, the kernel, and over the run the load and
+    the share of time the host gave the VM's CPUs to others (``steal``): a bench prints it with
+    its table, so runs of different sittings can be told apart."""
+
+    def __init__(self) -> None:
+        self._t0 = _cpu_times()
+
+    def summary(self) -> dict[str, Any]:
+        t1 = _cpu_times()
+        d = [b - a for a, b in zip(self._t0, t1, strict=False)]
+        total = sum(d[:8]) or 1
+        info = Path("/proc/cpuinfo").read_text()
+
+        def field(name: str) -> str:
+            return next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith(name)), "?")
+
+        return {"cpu": field("model name"), "mhz": field("cpu MHz"), "kernel": os.uname().release,
+                "load_1m": os.getloadavg()[0], "busy_pct": round(100 * (total - d[3] - d[4]) / total, 1),
+                "steal_pct": round(100 * d[7] / total, 2) if len(d) > 7 else None}
+
+    def line(self) -> str:
+        s = self.summary()
+        return (f"sitting: {s['cpu']} at {s['mhz']} MHz, kernel {s['kernel']}; over the run the CPUs "
+                f"{s['busy_pct']} % busy, {s['steal_pct']} % stolen by the host, load {s['load_1m']:.2f}")
+
+
 def cpu_s(pid: int) -> float:
     """CPU seconds ``pid`` has used: the scheduler's run time of its live threads in ns
     (``/proc/PID/task/*/schedstat``), where ``/proc/PID/stat`` counts in 10 ms ticks (over a
