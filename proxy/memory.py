@@ -9,17 +9,6 @@ and a few ms when a burst left tens of MB (8.5 ms for 90 MB here), so the proxy'
 once a minute (``tests/proxy/test_memory.py``).
 On a libc without it (musl, macOS) this does nothing.
 
-``malloc_trim`` releases the free pages inside every heap, but not the free top of a thread's
-arena (the relay's thread, the trace writer's): glibc gives that back when a block is freed, and
-only once it is over the trim threshold. glibc raises that threshold, by default, to twice the
-largest mmapped block freed so far (up to 64 MiB): after one 6 MiB block is freed, a thread's
-arena keeps 12 MiB of free top resident for good, and the process's size wanders with what each
-thread last freed (measured here: 4 MB a thread freed stayed resident through ``malloc_trim``).
-``fix_allocator_thresholds``, at start, pins the two thresholds (``mallopt``; setting them turns
-the raising off): blocks of ``MMAP_THRESHOLD_BYTES`` and more are mapped and unmapped on their
-own, and an arena's free top over ``TRIM_THRESHOLD_BYTES`` goes back at once
-(``tests/proxy/test_memory.py``).
-
 The trace writer's Arrow buffers come from glibc too (``proxy/traces.py``: ``use_system_pool``),
 so the same trim reaches them. Arrow's own default in the pyarrow wheels, mimalloc, keeps freed
 segments the same way and ``malloc_trim`` does not reach them: measured here, 200 tables built
@@ -67,10 +56,6 @@ from collections.abc import Callable
 from typing import Any, cast
 
 RELEASE_EVERY_S = 60.0
-TRIM_THRESHOLD_BYTES = 1 << 20  # an arena's free top kept at most (glibc's M_TRIM_THRESHOLD)
-MMAP_THRESHOLD_BYTES = 4 << 20  # blocks this big and bigger are mapped on their own (M_MMAP_THRESHOLD)
-_M_TRIM_THRESHOLD = -1  # mallopt's parameters (malloc.h)
-_M_MMAP_THRESHOLD = -3
 
 
 def libc_fn(name: str) -> Any | None:
@@ -133,17 +118,6 @@ def release_free_memory() -> bool:
     if arrow is not None:
         arrow.default_memory_pool().release_unused()
     return bool(_TRIM()) if _TRIM is not None else False
-
-
-def fix_allocator_thresholds() -> bool:
-    """Pin glibc's trim and mmap thresholds (see the module's text); True when this libc took
-    them (it has ``mallopt`` and accepted both). Call it at start, before the threads."""
-    fn = libc_fn("mallopt")
-    if fn is None or libc_fn("malloc_trim") is None:  # a libc that is not glibc: its own rules
-        return False
-    fn.argtypes = [ctypes.c_int, ctypes.c_int]
-    fn.restype = ctypes.c_int
-    return bool(fn(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES)) & bool(fn(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
 
 
 def settle_heap() -> int:
