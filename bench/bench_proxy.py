@@ -66,7 +66,7 @@ from fetchlat.proxy.traces import HOLD_NS as TRACE_HOLD_NS
 from fetchlat.proxy.traces import THREAD_NAME as TRACE_THREAD
 
 from bench.kafka_client import AsyncClient, fetch_request
-from bench.procs import Sitting, cpu_s, rss_mb, stop_processes, thread_cpu_s
+from bench.procs import Sitting, cpu_s, rss_mb, stop_processes, thread_cpu_s, user_system_s
 from testkit.certs import Certs, Pair, make_certs
 
 # relay: bench/relay.py, zero-decode Python on uvloop; fetchlat-py: fetchlat's pure-Python build
@@ -637,9 +637,21 @@ def measure(kind: str, args: argparse.Namespace, work: Path, broker: str = "tans
         traced = kind in (*TRACED_KINDS, SPIKE_TRACED)
         w0 = writer_cpu_s(rt_pid) if traced else 0.0
         cpu0 = cpu_s(rt_pid) if rt_pid else 0.0
+        us0 = user_system_s(rt_pid) if rt_pid else (0.0, 0.0)
+        rus0 = user_system_s(rt_pid, RELAY_THREAD) if rt_pid else (0.0, 0.0)
         tls = client_tls(work) if kind in TLS_KINDS else None
         trips = asyncio.run(round_trips(rt_port, topic, args.round_trips, direct, rt_pid, tls=tls))
         cpu1 = cpu_s(rt_pid) if rt_pid else 0.0
+        if rt_pid:
+            # where the kernel's share differs between paths and sittings: user and system time over
+            # the whole round-trip run (10 ms ticks), the process's and its relay thread's
+            us1, rus1 = user_system_s(rt_pid), user_system_s(rt_pid, RELAY_THREAD)
+            if sum(us1) > sum(us0):
+                res["proxy user share of cpu, round trips %"] = round(
+                    100 * (us1[0] - us0[0]) / (sum(us1) - sum(us0)), 1)
+            if sum(rus1) > sum(rus0):
+                res["relay thread user share of its cpu, round trips %"] = round(
+                    100 * (rus1[0] - rus0[0]) / (sum(rus1) - sum(rus0)), 1)
         if traced:
             w1 = writer_cpu_s(rt_pid)
             # the rows of these round trips are written once the first of their batch has waited

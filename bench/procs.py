@@ -176,6 +176,27 @@ def thread_cpu_s(pid: int) -> list[tuple[str, float]]:
     return out
 
 
+def user_system_s(pid: int, thread: str | None = None) -> tuple[float, float]:
+    """The user and system CPU seconds of ``pid`` (its live and ended threads, from its stat), or
+    of its live threads named ``thread``: in the kernel's 10 ms ticks, so for runs of a second or
+    more. (0, 0) where there is no such process."""
+    tck = os.sysconf("SC_CLK_TCK")
+    stats = [Path(f"/proc/{pid}/stat")] if thread is None else [
+        t / "stat" for t in Path(f"/proc/{pid}/task").glob("*")]
+    user = system = 0
+    for path in stats:
+        try:
+            raw = path.read_text()
+        except OSError:
+            continue
+        if thread is not None and raw[raw.index("(") + 1:raw.rindex(")")] != thread:
+            continue
+        fields = raw[raw.rindex(")") + 2:].split()
+        user += int(fields[11])
+        system += int(fields[12])
+    return user / tck, system / tck
+
+
 def histogram(text: str, name: str) -> list[tuple[float, float]]:
     """Cumulative (le, count) buckets of an unlabelled histogram, summed over label sets."""
     buckets: dict[float, float] = {}
