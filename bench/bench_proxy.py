@@ -455,7 +455,7 @@ def per_round_trip_us(trips: dict[str, dict[str, float]], writer_us: float) -> f
     """A path's CPU per small round trip: the mean over the four types of each type's measured
     phase (its round trips and the drain after them; a fetchlat's relay thread and event loop,
     its trace writer apart), plus the trace writer's per round trip."""
-    phases = [v for k, v in trips.items() if "cpu_us" in v and not k.startswith("long poll")]
+    phases = [v for v in trips.values() if "cpu_us" in v]  # the long polls' entry has no CPU
     own = [v[f"cpu_{RELAY_THREAD}_us"] + v["cpu_loop_us"] if f"cpu_{RELAY_THREAD}_us" in v else v["cpu_us"]
            for v in phases]
     return sum(own) / len(own) + writer_us
@@ -721,10 +721,11 @@ def main() -> int:
             raw[kind].append(merged)
     report = summarize(raw)
     print(render(report, args))
-    print(sitting.line())
+    sat = sitting.summary()
+    print(Sitting.line(sat))
     print(f"the whole bench took {(time.monotonic() - began) / 60:.1f} min", file=sys.stderr)
     if args.out:
-        Path(args.out).write_text(json.dumps({"raw": raw, "report": report, "sitting": sitting.summary()}, indent=2))
+        Path(args.out).write_text(json.dumps({"raw": raw, "report": report, "sitting": sat}, indent=2))
     return 0
 
 

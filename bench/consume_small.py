@@ -213,7 +213,7 @@ def main() -> int:
             for on, off in ((TRACED, "fetchlat"), (RELAYED_TRACED, RELAYED)):
                 if on in med and off in med:
                     print(f"  {'':5s}   traces on / off ({off}) {med[on] / med[off]:.2f}")
-    print(sitting.line())
+    print(Sitting.line(sitting.summary()))
     return 0
 
 

@@ -91,11 +91,18 @@ def stop_processes(procs: list[subprocess.Popen[bytes]]) -> None:
             p.kill()
 
 
-def _stat(path: Path) -> tuple[str, float]:
-    """A /proc stat file's command name and CPU seconds (user + system)."""
+def _stat_s(path: Path) -> tuple[str, float, float]:
+    """A /proc stat file's command name, and its user and system CPU seconds (10 ms ticks)."""
     raw = path.read_text()
     fields = raw[raw.rindex(")") + 2:].split()
-    return raw[raw.index("(") + 1:raw.rindex(")")], (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tck = os.sysconf("SC_CLK_TCK")
+    return raw[raw.index("(") + 1:raw.rindex(")")], int(fields[11]) / tck, int(fields[12]) / tck
+
+
+def _stat(path: Path) -> tuple[str, float]:
+    """A /proc stat file's command name and CPU seconds (user + system)."""
+    name, user, system = _stat_s(path)
+    return name, user + system
 
 
 def _cpu_times() -> list[int]:
@@ -127,8 +134,9 @@ class Sitting:
                 "load_1m": os.getloadavg()[0], "busy_pct": round(100 * (total - d[3] - d[4]) / total, 1),
                 "steal_pct": round(100 * d[7] / total, 2) if len(d) > 7 else None}
 
-    def line(self) -> str:
-        s = self.summary()
+    @staticmethod
+    def line(s: dict[str, Any]) -> str:
+        """``summary``'s figures as the line a bench ends with."""
         return (f"sitting: {s['cpu']} at {s['mhz']} MHz, kernel {s['kernel']}; over the run the CPUs "
                 f"{s['busy_pct']} % busy, {s['steal_pct']} % stolen by the host, load {s['load_1m']:.2f}")
 
@@ -180,21 +188,18 @@ def user_system_s(pid: int, thread: str | None = None) -> tuple[float, float]:
     """The user and system CPU seconds of ``pid`` (its live and ended threads, from its stat), or
     of its live threads named ``thread``: in the kernel's 10 ms ticks, so for runs of a second or
     more. (0, 0) where there is no such process."""
-    tck = os.sysconf("SC_CLK_TCK")
     stats = [Path(f"/proc/{pid}/stat")] if thread is None else [
         t / "stat" for t in Path(f"/proc/{pid}/task").glob("*")]
-    user = system = 0
+    user = system = 0.0
     for path in stats:
         try:
-            raw = path.read_text()
+            name, u, s = _stat_s(path)
         except OSError:
             continue
-        if thread is not None and raw[raw.index("(") + 1:raw.rindex(")")] != thread:
-            continue
-        fields = raw[raw.rindex(")") + 2:].split()
-        user += int(fields[11])
-        system += int(fields[12])
-    return user / tck, system / tck
+        if thread is None or name == thread:
+            user += u
+            system += s
+    return user, system
 
 
 def histogram(text: str, name: str) -> list[tuple[float, float]]:
