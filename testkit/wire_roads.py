@@ -107,18 +107,21 @@ def python_road(chunks: Iterable[Chunk]) -> list[Step]:
     return out
 
 
-def native_road(chunks: Iterable[Chunk]) -> tuple[list[Step], int | None]:
-    """The native road's steps, and the index of the chunk after which only Python goes on."""
+def native_road(chunks: Iterable[Chunk], on: bool = False) -> tuple[list[Step], int | None]:
+    """The native road's steps, and the index of the chunk after which only Python goes on (the
+    one where a SaslHandshake v0 goes by). With ``on``, the steps go on past it: the core still
+    frames the broker's answers owed to the requests before the handshake's, as the relay does."""
     assert CORE is not None
     expects, _, unreadable, _, _ = CORE.WIRE_FLAGS
     w = wire()
     out: list[Step] = []
+    stop: int | None = None
     for t, (from_client, data) in enumerate(chunks):
         try:
             (w.from_client if from_client else w.from_broker)(data, t)
         except ValueError as exc:
             out.append(str(exc))
-            return out, None
+            return out, stop
         raw, ids = w.drain()
         names = ids
         requests, responses = [], []
@@ -130,9 +133,11 @@ def native_road(chunks: Iterable[Chunk]) -> tuple[list[Step], int | None]:
             else:
                 responses.append((corr, key, ver, client, size, t_req, t_first, t_last))
         out.append((requests, responses))
-        if w.needs_python:
-            return out, t
-    return out, None
+        if w.needs_python and stop is None:
+            stop = t
+            if not on:
+                return out, t
+    return out, stop
 
 
 def disagreement(chunks: list[Chunk]) -> str | None:
@@ -280,7 +285,9 @@ def relay_disagreement(chunks: list[Chunk], tls: TlsClient | None = None) -> str
     """The core's relay itself (``native/src/relay/``, over loopback sockets, each chunk written by the
     test's client or broker end) against the Python road: where the Python road loses its framing
     (before any SaslHandshake v0, after which the core frames the broker no more), the relay ends
-    the pair in the same words; otherwise it hands every byte on, in order, both ways. None when
+    the pair in the same words; otherwise it hands every byte on, in order, both ways. Past a
+    SaslHandshake v0 the core still frames the answers owed before the handshake's, so an error
+    of the Python road's there is the relay's too where the core's ``Wire`` meets it. None when
     they agree. With ``tls`` the client's bytes go through a TLS session the core holds
     (``relay/front.rs``): the same must hold of its plaintext."""
     import time
@@ -290,10 +297,11 @@ def relay_disagreement(chunks: list[Chunk], tls: TlsClient | None = None) -> str
     assert CORE is not None
     chunks = list(chunks)
     steps = python_road(chunks)
-    _, handed = native_road(chunks)
+    framed, handed = native_road(chunks, on=True)
     error = steps[-1] if steps and isinstance(steps[-1], str) else None
     upto = len(steps) if error is not None else len(chunks)
-    if error is not None and handed is not None and len(steps) - 1 >= handed:
+    if (error is not None and handed is not None and len(steps) - 1 >= handed
+            and not (len(framed) == len(steps) and isinstance(framed[-1], str))):
         error, upto = None, len(chunks)  # the Python road's alone by then: the relay passes it on
     relay = CORE.Relay(MAX_FRAME, flexible_ranges(), route_ranges(None))
     relay_client, client = loopback_pair()
