@@ -286,9 +286,8 @@ def relay_disagreement(chunks: list[Chunk], tls: TlsClient | None = None) -> str
     test's client or broker end) against the Python road: where the Python road loses its framing
     (before any SaslHandshake v0, after which the core frames the broker no more), the relay ends
     the pair in the same words; otherwise it hands every byte on, in order, both ways. Past a
-    SaslHandshake v0 the core still frames the answers owed before the handshake's, so an error
-    of the Python road's there is the relay's too where the core's ``Wire`` meets it. None when
-    they agree. With ``tls`` the client's bytes go through a TLS session the core holds
+    SaslHandshake v0 the core still frames the answers owed before the handshake's and nothing
+    else: there the relay ends the pair where the core's ``Wire`` does. None when they agree. With ``tls`` the client's bytes go through a TLS session the core holds
     (``relay/front.rs``): the same must hold of its plaintext."""
     import time
 
@@ -300,9 +299,15 @@ def relay_disagreement(chunks: list[Chunk], tls: TlsClient | None = None) -> str
     framed, handed = native_road(chunks, on=True)
     error = steps[-1] if steps and isinstance(steps[-1], str) else None
     upto = len(steps) if error is not None else len(chunks)
-    if (error is not None and handed is not None and len(steps) - 1 >= handed
-            and not (len(framed) == len(steps) and isinstance(framed[-1], str))):
-        error, upto = None, len(chunks)  # the Python road's alone by then: the relay passes it on
+    if handed is not None and (error is None or len(steps) - 1 >= handed):
+        # past the handshake the client's bytes are the Python road's alone, and so are the
+        # broker's from the handshake's answer on: the relay ends the pair where the core's
+        # Wire does (in the Python road's words where that road got as far)
+        core_error = framed[-1] if framed and isinstance(framed[-1], str) else None
+        if core_error is not None and len(steps) >= len(framed) and steps[len(framed) - 1] != core_error:
+            return f"chunk {len(framed) - 1}: the core's Wire refuses it ({core_error}), the Python road: " \
+                   f"{steps[len(framed) - 1]}"
+        error, upto = core_error, len(framed) if core_error is not None else len(chunks)
     relay = CORE.Relay(MAX_FRAME, flexible_ranges(), route_ranges(None))
     relay_client, client = loopback_pair()
     relay_broker, broker = loopback_pair()
