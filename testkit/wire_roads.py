@@ -284,11 +284,12 @@ def _handed(relay: Any, relay_client: socket.socket, relay_broker: socket.socket
 def relay_disagreement(chunks: list[Chunk], tls: TlsClient | None = None) -> str | None:
     """The core's relay itself (``native/src/relay/``, over loopback sockets, each chunk written by the
     test's client or broker end) against the Python road: where the Python road loses its framing
-    (before any SaslHandshake v0, after which the core frames the broker no more), the relay ends
-    the pair in the same words; otherwise it hands every byte on, in order, both ways. Past a
-    SaslHandshake v0 the core still frames the answers owed before the handshake's and nothing
-    else: there the relay ends the pair where the core's ``Wire`` does. None when they agree. With ``tls`` the client's bytes go through a TLS session the core holds
-    (``relay/front.rs``): the same must hold of its plaintext."""
+    before any SaslHandshake v0, the relay ends the pair in the same words; otherwise it hands
+    every byte on, in order, both ways. Past a SaslHandshake v0 the core frames only the broker's
+    answers owed before the handshake's (the rest is the Python road's alone): there the relay
+    ends the pair where the core's ``Wire`` does. None when they agree. With ``tls`` the client's
+    bytes go through a TLS session the core holds (``relay/front.rs``): the same must hold of its
+    plaintext."""
     import time
 
     from fetchlat.proxy.relayed import items
