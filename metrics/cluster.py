@@ -84,6 +84,21 @@ class ClusterView:
             self._unled.clear()
             self.leaders_wanted = False
 
+    def leader_wanted(self, topic: str, partition: int) -> bool:
+        """No leader is known for the partition and the broker was not asked about it in vain:
+        it is wanted (asked for at the proxy's next ask, as ``led_elsewhere`` marks it)."""
+        key = (topic, partition)
+        if key in self.leaders or key in self._leaderless:
+            return False
+        if len(self._unled) < MAX_PARTITIONS:
+            self._unled.add(key)
+            self.leaders_wanted = True
+        return True
+
+    def unnamed_id(self, key: TopicKey) -> bool:
+        """A topic id met without a name, asked about (or to be) and not in vain yet."""
+        return not isinstance(key, str) and key in self.unnamed
+
     def led_elsewhere(self, topic: str, partition: int, broker_node: int) -> bool:
         """This broker is known not to lead the partition: it serves the fetch as a follower."""
         if broker_node < 0:

@@ -37,6 +37,7 @@ from ..protocol.events import (
 from ..protocol.inflight import observed
 from ..protocol.requests import UNREADABLE_HEADER
 from ..protocol.routed import ASKED, HEADER_UNREADABLE, KIND_REQUEST, RECORD_BYTES, ROUTED, record_at
+from .awaiting import Awaiting
 from .fast import CounterChild, HistogramChild
 from .model import DEFAULT_EXPIRY_OVERSHOOT_NS, LatencyModel
 from .prom import FetchMetrics, ProxyMetrics
@@ -60,6 +61,8 @@ class Observer:
                                   beside_broker=beside_broker)
         self.proxy_id = proxy_id
         self.traces = traces  # the rows' column buffers (metrics/rows.py), None without traces
+        cluster = self.model.cluster
+        self.awaiting = Awaiting(lambda: cluster.wants_topics)  # fetches waiting for the broker's answer
 
     @property
     def wall_minus_mono_ns(self) -> int:
@@ -68,6 +71,14 @@ class Observer:
     def set_clock(self, wall_ns: int, mono_ns: int) -> None:
         """A fresh (wall, monotonic) pair: trace timestamps follow the wall clock's steps."""
         self.model.wall_minus_mono_ns = wall_ns - mono_ns
+
+    def date_awaiting(self, now_ns: int, everything: bool = False) -> None:
+        """The fetches held for the broker's answer that are due (``awaiting.py``), or
+        ``everything`` held (the proxy stops), dated now in order: the proxy's tick, and
+        before each fetch."""
+        awaiting = self.awaiting
+        for conn, ev, proxy_ns, unheld, fwd, rtt_ns in awaiting.all() if everything else awaiting.due(now_ns):
+            conn.dated(ev, proxy_ns, unheld, fwd, rtt_ns)
 
     def connection(self, conn_id: int, broker: str) -> ConnectionObserver:
         return ConnectionObserver(self, conn_id, broker)
@@ -260,8 +271,18 @@ class ConnectionObserver:
         unheld = fwd == t_read_ns
         if not unheld:
             ev = ev.forwarded_at(fwd)
-        sample, replication = obs.model.on_fetch(ev, proxy_ns=proxy_ns + held_ns, client_rtt_ns=self.rtt_ns,
-                                                 broker_node=self.node)
+        awaiting = obs.awaiting
+        if awaiting.held:
+            obs.date_awaiting(ev.t_request_ns)
+        if awaiting.holds(ev, obs.model, self.node):
+            awaiting.hold((self, ev, proxy_ns + held_ns, unheld, fwd, self.rtt_ns))
+            return
+        self.dated(ev, proxy_ns + held_ns, unheld, fwd, self.rtt_ns)
+
+    def dated(self, ev: FetchExchanged, proxy_ns: int, unheld: bool, fwd: int, rtt_ns: int) -> None:
+        """A fetch's sample and row, forwarded at ``fwd`` (``unheld``: as its request was read)."""
+        obs = self.obs
+        sample, replication = obs.model.on_fetch(ev, proxy_ns=proxy_ns, client_rtt_ns=rtt_ns, broker_node=self.node)
         if unheld and sample.outcome == Outcome.IMMEDIATE and sample.basis == "known_log_end":
             # answered at once, and its turn at the broker began at its forwarding: a round trip.
             # One pipelined behind another comes right after that one's answer (the broker read

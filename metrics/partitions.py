@@ -132,6 +132,11 @@ class PartitionLogs:
             p = self._parts[key] = PartitionLog()
         return p
 
+    def produced(self, topic: str, partition: int) -> bool:
+        """A produce to the partition was seen (its data is dated by it), nothing made."""
+        p = self._parts.get((topic, partition))
+        return p is not None and (len(p.append_ends) > 0 or p.floor_end >= 0 or len(p.pending) > 0)
+
     def keep_topics(self, names: set[str]) -> int:
         """Only these topics' partitions are kept (the others were deleted): how many went."""
         gone = [key for key in self._parts if key[0] not in names]

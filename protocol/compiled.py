@@ -63,6 +63,7 @@ HOT: Final = (
     "fetchlat.metrics.cluster",
     "fetchlat.metrics.partitions",
     "fetchlat.metrics.model",
+    "fetchlat.metrics.awaiting",
     "fetchlat.metrics.fast",
     "fetchlat.metrics.prom",
     "fetchlat.metrics.rows",

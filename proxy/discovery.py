@@ -177,6 +177,12 @@ class Discovery:
         self._passive = False  # the upstream requires authentication before Metadata
         self._kick = asyncio.Event()
 
+    @property
+    def asks(self) -> bool:
+        """It asks its broker about topics: a broker answered, and not one that closes on
+        Metadata before authentication."""
+        return self.metadata_ok and not self._passive
+
     def topics_due(self) -> bool:
         return time.monotonic() - self._topics_at >= TOPICS_MIN_INTERVAL_S
 

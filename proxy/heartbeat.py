@@ -86,6 +86,7 @@ class Heartbeat:
         self.metrics.loop_lag.observe(max(0, woke - self._due_ns) / 1e9)
         self._due_ns = woke + TICK_NS
         self._handle = asyncio.get_running_loop().call_later(TICK_S, self._tick)
+        self.observer.date_awaiting(woke)  # fetches held for the broker's answer, before the next ones
         if self.relay is not None:
             self.relay.drain()  # what the core queued since the last tick (relay/queue.rs: BATCH_NS is its fallback)
         if self.traces is not None:

@@ -91,6 +91,8 @@ class Proxy:
         metrics.held.sizes = self._held
         self.traces: TraceWriter | None = None  # set by the CLI when --trace-dir is given
         self.servers: list[asyncio.Server] = []
+        discovery = self.discovery
+        self.observer.awaiting.can_ask = lambda: discovery.asks  # a fetch may wait for its answer (awaiting.py)
         self.heartbeat = Heartbeat(metrics, self.observer, self.discovery, self.sessions, self.relay)
         self._rr = itertools.count()
         self._tasks: list[asyncio.Task[None]] = []
@@ -229,6 +231,7 @@ class Proxy:
             self.relay.close()  # the connections it carries close with it
         if self._stamping is not None:
             self._stamping.close()
+        self.observer.date_awaiting(clock.now_ns(), everything=True)  # no answer of the broker's comes now
         if self.traces is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.traces.close)
 

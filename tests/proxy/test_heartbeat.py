@@ -25,7 +25,7 @@ class Calls(list[str]):
 def parts(calls: Calls, close: object = None, asks: bool = True, drain_raises: bool = False) -> dict[str, Any]:
     metrics = SimpleNamespace(loop_lag=SimpleNamespace(observe=calls("lag")),
                               loop_late_ticks=SimpleNamespace(labels=lambda *_: SimpleNamespace(inc=lambda *_: None)))
-    observer = SimpleNamespace(set_clock=calls("clock"))
+    observer = SimpleNamespace(set_clock=calls("clock"), date_awaiting=calls("date"))
     discovery = SimpleNamespace(asks_topics=calls("asks?", asks), kick=calls("kick"))
     relay = SimpleNamespace(drain=calls("drain", RuntimeError("a bug") if drain_raises else None),
                             tick=calls("timers"))
@@ -45,7 +45,7 @@ def test_a_tick_does_its_work_in_order_and_sets_the_next() -> None:
         return hb
 
     hb = asyncio.run(run())
-    assert calls == ["lag", "drain", "asks?", "kick", "clock", "timers", "expire", "apply"]
+    assert calls == ["lag", "date", "drain", "asks?", "kick", "clock", "timers", "expire", "apply"]
     assert hb.age_s() < 5.0
 
 
@@ -61,7 +61,7 @@ def test_a_tick_that_raises_does_not_stop_the_ticking() -> None:
         hb.stop()
 
     asyncio.run(run())
-    assert calls == ["lag", "drain"] and TICK_S == 1.0
+    assert calls == ["lag", "date", "drain"] and TICK_S == 1.0
 
 
 def test_the_loop_probe_runs_beside_the_heartbeat_when_asked_for() -> None:
