@@ -48,9 +48,10 @@ def awaits(model: LatencyModel, ev: FetchExchanged, broker_node: int) -> bool:
     whose name, or of a partition (no produce to it seen here) whose leader, is not known yet:
     who leads it decides how the model dates it. Marks what it meets as wanted."""
     req = ev.request
-    if broker_node < 0 or req.replica_id >= 0 or req.share:
+    if req.replica_id >= 0 or req.share:
         return False
-    cluster, logs = model.cluster, model.logs
+    cluster = model.cluster
+    leaders = cluster.leaders
     out = False
     for rp in ev.response.partitions:
         b = rp.batches
@@ -58,7 +59,9 @@ def awaits(model: LatencyModel, ev: FetchExchanged, broker_node: int) -> bool:
             continue
         key = rp.topic_id or rp.topic or ""
         topic = cluster.topic(key)  # an id without a name is marked wanted
-        if cluster.unnamed_id(key) or (not logs.produced(topic, rp.partition)
+        if (topic, rp.partition) in leaders:
+            continue
+        if cluster.unnamed_id(key) or (not model.logs.produced(topic, rp.partition)
                                        and cluster.leader_wanted(topic, rp.partition)):
             out = True
     return out
@@ -77,8 +80,9 @@ class Awaiting:
         after a wait in vain, nothing waits."""
         if self.held:
             return True
-        return (broker_node >= 0 and ev.t_request_ns >= self._rest_until_ns and self.can_ask()
-                and awaits(model, ev, broker_node))
+        if broker_node < 0 or ev.t_request_ns < self._rest_until_ns:
+            return False
+        return awaits(model, ev, broker_node) and self.can_ask()
 
     def hold(self, entry: Held) -> None:
         self.held.append(entry)
