@@ -115,7 +115,9 @@ class ClientSide:  # an asyncio protocol (duck-typed: a native class when compil
         self.broker: BrokerSide | None = None
         self.closed = False
         self.client_eof = False  # the client half-closed: the broker closing next is expected
-        self.tls = TlsServerSide(ctx.server_tls) if ctx.server_tls is not None else None
+        # TLS held here (made at connection_made, unless the core fronts it: an OpenSSL session
+        # made for every connection the core took cost it for nothing)
+        self.tls: TlsServerSide | None = None
         self.carried: CarriedSide | None = None  # the core carries this connection (relayed.py)
         # the core holds this client's TLS session from its first byte, and this side reads the
         # plaintext of the socketpair it bridges (relay/front.rs): the front's id
@@ -124,7 +126,7 @@ class ClientSide:  # an asyncio protocol (duck-typed: a native class when compil
         self._swapping = False  # the TCP transport given up for the bridge's: its loss is not the connection's
         self._bridging: asyncio.Task[None] | None = None
         self.conv = Conversation(ctx.core, conn_id=ctx.next_conn_id(), listener=listener, broker_label=broker_label,
-                                 upstream=upstreams()[0], t_ns=clock.now_ns(), tls=self.tls is not None)
+                                 upstream=upstreams()[0], t_ns=clock.now_ns(), tls=ctx.server_tls is not None)
 
     @property
     def peer(self) -> str:
@@ -139,9 +141,12 @@ class ClientSide:  # an asyncio protocol (duck-typed: a native class when compil
         if self.fronted is None:
             peer = transport.get_extra_info("peername")
             self.conv.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
-            relay = self.ctx.relay
-            if self.tls is not None and relay is not None and relay.fronts_tls and self._front(relay, transport):
-                return  # the bridge's transport comes back here
+            server_tls = self.ctx.server_tls
+            if server_tls is not None:
+                relay = self.ctx.relay
+                if relay is not None and relay.fronts_tls and self._front(relay, transport):
+                    return  # the bridge's transport comes back here
+                self.tls = TlsServerSide(server_tls)
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         m = self.ctx.core.observer.metrics
         m.connections.labels(self.listener).inc()
@@ -159,7 +164,6 @@ class ClientSide:  # an asyncio protocol (duck-typed: a native class when compil
             self.fronted, bridge = given_to_core(transport, lambda fd: relay.front(watch, fd))
         except (OSError, ValueError, AttributeError, RuntimeError):
             return False
-        self.tls = None  # the core's
         self._swapping = True  # the transport's loss, which comes next, is not the connection's
         loop = asyncio.get_running_loop()
         self._bridging = loop.create_task(self._take_bridge(loop, bridge))  # kept: a task held only by the loop may go
