@@ -30,6 +30,18 @@ def samples(proxy: ProxyProc, name: str) -> dict[tuple[tuple[str, str], ...], fl
     return out
 
 
+def consumer_fetches(proxy: ProxyProc, timeout_s: float = 10.0) -> float:
+    """The consumer fetches the proxy counted, once some are in (or the bound passes): a new
+    topic's first fetches at a sidecar wait for its broker to name the topic and its leader
+    (``metrics/awaiting.py``), about a tick."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        n = sum(v for k, v in samples(proxy, "fetchlat_fetches_total").items() if dict(k)["kind"] == "consumer")
+        if n >= 1 or time.monotonic() > deadline:
+            return n
+        time.sleep(0.2)
+
+
 def follower_fetch(c: Client, version: int, replica: int, topic: str, topic_id: uuid.UUID, offset: int) -> None:
     value: dict[str, object] = {
         "MaxWaitMs": 50, "MinBytes": 1, "MaxBytes": 1 << 20, "IsolationLevel": 0, "SessionId": 0, "SessionEpoch": -1,

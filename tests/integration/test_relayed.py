@@ -20,7 +20,7 @@ from fetchlat import native
 from fetchlat.protocol import apis
 
 from .conftest import TANSU_NODE_ID, Broker, ProxyProc, free_ports, run_tansu, start_proxy, stop_proxy
-from .test_model_live import follower_fetch, samples
+from .test_model_live import consumer_fetches, follower_fetch, samples
 from .test_routing import Client
 from .traffic import expected, roundtrip
 
@@ -121,8 +121,7 @@ def test_the_core_carries_real_clients_and_counts_what_the_event_loop_counts(sid
     assert roundtrip(n.bootstrap, topic, n=20) == expected(topic, 20)
     handovers = samples(n, "fetchlat_relay_handovers_total")[()]
     assert handovers >= 2, "the real clients' connections were not handed to the core"
-    fetches = samples(n, "fetchlat_fetches_total")
-    assert sum(v for k, v in fetches.items() if dict(k)["kind"] == "consumer") >= 1
+    assert consumer_fetches(n) >= 1
     gone_by = time.monotonic() + 10
     while n.health()["connections"] and time.monotonic() < gone_by:
         time.sleep(0.1)

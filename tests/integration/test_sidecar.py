@@ -23,7 +23,7 @@ from .conftest import (
     start_proxy,
     stop_proxy,
 )
-from .test_model_live import follower_fetch, samples
+from .test_model_live import consumer_fetches, follower_fetch, samples
 from .test_routing import Client
 
 pytestmark = pytest.mark.integration
@@ -86,6 +86,7 @@ def test_clients_and_followers_pass_the_sidecar_with_addresses_unchanged(sidecar
     assert os.getpid() in sampler.to_proxy
     health = proxy.health()
     assert health["ready"] and health["listeners"] == {}  # no per-node listeners in sidecar mode
+    consumer_fetches(proxy)  # a new topic's first fetches are counted once the sidecar knows its leader
     fetches = samples(proxy, "fetchlat_fetches_total")
     kinds = {dict(k)["kind"] for k in fetches}
     assert kinds == {"consumer", "follower"}

@@ -27,7 +27,7 @@ from testkit.certs import Certs, make_certs
 from .conftest import TANSU_NODE_ID, ProxyProc, free_ports, run_tansu, start_proxy, stop_proxy, wait_port
 from .test_bad_input import closed_by_proxy
 from .test_faults import api_versions_frame
-from .test_model_live import samples
+from .test_model_live import consumer_fetches, samples
 from .test_tls import refused, tls_conf
 from .traffic import expected, roundtrip
 
@@ -57,8 +57,7 @@ def test_a_tls_sidecars_clients_are_carried_by_the_core_from_their_first_byte(tm
                 assert handovers >= 2, "the TLS clients' connections were not handed to the core"
             else:
                 assert handovers == 0
-            fetches = samples(p, "fetchlat_fetches_total")
-            assert sum(v for k, v in fetches.items() if dict(k)["kind"] == "consumer") >= 1
+            assert consumer_fetches(p) >= 1
             assert refused(p.bootstrap, tls_conf(certs, client=False))  # no client certificate
             assert refused(p.bootstrap, tls_conf(certs, rogue=True))  # signed by another authority
             with socket.create_connection(("127.0.0.1", p.listen_port), timeout=10) as s:  # plaintext Kafka
@@ -146,8 +145,7 @@ def test_a_sidecar_speaking_tls_to_its_broker_hands_its_connections_to_the_core(
                 assert handovers >= 2, "the connections to a TLS broker were not handed to the core"
             else:
                 assert handovers == 0
-            fetches = samples(p, "fetchlat_fetches_total")
-            assert sum(v for k, v in fetches.items() if dict(k)["kind"] == "consumer") >= 1
+            assert consumer_fetches(p) >= 1
             assert samples(hop, "fetchlat_connections_total")  # every byte crossed the TLS hop
             # another sidecar that trusts another authority: the hop's certificate does not verify
             refused_before = samples(hop, "fetchlat_connection_errors_total").get(
