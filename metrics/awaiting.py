@@ -43,8 +43,8 @@ class Dates(Protocol):
 Held = tuple[Dates, FetchExchanged, int, bool, int, int]  # its connection, and what ``dated`` takes
 
 
-def awaits(model: LatencyModel, ev: FetchExchanged, broker_node: int) -> bool:
-    """Whether a consumer fetch's data, at a proxy beside broker ``broker_node``, is of a topic id
+def awaits(model: LatencyModel, ev: FetchExchanged) -> bool:
+    """Whether a consumer fetch's data, at a proxy beside one broker, is of a topic id
     whose name, or of a partition (no produce to it seen here) whose leader, is not known yet:
     who leads it decides how the model dates it. Marks what it meets as wanted."""
     req = ev.request
@@ -82,7 +82,7 @@ class Awaiting:
             return True
         if broker_node < 0 or ev.t_request_ns < self._rest_until_ns:
             return False
-        return awaits(model, ev, broker_node) and self.can_ask()
+        return awaits(model, ev) and self.can_ask()
 
     def hold(self, entry: Held) -> None:
         self.held.append(entry)

@@ -103,11 +103,8 @@ class ClusterView:
         """This broker is known not to lead the partition: it serves the fetch as a follower."""
         if broker_node < 0:
             return False
-        key = (topic, partition)
-        leader = self.leaders.get(key)
+        leader = self.leaders.get((topic, partition))
         if leader is None:
-            if key not in self._leaderless and len(self._unled) < MAX_PARTITIONS:
-                self._unled.add(key)
-                self.leaders_wanted = True
+            self.leader_wanted(topic, partition)  # asked about, unless it was in vain
             return False
         return leader >= 0 and leader != broker_node

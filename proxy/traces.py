@@ -136,6 +136,12 @@ def dictionary_columns(table: str) -> list[str]:
     return [f.name for f in TABLES[table] if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
 
 
+def parquet_writer(sink: str | pa.NativeFile, table: str, schema: pa.Schema) -> pq.ParquetWriter:
+    """A Parquet writer of ``table``'s rows as every trace file is written (zstd, the string
+    columns dictionary-encoded): the files, and the warm-up that runs their code first."""
+    return pq.ParquetWriter(sink, schema, compression="zstd", use_dictionary=dictionary_columns(table))
+
+
 def warm_writer() -> None:
     """Each table written as a file is, in memory, with two rows of plain values, thrown away,
     when the writer starts. Writing and closing a Parquet file runs code (the encoders, zstd,
@@ -146,8 +152,7 @@ def warm_writer() -> None:
     for table, schema in TABLES.items():
         columns = [pa.array(["a", "b"] if pa.types.is_string(f.type) else [True, False]
                             if pa.types.is_boolean(f.type) else [0, 1], type=f.type) for f in schema]
-        buf = pa.BufferOutputStream()
-        with pq.ParquetWriter(buf, schema, compression="zstd", use_dictionary=dictionary_columns(table)) as w:
+        with parquet_writer(pa.BufferOutputStream(), table, schema) as w:
             w.write_table(pa.Table.from_arrays(columns, schema=schema))
 
 
@@ -163,8 +168,7 @@ class _File:
         os.makedirs(where, exist_ok=True)
         self.final = os.path.join(where, name)
         self.tmp = os.path.join(where, f".tmp-{name}")
-        self.writer = pq.ParquetWriter(self.tmp, self.schema, compression="zstd",
-                                       use_dictionary=dictionary_columns(table))
+        self.writer = parquet_writer(self.tmp, table, self.schema)
         self.opened_ns = clock.now_ns()
         self.rows = 0
 
