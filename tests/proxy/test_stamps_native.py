@@ -21,6 +21,8 @@ from fetchlat import native
 from fetchlat.proxy import clock, stamps
 from fetchlat.proxy.stamps import SO_TIMESTAMPNS, StampCounts, StampedReader
 
+from testkit.stamping import kernel_stamping
+
 ROOT = Path(__file__).resolve().parents[2]
 CORE = native.core()
 needs_core = pytest.mark.skipif(CORE is None, reason=f"native core not loaded: {native.reason()}")
@@ -125,7 +127,7 @@ PIECES = [b"x", bytes(range(256)) * 3, os.urandom(70_000), os.urandom(300_000), 
 @pytest.mark.parametrize("stamped", [True, False])
 def test_both_roads_read_the_same_bytes_with_the_same_kind_of_stamp(stamped: bool) -> None:
     sinks = {"python": Sink(), "native": Sink()}
-    with pair(stamped) as (s_py, r_py), pair(stamped) as (s_nat, r_nat):
+    with kernel_stamping(), pair(stamped) as (s_py, r_py), pair(stamped) as (s_nat, r_nat):
         readers = {"python": reader(r_py, sinks["python"]), "native": reader(r_nat, sinks["native"])}
         senders = {"python": s_py, "native": s_nat}
         sent = 0
