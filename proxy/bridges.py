@@ -108,7 +108,8 @@ def given_to_core(transport: asyncio.BaseTransport, take: Callable[[int], tuple[
         os.close(fd)
         raise
     cast(asyncio.Transport, transport).abort()  # uvloop's transports are not asyncio's subclasses
-    return conn, socket.socket(fileno=python_fd)
+    # the core's socketpair (relay/mod.rs): named here, not asked of the kernel (three getsockopt)
+    return conn, socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, 0, python_fd)
 
 
 async def backed(loop: asyncio.AbstractEventLoop, road: BackRoad, host: str, port: int, server_name: str,

@@ -56,6 +56,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 RELEASE_EVERY_S = 60.0
+M_ARENA_MAX = -8  # mallopt's parameter (malloc.h): how many arenas glibc may make
 
 
 def libc_fn(name: str) -> Any | None:
@@ -105,6 +106,25 @@ def libc_heap_bytes() -> tuple[int, int] | None:
         return None
     m = _MALLINFO2()
     return m.uordblks + m.hblkhd, m.fordblks
+
+
+def one_arena() -> bool:
+    """Every thread allocates from glibc's main heap, none gets an arena of its own: called before
+    the proxy starts a thread. glibc gives each thread that allocates its own arena (up to eight a
+    core), and a block freed by another thread goes back to the arena it came from. The relay's
+    thread allocates each read's items and the event loop frees them; the trace writer's thread
+    builds Arrow tables; the loop allocates for both. Each arena then keeps its own free pieces
+    among its live blocks, which no trim returns, and the two-hour soaks of the relay road put a
+    sidecar's thread arenas at +0.45-0.85 MB/h (``bench/RESULTS.md``). One heap reuses every
+    thread's freed pieces for every thread. The threads take one lock to allocate past their
+    per-thread caches (glibc's tcache: the small blocks a thread freed last), which these few
+    threads seldom contend for. False on a libc without ``mallopt`` (musl, macOS)."""
+    fn = libc_fn("mallopt")
+    if fn is None:
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return bool(fn(M_ARENA_MAX, 1))
 
 
 def can_release() -> bool:

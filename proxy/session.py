@@ -17,7 +17,7 @@ import ssl
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final, Protocol, cast
+from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 from ..protocol.events import BrokerAddress
 from . import clock
@@ -125,6 +125,7 @@ class ClientSide:  # an asyncio protocol (duck-typed: a native class when compil
         self.backed: int | None = None  # the core holds the broker's TLS session: the back's id (bridges.py)
         self._swapping = False  # the TCP transport given up for the bridge's: its loss is not the connection's
         self._bridging: asyncio.Task[None] | None = None
+        self._active: Any = None  # this listener's fetchlat_connections_active, once counted in it
         self.conv = Conversation(ctx.core, conn_id=ctx.next_conn_id(), listener=listener, broker_label=broker_label,
                                  upstream=upstreams()[0], t_ns=clock.now_ns(), tls=ctx.server_tls is not None)
 
@@ -150,7 +151,8 @@ class ClientSide:  # an asyncio protocol (duck-typed: a native class when compil
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         m = self.ctx.core.observer.metrics
         m.connections.labels(self.listener).inc()
-        m.connections_active.labels(self.listener).inc()
+        self._active = m.connections_active.labels(self.listener)
+        self._active.inc()
         self.ctx.sessions.add(self)
         asyncio.get_running_loop().create_task(connect_upstream(self))
 
@@ -331,7 +333,9 @@ class ClientSide:  # an asyncio protocol (duck-typed: a native class when compil
     def forget(self) -> None:
         """The connection is gone, whichever road carried it: closed, and no longer counted or held."""
         self.closed = True
-        self.ctx.core.observer.metrics.connections_active.labels(self.listener).dec()
+        if self._active is not None:
+            self._active.dec()
+            self._active = None
         self.ctx.sessions.discard(self)
 
     def write_to_client(self, segments: list[bytes | memoryview]) -> None:
@@ -499,7 +503,8 @@ class BrokerSide:  # an asyncio protocol (duck-typed)
         if segments:
             client.write_to_client(segments)
             t_out_ns = clock.now_ns()
-            if conv.rtt_due(t_out_ns) and client.transport is not None:
+            # a client the core fronts is read here over a socketpair, which has no TCP RTT
+            if client.fronted is None and conv.rtt_due(t_out_ns) and client.transport is not None:
                 rtt = tcp_rtt_ns(client.transport.get_extra_info("socket"))
                 if rtt is not None:
                     conv.client_rtt(rtt, t_out_ns)

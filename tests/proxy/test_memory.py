@@ -186,3 +186,36 @@ def test_the_interpreters_arenas_show_fragmentation():
     assert len(kept) == 18_750
     print("stderr still works", file=sys.stderr)
     assert "interpreter arenas" in memory.census(top=1)
+
+
+_THREADS_ALLOCATE = """
+import sys, threading
+from fetchlat.proxy import memory
+from testkit.procfs import rss_by_mapping_mb
+if sys.argv[1] == "one":
+    assert memory.one_arena()
+kept = []
+def allocate():
+    kept.append([bytes(20_000) for _ in range(200)])  # 4 MB a thread in blocks below mmap's threshold
+threads = [threading.Thread(target=allocate) for _ in range(4)]
+for t in threads: t.start()
+for t in threads: t.join()
+print(rss_by_mapping_mb(__import__("os").getpid())["thread_arenas"])
+"""
+
+
+@pytest.mark.skipif(memory.libc_fn("mallopt") is None or not sys.platform.startswith("linux"),
+                    reason="glibc's arenas only")
+def test_with_one_arena_threads_allocate_from_the_main_heap():
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+
+    def arenas_mb(mode: str) -> float:
+        out = subprocess.run([sys.executable, "-c", _THREADS_ALLOCATE, mode], cwd=root, capture_output=True,
+                             text=True, timeout=60, check=True)
+        return float(out.stdout.split()[-1])
+
+    assert arenas_mb("many") > 3  # glibc's own way: threads allocate in arenas of their own
+    assert arenas_mb("one") == 0
