@@ -76,11 +76,10 @@ def run(args: argparse.Namespace) -> int:
     from .admin import AdminServer
     from .build import fetchlat_version, hot_path, hot_path_reason
     from .interpreter import share_interpreter
-    from .memory import census, one_arena, settle_heap
+    from .memory import census, settle_heap
     from .server import Proxy
     from .stamps import stamp_source
 
-    one_arena()  # before the relay's and the writer's threads (proxy/memory.py)
     stamps = stamp_source(cfg.stamps)
     metrics = ProxyMetrics(version=fetchlat_version(), hot_path=hot_path(), stamps=stamps)
 

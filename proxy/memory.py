@@ -109,8 +109,9 @@ def libc_heap_bytes() -> tuple[int, int] | None:
 
 
 def one_arena() -> bool:
-    """Every thread allocates from glibc's main heap, none gets an arena of its own: called before
-    the proxy starts a thread. glibc gives each thread that allocates its own arena (up to eight a
+    """Every thread allocates from glibc's main heap, none gets an arena of its own: called when a
+    ``fetchlat proxy`` process starts, before its first thread (``app/__init__.py``: loading pyarrow
+    starts two). glibc gives each thread that allocates its own arena (up to eight a
     core), and a block freed by another thread goes back to the arena it came from. The relay's
     thread allocates each read's items and the event loop frees them; the trace writer's thread
     builds Arrow tables; the loop allocates for both. Each arena then keeps its own free pieces

@@ -19,6 +19,8 @@ import pytest
 from fetchlat import native
 from fetchlat.protocol import apis
 
+from testkit.procfs import rss_by_mapping_mb
+
 from .conftest import TANSU_NODE_ID, Broker, ProxyProc, free_ports, run_tansu, start_proxy, stop_proxy
 from .test_model_live import consumer_fetches, follower_fetch, samples
 from .test_routing import Client
@@ -152,6 +154,8 @@ def test_the_core_carries_real_clients_and_counts_what_the_event_loop_counts(sid
     native_delta, loop_delta = delta(counted(n), before["native"]), delta(counted(o), before["loop"])
     assert native_delta == loop_delta
     assert any(k[0] == "fetchlat_fetches_total" and dict(k[1])["kind"] == "follower" for k in native_delta)
+    # the relay's thread, the trace writer's and the loop allocate from one heap (proxy/memory.py)
+    assert rss_by_mapping_mb(n.proc.pid)["thread_arenas"] == 0
     stop_proxy(n)  # flushes the trace files
     stop_proxy(o)
     for table in ("exchanges", "partitions"):
