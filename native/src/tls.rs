@@ -110,8 +110,14 @@ pub fn client_config(ca: &str, cert: Option<&str>, key: Option<&str>) -> Result<
     Ok(Arc::new(config))
 }
 
-/// A socket as `Read` and `Write` for rustls: one `recv` or `send` each call, its length checked.
-struct Fd(RawFd);
+/// A socket as `Read` and `Write` for rustls: one `recv`, `send` or `sendmsg` each call, its
+/// length checked. rustls hands `write_tls` every record it has queued as one vectored write
+/// (a handshake's whole flight, an answer's many records): sent with one `sendmsg`, not one
+/// `send` a record, which the default `write_vectored` would make.
+pub(crate) struct Fd(pub(crate) RawFd);
+
+/// The most slices one `sendmsg` takes (Linux's `UIO_MAXIOV`; rustls passes at most 64).
+const MAX_IOV: usize = 1024;
 
 impl Read for Fd {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
@@ -132,6 +138,23 @@ impl Write for Fd {
             return Err(io::Error::last_os_error());
         }
         Ok((n as usize).min(buf.len()))
+    }
+
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        let bufs = &bufs[..bufs.len().min(MAX_IOV)];
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        // SAFETY: a zeroed msghdr is valid (no name, no control data); `IoSlice` is ABI-compatible
+        // with `iovec` on Unix, and the slices outlive the call, which only reads them
+        let n = unsafe {
+            let mut msg: libc::msghdr = std::mem::zeroed();
+            msg.msg_iov = bufs.as_ptr() as *mut libc::iovec;
+            msg.msg_iovlen = bufs.len() as _;
+            libc::sendmsg(self.0, &msg, libc::MSG_NOSIGNAL)
+        };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok((n as usize).min(total))
     }
 
     fn flush(&mut self) -> io::Result<()> {

@@ -233,6 +233,40 @@ fn the_handshake_completes_and_bytes_pass_both_ways() {
 }
 
 #[test]
+fn the_records_queued_leave_in_one_send_and_a_full_socket_takes_a_prefix() {
+    let (mut peer, ours) = UnixStream::pair().expect("a socketpair");
+    ours.set_nonblocking(true).expect("non-blocking");
+    let records: [&[u8]; 3] = [b"first ", b"", b"second and third"];
+    let slices: Vec<std::io::IoSlice<'_>> = records.iter().map(|r| std::io::IoSlice::new(r)).collect();
+    let mut fd = Fd(ours.as_raw_fd());
+    assert_eq!(fd.write_vectored(&slices).expect("sent"), 22, "every record in one call");
+    let mut got = [0u8; 64];
+    let n = peer.read(&mut got).expect("read");
+    assert_eq!(&got[..n], b"first second and third");
+    // a socket that takes less than offered: the call says how much, and that much is what went
+    let big = vec![7u8; 1 << 20];
+    let slices = [std::io::IoSlice::new(&big), std::io::IoSlice::new(b"tail")];
+    let sent = fd.write_vectored(&slices).expect("part sent");
+    assert!(0 < sent && sent < big.len(), "{sent}");
+    peer.set_nonblocking(true).expect("non-blocking");
+    let mut drained = 0;
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        match peer.read(&mut buf) {
+            Ok(n) if n > 0 => {
+                assert!(buf[..n].iter().all(|&b| b == 7));
+                drained += n;
+            }
+            _ => break,
+        }
+    }
+    assert_eq!(drained, sent);
+    drop(peer);
+    let gone = fd.write_vectored(&[std::io::IoSlice::new(b"x")]).expect_err("the peer is gone");
+    assert_eq!(gone.kind(), ErrorKind::BrokenPipe);
+}
+
+#[test]
 fn the_servers_close_reaches_the_client_as_close_notify() {
     let pki = Pki::new();
     let mut link = Link::new(&pki.server_config(false));
