@@ -49,10 +49,14 @@ pub(super) fn epoll_set(ep: RawFd, op: libc::c_int, fd: RawFd, events: u32, toke
     Ok(())
 }
 
-/// `fcntl(F_SETFL, O_NONBLOCK)`: a socket the relay reads must never block its thread.
+/// `fcntl(F_SETFL, O_NONBLOCK)`: a socket the relay reads must never block its thread. Set only
+/// where it is not already (the event loop's sockets are: their duplicates share the flag).
 pub(super) fn nonblocking(fd: RawFd) -> std::io::Result<()> {
     // SAFETY: no pointers; the kernel checks the fd
     let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if fl >= 0 && fl & libc::O_NONBLOCK != 0 {
+        return Ok(());
+    }
     // SAFETY: as above
     if fl < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK) } < 0 {
         return Err(std::io::Error::last_os_error());
