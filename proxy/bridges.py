@@ -108,7 +108,8 @@ def given_to_core(transport: asyncio.BaseTransport, take: Callable[[int], tuple[
         os.close(fd)
         raise
     cast(asyncio.Transport, transport).abort()  # uvloop's transports are not asyncio's subclasses
-    # the core's socketpair (relay/mod.rs): named here, not asked of the kernel (three getsockopt)
+    # the core's socketpair (relay/mod.rs): its type and protocol named here, not asked of the kernel
+    # (two getsockopt fewer; CPython still checks the descriptor with one getsockname)
     return conn, socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, 0, python_fd)
 
 

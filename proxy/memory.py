@@ -45,6 +45,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 import gc
 import os
 import re
@@ -59,12 +60,22 @@ RELEASE_EVERY_S = 60.0
 M_ARENA_MAX = -8  # mallopt's parameter (malloc.h): how many arenas glibc may make
 
 
+@functools.cache
+def _libc() -> ctypes.CDLL | None:
+    """The C library, found and loaded once (``find_library`` asks ``ldconfig``: ms each time)."""
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
+
+
 def libc_fn(name: str) -> Any | None:
     """A function of the C library by name, or None where it is not there (musl has no
     ``malloc_trim``; ``mallinfo2`` is glibc 2.33 and later)."""
+    lib = _libc()
     try:
-        return getattr(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6"), name)
-    except (OSError, AttributeError):
+        return getattr(lib, name) if lib is not None else None
+    except AttributeError:
         return None
 
 

@@ -148,7 +148,7 @@ class StampedReader:
         except (OSError, AttributeError, ValueError):
             return None
         try:
-            sock = socket.socket(raw.family, socket.SOCK_STREAM, 0, fd)  # named, not asked of the kernel
+            sock = socket.socket(raw.family, socket.SOCK_STREAM, 0, fd)  # type and protocol named: no getsockopt
             sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
             sock.setblocking(False)
         except OSError:

@@ -116,9 +116,6 @@ pub fn client_config(ca: &str, cert: Option<&str>, key: Option<&str>) -> Result<
 /// `send` a record, which the default `write_vectored` would make.
 pub(crate) struct Fd(pub(crate) RawFd);
 
-/// The most slices one `sendmsg` takes (Linux's `UIO_MAXIOV`; rustls passes at most 64).
-const MAX_IOV: usize = 1024;
-
 impl Read for Fd {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         // SAFETY: the pointer and length are a live, writable slice's
@@ -141,7 +138,8 @@ impl Write for Fd {
     }
 
     fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
-        let bufs = &bufs[..bufs.len().min(MAX_IOV)];
+        // at most the slices one sendmsg takes (rustls passes at most 64)
+        let bufs = &bufs[..bufs.len().min(libc::UIO_MAXIOV as usize)];
         let total: usize = bufs.iter().map(|b| b.len()).sum();
         // SAFETY: a zeroed msghdr is valid (no name, no control data); `IoSlice` is ABI-compatible
         // with `iovec` on Unix, and the slices outlive the call, which only reads them
