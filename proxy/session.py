@@ -232,9 +232,10 @@ class ClientSide:  # an asyncio protocol (duck-typed: a native class when compil
             return  # the TCP transport given up for the core's bridge (``_front``)
         if self.carried is not None:
             return  # the transport was dropped at the hand-over: the connection lives on in the core
+        broker = self.broker
         self.forget()
-        if self.broker is not None:
-            self.broker.close()
+        if broker is not None:
+            broker.close()
 
     def pause_writing(self) -> None:
         self.conv.client_stalled(clock.now_ns())
@@ -331,12 +332,18 @@ class ClientSide:  # an asyncio protocol (duck-typed: a native class when compil
         self.transport = broker.transport = None
 
     def forget(self) -> None:
-        """The connection is gone, whichever road carried it: closed, and no longer counted or held."""
+        """The connection is gone, whichever road carried it: closed, and no longer counted or held.
+        Its sides let go of each other (each holds the client side, which held them), so its
+        objects are freed as it goes, by their counts, not by the collector's next full pass
+        (``tests/proxy/test_session_freed.py``): a storm of connections otherwise leaves all of
+        theirs until then, and the memory they held is what the next burst is given."""
         self.closed = True
         if self._active is not None:
             self._active.dec()
             self._active = None
         self.ctx.sessions.discard(self)
+        self.broker = None
+        self.carried = None
 
     def write_to_client(self, segments: list[bytes | memoryview]) -> None:
         if self.transport is None or self.closed or not segments:
@@ -528,8 +535,9 @@ class BrokerSide:  # an asyncio protocol (duck-typed)
         return None  # close fully; connection_lost closes the client after its writes
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self.reader is not None:
-            self.reader.stop()
+        reader, self.reader = self.reader, None  # it holds this side's methods: let go, not left to the collector
+        if reader is not None:
+            reader.stop()
         client = self.client
         if client.carried is not None:
             return  # dropped at the hand-over (session.ClientSide.hand_over)

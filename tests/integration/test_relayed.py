@@ -281,3 +281,44 @@ def test_hostile_streams_cost_only_their_own_connection(sidecars: Sidecars) -> N
     while n.health()["connections"] and time.monotonic() < deadline:
         time.sleep(0.1)
     assert n.health()["relayed"] == 0 and n.health()["connections"] == 0
+
+
+PER_CONNECTION = ("ClientSide", "BrokerSide", "CarriedSide", "Conversation", "StampedReader")
+
+
+def census_by_type(proxy: ProxyProc, seen: int = 1) -> dict[str, int]:
+    """Ask the running proxy for a heap census (SIGUSR1, ``proxy/memory.py``): the tracked objects
+    by type, the most numerous first (its ``seen``-th census in the log)."""
+    import os
+    import re
+    import signal
+
+    os.kill(proxy.proc.pid, signal.SIGUSR1)
+    deadline = time.monotonic() + 10
+    while len(lines := re.findall(r"heap census: .*; by type: ([^;\n]*)", proxy.log())) < seen:
+        assert time.monotonic() < deadline, "no heap census logged"
+        time.sleep(0.1)
+    return {name: int(n) for name, n in (item.rsplit(" ", 1) for item in lines[seen - 1].split(", "))}
+
+
+def test_a_closed_connections_objects_go_as_it_closes(sidecars: Sidecars) -> None:
+    """On both roads, a connection's objects are freed when it closes, by their reference counts,
+    not left for the collector's next full pass: a storm of connections would otherwise hold all
+    of theirs until then (``session.ClientSide.forget``). The connections live through enough
+    traffic that the collector has moved their objects out of its youngest generation."""
+    for proxy in (sidecars.native, sidecars.loop):
+        clients = [Client(proxy.listen_port) for _ in range(40)]
+        for _ in range(3):
+            for c in clients:
+                c.call(apis.API_VERSIONS, 3, {"ClientSoftwareName": "relay-test", "ClientSoftwareVersion": "1"})
+                c.call(apis.METADATA, 12, {"Topics": []})
+        for c in clients:
+            c.close()
+        deadline = time.monotonic() + 5
+        while (proxy.health()["connections"] or proxy.health().get("relayed")) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert proxy.health()["connections"] == 0
+        by_type = census_by_type(proxy)
+        listed_down_to = min(by_type.values())
+        assert listed_down_to < len(clients) or len(by_type) < 25, by_type  # 40 of a kind would be listed
+        assert not {k: v for k, v in by_type.items() if k in PER_CONNECTION}, (proxy.listen_port, by_type)
