@@ -6,6 +6,9 @@ connection the core carries: a refused frame, a request never finished, an idle 
 
 from __future__ import annotations
 
+import os
+import re
+import signal
 import socket
 import struct
 import time
@@ -289,10 +292,6 @@ PER_CONNECTION = ("ClientSide", "BrokerSide", "CarriedSide", "Conversation", "St
 def census_by_type(proxy: ProxyProc, seen: int = 1) -> dict[str, int]:
     """Ask the running proxy for a heap census (SIGUSR1, ``proxy/memory.py``): the tracked objects
     by type, the most numerous first (its ``seen``-th census in the log)."""
-    import os
-    import re
-    import signal
-
     os.kill(proxy.proc.pid, signal.SIGUSR1)
     deadline = time.monotonic() + 10
     while len(lines := re.findall(r"heap census: .*; by type: ([^;\n]*)", proxy.log())) < seen:
