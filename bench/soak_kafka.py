@@ -43,7 +43,6 @@ import itertools
 import json
 import os
 import random
-import re
 import signal
 import statistics
 import struct
@@ -64,6 +63,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench.kafka_client import AsyncClient, fetch_request
 from bench.procs import cpu_s, quantile, slope_mb_per_h
+from testkit.census import census_lines
 from testkit.procfs import MAPPING_KINDS, open_fds, rss_by_mapping_mb, rss_mb
 
 IDEM, TXN, SHARE = "soak-idem", "soak-txn", "soak-share"
@@ -339,25 +339,6 @@ class Watch:
 
 
 # ----------------------------------------------------------------------------- summary
-
-
-CENSUS = re.compile(r"heap census: (\d+) tracked objects .*?, (\d+) memory blocks(?:, (\d+) interpreter arenas[^;]*)?; "
-                    r"by type: ([^;]*)(?:; (.*))?$")
-
-
-def census_lines(log: str) -> list[tuple[int, int, int, dict[str, int], str]]:
-    """The heap censuses (``kill -USR1``, ``proxy/memory.py``) in a sidecar's log, of its last
-    process only (a restarted sidecar appends to the same log; each start logs its metrics
-    address first), in order: (tracked objects, memory blocks, the interpreter's 1 MiB arenas
-    (-1 when not said), count by type, and with ``--tracemalloc`` the source lines whose
-    allocations grew since the first census)."""
-    out = []
-    for line in log[log.rfind("metrics and health on"):].splitlines():
-        m = CENSUS.search(line)
-        if m:
-            types = dict((name, int(n)) for name, n in (part.rsplit(" ", 1) for part in m.group(4).split(", ")))
-            out.append((int(m.group(1)), int(m.group(2)), int(m.group(3) or -1), types, m.group(5) or ""))
-    return out
 
 
 def ask_census(sidecars: list[Any]) -> None:

@@ -58,6 +58,7 @@ from typing import Any, cast
 
 RELEASE_EVERY_S = 60.0
 M_ARENA_MAX = -8  # mallopt's parameter (malloc.h): how many arenas glibc may make
+CENSUS_TOP = 25  # the types a census lists, the most numerous first
 
 
 @functools.cache
@@ -235,7 +236,7 @@ def _arenas_said() -> str:
             f"in used pools, {a.get('empty_pool_bytes', 0) / 1e6:.1f} MB in empty pools")
 
 
-def census(top: int = 25, sites: int = 10) -> str:
+def census(top: int = CENSUS_TOP, sites: int = 10) -> str:
     """The objects the collector tracks (containers: what a leak is made of), by type, the most
     numerous first; those frozen at start (``settle_heap``) are left out. Walks every one:
     tens of ms for a proxy's few hundred thousand, so on demand only (SIGUSR1). With tracemalloc

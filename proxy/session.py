@@ -335,7 +335,7 @@ class ClientSide:  # an asyncio protocol (duck-typed: a native class when compil
         """The connection is gone, whichever road carried it: closed, and no longer counted or held.
         Its sides let go of each other (each holds the client side, which held them), so its
         objects are freed as it goes, by their counts, not by the collector's next full pass
-        (``tests/proxy/test_session_freed.py``): a storm of connections otherwise leaves all of
+        (``tests/integration/test_relayed.py``): a storm of connections otherwise leaves all of
         theirs until then, and the memory they held is what the next burst is given."""
         self.closed = True
         if self._active is not None:

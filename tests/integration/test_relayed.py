@@ -6,8 +6,6 @@ connection the core carries: a refused frame, a request never finished, an idle 
 
 from __future__ import annotations
 
-import os
-import re
 import signal
 import socket
 import struct
@@ -21,7 +19,9 @@ import pyarrow.parquet as pq
 import pytest
 from fetchlat import native
 from fetchlat.protocol import apis
+from fetchlat.proxy.memory import CENSUS_TOP
 
+from testkit.census import census_lines
 from testkit.procfs import rss_by_mapping_mb
 
 from .conftest import TANSU_NODE_ID, Broker, ProxyProc, free_ports, run_tansu, start_proxy, stop_proxy
@@ -289,15 +289,15 @@ def test_hostile_streams_cost_only_their_own_connection(sidecars: Sidecars) -> N
 PER_CONNECTION = ("ClientSide", "BrokerSide", "CarriedSide", "Conversation", "StampedReader")
 
 
-def census_by_type(proxy: ProxyProc, seen: int = 1) -> dict[str, int]:
+def census_by_type(proxy: ProxyProc) -> dict[str, int]:
     """Ask the running proxy for a heap census (SIGUSR1, ``proxy/memory.py``): the tracked objects
-    by type, the most numerous first (its ``seen``-th census in the log)."""
-    os.kill(proxy.proc.pid, signal.SIGUSR1)
+    by type, the most numerous first (its first census: none is logged unless asked)."""
+    proxy.proc.send_signal(signal.SIGUSR1)
     deadline = time.monotonic() + 10
-    while len(lines := re.findall(r"heap census: .*; by type: ([^;\n]*)", proxy.log())) < seen:
+    while not (seen := census_lines(proxy.log())):
         assert time.monotonic() < deadline, "no heap census logged"
         time.sleep(0.1)
-    return {name: int(n) for name, n in (item.rsplit(" ", 1) for item in lines[seen - 1].split(", "))}
+    return seen[0][3]
 
 
 def test_a_closed_connections_objects_go_as_it_closes(sidecars: Sidecars) -> None:
@@ -319,5 +319,5 @@ def test_a_closed_connections_objects_go_as_it_closes(sidecars: Sidecars) -> Non
         assert proxy.health()["connections"] == 0
         by_type = census_by_type(proxy)
         listed_down_to = min(by_type.values())
-        assert listed_down_to < len(clients) or len(by_type) < 25, by_type  # 40 of a kind would be listed
+        assert listed_down_to < len(clients) or len(by_type) < CENSUS_TOP, by_type  # 40 of a kind would be listed
         assert not {k: v for k, v in by_type.items() if k in PER_CONNECTION}, (proxy.listen_port, by_type)
